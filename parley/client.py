@@ -1,0 +1,393 @@
+"""``parley.connect`` and the embedded client: sessions and turns in one process.
+
+The embedded client runs the very engine and store the fleet runs, with the in-process
+coordinator: a submitted turn is a *kick* for its session, handled on a background
+thread that holds the session's lock and drains its turns in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from parley.errors import (
+    ForeignTurn,
+    InvalidRequest,
+    ParleyError,
+    SessionNotFound,
+    StoreError,
+    WaitTimeout,
+)
+from parley.host import Host, load_host
+from parley.streaming import follow
+from schemas.events import Event
+from schemas.records import (
+    Contract,
+    IfBusy,
+    SessionRecord,
+    SteerKind,
+    TurnRecord,
+    TurnResult,
+    TurnStatus,
+)
+from workers.database import create_database_engine, current_revision, head_revision, migrate
+from workers.driver import SessionDriver
+from workers.engine import TurnEngine
+from workers.local_coordinator import LocalCoordinator
+from workers.store import SqlStore, validate_ids
+
+log = logging.getLogger("parley.client")
+
+DEFAULT_DATABASE_URL = "sqlite:///parley.db"
+MAX_PROMPT_BYTES = 1_000_000
+MAX_STEER_BYTES = 100_000
+MAX_REQUEST_ID = 200
+
+
+def connect(
+    database_url: str | None = None,
+    *,
+    host: Host | None = None,
+    migrate_schema: bool | None = None,
+) -> Client:
+    """Open a client on ``database_url`` (default: ``PARLEY_DATABASE_URL``, else
+    ``sqlite:///parley.db``).  The host comes from ``host`` or ``PARLEY_HOST``; a client
+    without one can read sessions but not run turns.
+
+    SQLite databases are migrated on connect so a newcomer needs nothing else; other
+    databases must be migrated with ``parley migrate`` (or ``migrate_schema=True``)."""
+    url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    if host is None and os.environ.get("PARLEY_HOST"):
+        host = load_host(os.environ["PARLEY_HOST"])
+    engine = create_database_engine(url)
+    if migrate_schema is None:
+        migrate_schema = engine.dialect.name == "sqlite"
+    if migrate_schema:
+        migrate(engine)
+    elif current_revision(engine) != head_revision():
+        engine.dispose()
+        raise StoreError(f"the database at {url!r} is not migrated: run `parley migrate`")
+    return Client(SqlStore(engine), host=host)
+
+
+class Client:
+    """The embedded client.  Use it as a context manager, or call :meth:`close`."""
+
+    def __init__(self, store: SqlStore, *, host: Host | None) -> None:
+        self.store = store
+        self.host = host
+        self.coordinator = LocalCoordinator()
+        self._engine = (
+            TurnEngine(store=store, coordinator=self.coordinator, host=host) if host else None
+        )
+        self._drivers: dict[str, threading.Thread] = {}
+        self._driver_errors: dict[str, BaseException] = {}
+        self._guard = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop accepting work; with ``wait``, let running turns finish first."""
+        self._closed = True
+        if wait:
+            for thread in list(self._drivers.values()):
+                thread.join(timeout)
+        self.store.close()
+
+    # ------------------------------------------------------------------ sessions
+
+    def open_session(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        metadata: dict[str, Any] | None = None,
+        token_ceiling: int | None = None,
+    ) -> Session:
+        """Create a session about the workspace ``root`` (an existing directory)."""
+        root_path = os.path.realpath(os.fspath(root))
+        if not os.path.isdir(root_path):
+            raise InvalidRequest(f"root {os.fspath(root)!r} is not a directory")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidRequest("metadata must be a dict")
+        if token_ceiling is not None and (
+            not isinstance(token_ceiling, int) or isinstance(token_ceiling, bool) or token_ceiling < 1
+        ):
+            raise InvalidRequest("token_ceiling must be a positive integer or None")
+        record = self.store.create_session(
+            root=root_path, metadata=dict(metadata or {}), token_ceiling=token_ceiling
+        )
+        return Session(self, record)
+
+    def session(self, session_id: str) -> Session:
+        """Reopen a session by id; :class:`SessionNotFound` if unknown.  The root comes
+        from the store, not from the caller."""
+        _check_id(session_id, SessionNotFound)
+        return Session(self, self.store.get_session(session_id))
+
+    def attach(self, turn_id: str) -> TurnHandle:
+        """A handle on any turn, from any process."""
+        _check_id(turn_id)
+        return TurnHandle(self, self.store.get_turn(turn_id))
+
+    # ------------------------------------------------------------------ driving
+
+    def _kick(self, session_id: str) -> None:
+        """Make sure a driver thread is draining the session."""
+        if self._engine is None:
+            raise InvalidRequest(
+                "this client has no host, so it cannot run turns: pass host=... to connect() "
+                "or set PARLEY_HOST"
+            )
+        if self._closed:
+            raise InvalidRequest("the client is closed")
+        with self._guard:
+            thread = self._drivers.get(session_id)
+            if thread is not None and thread.is_alive():
+                # The running driver looks for queued turns before and after it releases
+                # the lock, so it will pick this one up.
+                return
+            thread = threading.Thread(
+                target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
+            )
+            self._drivers[session_id] = thread
+            self._driver_errors.pop(session_id, None)
+            thread.start()
+
+    def _drive(self, session_id: str) -> None:
+        assert self._engine is not None
+        try:
+            SessionDriver(self._engine).drive(session_id)
+        except BaseException as exc:
+            log.exception("driver of session %s stopped", session_id)
+            self._driver_errors[session_id] = exc
+            self.coordinator.publish([])  # wake waiters so they see the error
+
+    def _driver_failure(self, session_id: str) -> BaseException | None:
+        thread = self._drivers.get(session_id)
+        if thread is not None and thread.is_alive():
+            return None
+        return self._driver_errors.get(session_id)
+
+
+class Session:
+    """One durable conversation (a tree of turns and a head)."""
+
+    def __init__(self, client: Client, record: SessionRecord) -> None:
+        self._client = client
+        self._record = record
+
+    @property
+    def id(self) -> str:
+        """The session id: all a later process needs."""
+        return self._record.session_id
+
+    @property
+    def root(self) -> str:
+        """The workspace root, as stored."""
+        return self._record.root
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The metadata given at creation."""
+        return dict(self._record.metadata)
+
+    @property
+    def head(self) -> str | None:
+        """The turn the next one hangs under (None before the first)."""
+        return self._client.store.get_session(self.id).head_turn_id
+
+    def __repr__(self) -> str:
+        return f"<parley.Session {self.id} root={self.root!r}>"
+
+    def turn(
+        self,
+        prompt: str,
+        *,
+        contract: Contract | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        request_id: str | None = None,
+        if_busy: IfBusy | str = IfBusy.ENQUEUE,
+        timeout: float | None = None,
+    ) -> TurnResult:
+        """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
+        handle = self.submit(prompt, contract=contract, request_id=request_id, if_busy=if_busy)
+        if on_event is not None:
+            for event in handle.events():
+                on_event(event)
+        return handle.wait(timeout=timeout)
+
+    def submit(
+        self,
+        prompt: str | bytes,
+        *,
+        contract: Contract | None = None,
+        request_id: str | None = None,
+        if_busy: IfBusy | str = IfBusy.ENQUEUE,
+    ) -> TurnHandle:
+        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
+        text = _check_prompt(prompt)
+        busy = _check_if_busy(if_busy)
+        if contract is not None and not isinstance(contract, Contract):
+            raise InvalidRequest("contract must be a parley.TaskContract")
+        if request_id is not None and (
+            not isinstance(request_id, str) or not request_id or len(request_id) > MAX_REQUEST_ID
+        ):
+            raise InvalidRequest(f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters")
+        client = self._client
+        if client.host is None:
+            client._kick(self.id)  # raises the clear "no host" error before any write
+        receipt = client.store.submit_turn(
+            session_id=self.id, prompt=text, request_id=request_id, contract=contract, if_busy=busy
+        )
+        if receipt.queued_event is not None:
+            client.coordinator.publish([receipt.queued_event])
+        for turn_id in receipt.interrupted_turn_ids:
+            client.coordinator.signal_interrupt(turn_id)
+        client._kick(self.id)
+        return TurnHandle(client, receipt.turn)
+
+    def branch_from(self, turn_id: str) -> None:
+        """Make ``turn_id`` the head: the next turn hangs under it.  One write."""
+        if turn_id is None or turn_id == "":
+            raise InvalidRequest("branch_from needs a turn id")
+        _check_id(turn_id)
+        self._client.store.branch(self.id, turn_id)
+
+    def history(self) -> list[TurnRecord]:
+        """The turns from the root to the head: what the model sees."""
+        return self._client.store.history(self.id)
+
+    def tree(self) -> list[TurnRecord]:
+        """Every turn of every branch, in submission order."""
+        return self._client.store.tree(self.id)
+
+    def resume(self, turn_id: str) -> TurnHandle:
+        """Continue a cancelled, failed or stranded turn from its last committed step,
+        with the same turn id and run id."""
+        _check_id(turn_id)
+        client = self._client
+        turn = client.store.get_turn(turn_id)
+        if turn.session_id != self.id:
+            raise ForeignTurn(f"turn {turn_id!r} belongs to session {turn.session_id!r}")
+        if client.host is None:
+            client._kick(self.id)
+        turn, queued = client.store.resume_turn(turn_id, client.coordinator.last_seq(turn_id))
+        if queued is not None:
+            client.coordinator.publish([queued])
+        client._kick(self.id)
+        return TurnHandle(client, turn)
+
+
+class TurnHandle:
+    """A turn, seen from a caller: its events, its steering, its result."""
+
+    def __init__(self, client: Client, record: TurnRecord) -> None:
+        self._client = client
+        self.turn_id = record.turn_id
+        self.run_id = record.run_id
+        self.session_id = record.session_id
+
+    def __repr__(self) -> str:
+        return f"<parley.TurnHandle {self.turn_id}>"
+
+    def record(self) -> TurnRecord:
+        """The turn as stored now."""
+        return self._client.store.get_turn(self.turn_id)
+
+    def events(self, after: int = 0) -> Iterator[Event]:
+        """Every event with seq > ``after``, once each and in order, ending after ``end``."""
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise InvalidRequest("after must be a non-negative integer")
+        return follow(
+            self.turn_id, after, coordinator=self._client.coordinator, store=self._client.store
+        )
+
+    def say(self, text: str) -> None:
+        """A message for the model at the next step boundary; :class:`TurnEnded` if the
+        turn has ended (the message then goes nowhere, and you are told)."""
+        text = _check_text(text, "say", MAX_STEER_BYTES)
+        self._client.store.add_steer(self.turn_id, SteerKind.SAY, text)
+
+    def interrupt(self) -> None:
+        """Stop the turn at the next step boundary (at once while the model streams)."""
+        self._client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
+        self._client.coordinator.signal_interrupt(self.turn_id)
+
+    def result(self) -> TurnResult | None:
+        """The result if the turn has ended, else None."""
+        return self._client.store.turn_result(self.turn_id)
+
+    def wait(self, timeout: float | None = None) -> TurnResult:
+        """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client = self._client
+        seen = client.coordinator.last_seq(self.turn_id)
+        while True:
+            result = client.store.turn_result(self.turn_id)
+            if result is not None:
+                return result
+            failure = client._driver_failure(self.session_id)
+            if failure is not None and client.store.run_state(self.turn_id).status in (
+                TurnStatus.QUEUED,
+                TurnStatus.RUNNING,
+            ):
+                raise StoreError(f"the driver of this session stopped: {failure}") from failure
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
+            wait = 0.5 if remaining is None else min(0.5, remaining)
+            fresh = client.coordinator.read_events(self.turn_id, seen, timeout=wait)
+            if fresh:
+                seen = fresh[-1].seq
+
+
+def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:
+    try:
+        validate_ids(value)
+    except InvalidRequest as exc:
+        if missing is InvalidRequest:
+            raise
+        raise missing(str(exc)) from exc
+
+
+def _check_prompt(prompt: str | bytes) -> str:
+    return _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
+
+
+def _check_text(value: str | bytes, what: str, limit: int) -> str:
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"the {what} is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
+    if not isinstance(value, str):
+        raise InvalidRequest(f"the {what} must be text, not {type(value).__name__}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(f"the {what} is not valid UTF-8 (lone surrogate at {exc.start})") from exc
+    if not value.strip():
+        raise InvalidRequest(f"the {what} is empty")
+    if "\x00" in value:
+        raise InvalidRequest(f"the {what} contains a NUL character")
+    if size > limit:
+        raise InvalidRequest(f"the {what} is {size} bytes; the limit is {limit}")
+    return value
+
+
+def _check_if_busy(value: IfBusy | str) -> IfBusy:
+    try:
+        return IfBusy(value)
+    except ValueError:
+        raise InvalidRequest(
+            f"if_busy must be one of {[b.value for b in IfBusy]}, not {value!r}"
+        ) from None

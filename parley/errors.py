@@ -1,0 +1,39 @@
+"""Every error parley raises to a caller derives from :class:`ParleyError`.
+
+Driver errors (sqlite3, psycopg, redis) are translated at the adapter boundary, so callers
+never have to import a driver to handle a failure.  The classes live in ``schemas`` so that
+the worker side can raise them without importing the public package; this module is the
+public name for them.
+"""
+
+from schemas.errors import (
+    CodecError,
+    Conflict,
+    Fenced,
+    ForeignTurn,
+    InvalidRequest,
+    ParleyError,
+    PrefixFrozen,
+    SessionBusy,
+    SessionNotFound,
+    StoreError,
+    TurnEnded,
+    TurnNotFound,
+    WaitTimeout,
+)
+
+__all__ = [
+    "CodecError",
+    "Conflict",
+    "Fenced",
+    "ForeignTurn",
+    "InvalidRequest",
+    "ParleyError",
+    "PrefixFrozen",
+    "SessionBusy",
+    "SessionNotFound",
+    "StoreError",
+    "TurnEnded",
+    "TurnNotFound",
+    "WaitTimeout",
+]

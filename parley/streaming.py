@@ -1,0 +1,69 @@
+"""Reading a turn's events from any ``seq``: the replay buffer first, the store for what
+the buffer no longer holds, then live.
+
+Durable events are committed in seq order, so once the store holds an event with seq k,
+every durable event below k that will ever exist is stored too: a gap the buffer cannot
+fill is then made only of tokens, which are allowed to age out of the replay window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from schemas.events import Event, EventKind
+from workers.ports import Coordinator
+from workers.store import SqlStore
+
+POLL_SECONDS = 0.5
+
+
+def follow(
+    turn_id: str, after: int, *, coordinator: Coordinator, store: SqlStore
+) -> Iterator[Event]:
+    """Every event of the turn with seq > ``after``, once each and in order, until its end.
+
+    A turn that is resumed after an ``end`` goes on: the iterator stops only at an ``end``
+    that nothing follows while the turn is terminal."""
+    last = after
+    while True:
+        batch = _next_batch(turn_id, last, coordinator, store)
+        if not batch:
+            if _ended(turn_id, last, store):
+                return
+            coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+            continue
+        for event in batch:
+            yield event
+            last = event.seq
+        if batch[-1].kind is EventKind.END and _ended(turn_id, last, store):
+            if not coordinator.read_events(turn_id, last, timeout=0):
+                return
+
+
+def _next_batch(turn_id: str, last: int, coordinator: Coordinator, store: SqlStore) -> list[Event]:
+    buffered = coordinator.read_events(turn_id, last, timeout=0)
+    if buffered and buffered[0].seq == last + 1:
+        return _contiguous(buffered, last)
+    stored = store.events_after(turn_id, last)
+    if buffered:
+        stored = [e for e in stored if e.seq < buffered[0].seq]
+        return stored + buffered
+    return stored
+
+
+def _contiguous(events: list[Event], last: int) -> list[Event]:
+    run: list[Event] = []
+    for event in events:
+        if event.seq != last + 1:
+            break
+        run.append(event)
+        last = event.seq
+    return run
+
+
+def _ended(turn_id: str, last: int, store: SqlStore) -> bool:
+    """The turn is terminal and its final event has been read."""
+    state = store.run_state(turn_id)
+    if not state.status.terminal:
+        return False
+    return not store.events_after(turn_id, last)

@@ -1,0 +1,1 @@
+"""Alembic migrations for parley's schema (run with ``parley migrate``)."""

@@ -1,0 +1,220 @@
+"""Frozen records handed across every boundary (never ORM objects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from schemas.errors import InvalidRequest
+
+
+class TurnStatus(StrEnum):
+    """A turn's status: ``queued``, ``running`` or one of the terminal outcomes (SPEC §3)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    SUCCEEDED = "succeeded"
+    CHECK_FAILED = "check_failed"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        """True for the outcomes, false for ``queued`` and ``running``."""
+        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING)
+
+    @property
+    def has_reply(self) -> bool:
+        """Only a turn the model itself ended carries a reply (SPEC §2.12)."""
+        return self in (TurnStatus.FINISHED, TurnStatus.SUCCEEDED)
+
+    @property
+    def moves_head(self) -> bool:
+        """A failed turn leaves the head where it was: its work never became part of the
+        conversation (``before_commit`` rejected it, or the model broke)."""
+        return self.terminal and self is not TurnStatus.FAILED
+
+
+class SteerKind(StrEnum):
+    """What an operator can send to a running turn."""
+
+    SAY = "say"
+    INTERRUPT = "interrupt"
+
+
+class IfBusy(StrEnum):
+    """What ``submit`` does when the session already has a turn queued or running."""
+
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+    INTERRUPT = "interrupt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token usage of a step or a turn."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens: what budgets count."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        """The stored form."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_tokens": self.cached_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        """Load the stored form (missing keys read as zero)."""
+        return cls(
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            cached_tokens=int(data.get("cached_tokens", 0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRecord:
+    """A session as stored."""
+
+    session_id: str
+    root: str
+    metadata: dict[str, Any]
+    head_turn_id: str | None
+    token_ceiling: int | None
+    tokens_used: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRecord:
+    """A node of a session's tree (SPEC §4)."""
+
+    turn_id: str
+    session_id: str
+    parent_id: str | None
+    prompt: str
+    status: TurnStatus
+    reply: str | None
+    run_id: str
+    request_id: str | None
+    created_at: datetime
+
+    @property
+    def outcome(self) -> TurnStatus | None:
+        """The terminal outcome, or None while the turn is queued or running."""
+        return self.status if self.status.terminal else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    """What a finished turn returns (SPEC §4).
+
+    ``undelivered`` lists the ``say`` texts that were accepted but could not reach the model
+    because the turn stopped first (interrupt, budget): they are reported, never dropped
+    silently.  ``partial`` is the display-only text of a stream cut by an interrupt.
+    """
+
+    turn_id: str
+    run_id: str
+    outcome: TurnStatus
+    reply: str | None
+    steps: int
+    usage: Usage
+    error: str | None = None
+    undelivered: tuple[str, ...] = ()
+    partial: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steer:
+    """One message in a turn's steer inbox, numbered from 1 in acceptance order."""
+
+    position: int
+    kind: SteerKind
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contract:
+    """A per-turn bound (``parley.TaskContract``): at most ``max_steps`` model calls and
+    ``max_tokens`` tokens, and optionally a ``check`` shell command that must pass (run in
+    the session root after the model stops; its failing output goes back to the model
+    while budget remains).  It bounds only the turn that carries it."""
+
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    check: str | None = None
+    check_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InvalidRequest(f"{name} must be a positive integer or None, not {value!r}")
+        if self.check is not None and (not isinstance(self.check, str) or not self.check.strip()):
+            raise InvalidRequest("check must be a non-empty shell command or None")
+        if self.check is not None and self.max_steps is None and self.max_tokens is None:
+            # A failing check feeds back to the model while budget remains: without a
+            # budget a check that never passes would loop forever.
+            raise InvalidRequest("a contract with a check needs max_steps or max_tokens")
+        if not isinstance(self.check_timeout, int | float) or self.check_timeout <= 0:
+            raise InvalidRequest("check_timeout must be a positive number of seconds")
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "max_steps": self.max_steps,
+            "max_tokens": self.max_tokens,
+            "check": self.check,
+            "check_timeout": self.check_timeout,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Contract | None:
+        """Load the stored form; None stays None (an unbounded turn)."""
+        if data is None:
+            return None
+        return cls(
+            max_steps=data.get("max_steps"),
+            max_tokens=data.get("max_tokens"),
+            check=data.get("check"),
+            check_timeout=float(data.get("check_timeout", 300.0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """The execution record of a turn, as the engine needs it."""
+
+    run_id: str
+    turn_id: str
+    session_id: str
+    status: TurnStatus
+    attempts: int
+    steps: int
+    usage: Usage
+    steer_cursor: int
+    contract: Contract | None
+    partial: str | None
+    error: str | None
+    undelivered: tuple[str, ...] = field(default=())

@@ -1,0 +1,140 @@
+"""SQLAlchemy table declarations: the schema Alembic migrations build.
+
+Conversation rows (sessions' trees, turns, steps, prefixes, events) are append-only: the
+conversation operations insert them and never edit or delete them.  Execution state
+(a run's status, a session's head, fence and counters) is updated in place.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# JSONB on PostgreSQL (compact, indexable); JSON text elsewhere.
+Json = JSON().with_variant(JSONB(), "postgresql")
+Id = String(36)
+Timestamp = DateTime(timezone=True)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("root", Text, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("head_turn_id", Id, nullable=True),
+    # Fencing token: incremented by every driver that takes the session's lock and
+    # checked by every step and turn commit, so a stale driver can never commit.
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("turn_count", BigInteger, nullable=False, default=0),
+    Column("tokens_used", BigInteger, nullable=False, default=0),
+    Column("token_ceiling", BigInteger, nullable=True),
+    Column("prefix_generation", Integer, nullable=False, default=0),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+prefixes = Table(
+    "prefixes",
+    metadata,
+    Column("session_id", Id, ForeignKey("sessions.id"), primary_key=True),
+    Column("generation", Integer, primary_key=True),
+    Column("payload", Json, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("session_id", Id, ForeignKey("sessions.id"), nullable=False),
+    # Set once, when the turn starts: a queued turn hangs under the head as it is then.
+    Column("parent_id", Id, ForeignKey("turns.id"), nullable=True),
+    Column("ordinal", BigInteger, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("request_id", String(200), nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("session_id", "ordinal"),
+    UniqueConstraint("session_id", "request_id"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("turn_id", Id, ForeignKey("turns.id"), nullable=False, unique=True),
+    Column("session_id", Id, ForeignKey("sessions.id"), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("contract", Json, nullable=True),
+    Column("steps", Integer, nullable=False, default=0),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cached_tokens", BigInteger, nullable=False, default=0),
+    # Steer inbox bookkeeping: steers are numbered 1..steer_count; those up to
+    # steer_cursor have been delivered (or reported undelivered).  inbox_open is false
+    # once the turn ended, so a late steer is refused instead of lost.
+    Column("steer_count", Integer, nullable=False, default=0),
+    Column("steer_cursor", Integer, nullable=False, default=0),
+    Column("inbox_open", Boolean, nullable=False, default=True),
+    Column("last_seq", Integer, nullable=False, default=0),
+    Column("reply", Text, nullable=True),
+    Column("partial", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("undelivered", Json, nullable=True),
+    Column("worker", String(200), nullable=True),
+    Column("queued_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp, nullable=True),
+    Column("ended_at", Timestamp, nullable=True),
+    Index(None, "session_id", "status"),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("run_id", Id, ForeignKey("runs.id"), primary_key=True),
+    Column("step_index", Integer, primary_key=True),
+    Column("payload", Json, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+steers = Table(
+    "steers",
+    metadata,
+    Column("run_id", Id, ForeignKey("runs.id"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("kind", String(20), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("turn_id", Id, ForeignKey("turns.id"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("kind", String(30), nullable=False),
+    Column("data", Json, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)

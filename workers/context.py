@@ -1,0 +1,86 @@
+"""Context assembly: stored rows → the model-visible messages of the next request.
+
+Replay is *checked*: every assistant tool call must be answered by exactly one tool result
+before the conversation goes on, or :class:`CodecError` is raised instead of sending orphan
+messages to a provider.  Interrupted partial text is display-only and never appears here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from schemas.errors import CodecError
+from schemas.messages import AssistantMessage, Message, StepInput, ToolMessage, UserMessage
+from workers.ports import CommittedStep, PathTurn
+
+
+def step_messages(step: CommittedStep) -> list[Message]:
+    """One committed step as messages: its inputs, the assistant turn, the tool results."""
+    payload = step.payload
+    messages: list[Message] = [UserMessage(text=i.text, origin=i.origin) for i in payload.inputs]
+    messages.append(AssistantMessage(text=payload.text, tool_calls=payload.tool_calls))
+    results = {r.call_id: r for r in payload.tool_results}
+    if len(results) != len(payload.tool_results):
+        raise CodecError(f"step {step.index}: a tool call has more than one result")
+    for call in payload.tool_calls:
+        result = results.pop(call.id, None)
+        if result is None:
+            raise CodecError(f"step {step.index}: tool call {call.id} ({call.name}) has no result")
+        messages.append(
+            ToolMessage(
+                call_id=call.id, name=call.name, content=result.content, is_error=result.is_error
+            )
+        )
+    if results:
+        raise CodecError(f"step {step.index}: results for unknown calls {sorted(results)}")
+    return messages
+
+
+def turn_messages(prompt: str, steps: Iterable[CommittedStep]) -> list[Message]:
+    """A turn's prompt followed by its committed steps."""
+    messages: list[Message] = [UserMessage(text=prompt, origin="prompt")]
+    for step in steps:
+        messages.extend(step_messages(step))
+    return messages
+
+
+def assemble(
+    history: Sequence[PathTurn],
+    prompt: str,
+    steps: Sequence[CommittedStep],
+    inputs: Sequence[StepInput],
+) -> tuple[Message, ...]:
+    """The messages of the next request: the history path, this turn so far, and the
+    input entering at this boundary.  Checked before it is returned."""
+    messages: list[Message] = []
+    for node in history:
+        messages.extend(turn_messages(node.turn.prompt, node.steps))
+    messages.extend(turn_messages(prompt, steps))
+    messages.extend(UserMessage(text=i.text, origin=i.origin) for i in inputs)
+    return check_replay(messages)
+
+
+def check_replay(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Raise :class:`CodecError` if any tool round is incomplete; return the messages."""
+    open_calls: dict[str, str] = {}
+    for position, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            if message.call_id not in open_calls:
+                raise CodecError(
+                    f"message {position}: tool result {message.call_id} answers no open call"
+                )
+            del open_calls[message.call_id]
+            continue
+        if open_calls:
+            raise CodecError(
+                f"message {position}: conversation goes on while tool calls "
+                f"{sorted(open_calls)} have no result"
+            )
+        if isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                if call.id in open_calls:
+                    raise CodecError(f"message {position}: duplicate tool call id {call.id}")
+                open_calls[call.id] = call.name
+    if open_calls:
+        raise CodecError(f"the conversation ends with unanswered tool calls {sorted(open_calls)}")
+    return tuple(messages)

@@ -1,0 +1,129 @@
+"""Engine creation and migrations for both back ends.
+
+SQLite (embedded) and PostgreSQL (fleet) are the same schema.  SQLite gets WAL, a busy
+timeout and ``BEGIN IMMEDIATE`` so that a transaction that reads then writes never fails
+with a lock upgrade; transactions of one process are also serialised by a lock so that
+threads of one process never see ``database is locked``.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from schemas.errors import InvalidRequest, StoreError
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "schemas" / "migrations"
+
+
+def normalise_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` and drive them through psycopg 3."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def create_database_engine(url: str) -> Engine:
+    """An engine for ``url``, configured for parley's transaction pattern."""
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise InvalidRequest(f"not a database URL: {url!r}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    raise InvalidRequest(f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql")
+
+
+def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    if in_memory:
+        # One shared connection, or every thread would see its own empty database.
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite would defer it).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if not in_memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode survives an application crash; only an OS crash or power
+        # loss can drop the last commits.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def transaction_lock(engine: Engine) -> threading.RLock | None:
+    """The in-process lock that serialises SQLite transactions (None for PostgreSQL)."""
+    if engine.dialect.name != "sqlite":
+        return None
+    lock: threading.RLock | None = getattr(engine, "_parley_lock", None)
+    if lock is None:
+        lock = threading.RLock()
+        engine._parley_lock = lock  # type: ignore[attr-defined]
+    return lock
+
+
+def alembic_config() -> Config:
+    """Alembic configuration pointing at the packaged migrations."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def migrate(engine: Engine) -> str:
+    """Bring the schema to the newest revision; returns it."""
+    config = alembic_config()
+    lock = transaction_lock(engine)
+    try:
+        if lock is not None:
+            lock.acquire()
+        with engine.connect() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            connection.commit()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"migration failed: {exc}") from exc
+    finally:
+        if lock is not None:
+            lock.release()
+    return head_revision()
+
+
+def head_revision() -> str:
+    """The newest migration in the package."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None if never migrated)."""
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot reach the database: {exc}") from exc

@@ -1,0 +1,51 @@
+"""Allocates a turn's gap-free event ``seq`` and publishes events.
+
+One driver owns a turn at a time, so it is the only writer of its seq.  Tokens are only
+published; durable events are also collected until the next commit stores them with the
+seq they were published under.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.events import Event, EventKind
+from workers.ports import Coordinator
+
+
+class Emitter:
+    """The event writer of one turn attempt."""
+
+    def __init__(self, turn_id: str, next_seq: int, coordinator: Coordinator) -> None:
+        self.turn_id = turn_id
+        self._next = next_seq
+        self._coordinator = coordinator
+        self._unstored: list[Event] = []
+
+    def allocate(self, kind: EventKind, data: dict[str, Any]) -> Event:
+        """Number an event without publishing it (for events published after a commit)."""
+        event = Event(turn_id=self.turn_id, seq=self._next, kind=kind, data=data)
+        self._next += 1
+        return event
+
+    def emit(self, kind: EventKind, data: dict[str, Any]) -> Event:
+        """Number and publish an event now; durable ones wait for the next commit."""
+        event = self.allocate(kind, data)
+        self._coordinator.publish([event])
+        if kind.durable:
+            self._unstored.append(event)
+        return event
+
+    def publish(self, event: Event) -> None:
+        """Publish an event allocated earlier (after its commit)."""
+        self._coordinator.publish([event])
+
+    def take_unstored(self) -> list[Event]:
+        """The durable events published since the last commit; the caller stores them."""
+        events, self._unstored = self._unstored, []
+        return events
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next event will get."""
+        return self._next

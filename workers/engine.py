@@ -1,0 +1,526 @@
+"""The step loop: runs (or continues) one turn under a fencing token.
+
+Each step: take the steers pending at the boundary (an interrupt ends the turn), call the
+model while publishing every delta, run the tool calls through policy and approver, then
+commit the whole step in one transaction.  When the model stops, the inbox is closed in
+the same transaction as the last step, or one more step runs for the steer that slipped in.
+The engine talks only to the ports in :mod:`workers.ports` and to :class:`SqlStore`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen
+from schemas.events import EventKind
+from schemas.messages import Prefix, StepInput, StepPayload, ToolCall, ToolResult, request_digest
+from schemas.records import Contract, SteerKind, TurnStatus, Usage
+from workers.checks import run_check
+from workers.context import assemble
+from workers.emitter import Emitter
+from workers.ports import (
+    ApprovalRequest,
+    ClaimedTurn,
+    CommitReceipt,
+    CommittedStep,
+    Coordinator,
+    Host,
+    ModelReply,
+    ModelRequest,
+    PrefixSnapshot,
+    SessionStateView,
+    StreamAborted,
+    Tool,
+    ToolContext,
+    TurnOutcome,
+    TurnPreparation,
+    TurnRequest,
+)
+from workers.store import SqlStore
+
+log = logging.getLogger("parley.engine")
+
+
+def worker_name() -> str:
+    """host:pid:thread, stored on the run so an operator can tell who ran it."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+@dataclass(kw_only=True)
+class _Ending:
+    status: TurnStatus
+    reply: str | None = None
+    error: str | None = None
+    partial: str | None = None
+
+
+class _DeltaSink:
+    """Publishes each delta as a ``token`` event and aborts the stream on an interrupt."""
+
+    def __init__(self, emitter: Emitter, coordinator: Coordinator, index: int) -> None:
+        self._emitter = emitter
+        self._coordinator = coordinator
+        self._index = index
+        self.parts: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        if self._coordinator.interrupt_requested(self._emitter.turn_id):
+            raise StreamAborted
+        if text:
+            self.parts.append(text)
+            self._emitter.emit(EventKind.TOKEN, {"step": self._index, "text": text})
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(kw_only=True)
+class _TurnState:
+    steps: list[CommittedStep]
+    cursor: int
+    pending: list[Any]
+    usage: Usage
+    session_tokens: int
+    feedback: list[StepInput] = field(default_factory=list)
+    inbox_closed: bool = False
+
+
+class TurnEngine:
+    """Runs turns for one host against one store and one coordinator."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        coordinator: Coordinator,
+        host: Host,
+        worker: str | None = None,
+    ) -> None:
+        """``worker`` names this process on the runs it drives (default host:pid:thread)."""
+        self.store = store
+        self.coordinator = coordinator
+        self.host = host
+        self.worker = worker
+
+    # ------------------------------------------------------------------ entry
+
+    def run(self, turn_id: str, fence: int) -> TurnStatus:
+        """Run ``turn_id`` to its end.  Raises :class:`Fenced` if another driver took over
+        (nothing of this attempt after that point is committed)."""
+        # Clear a stale interrupt flag before the claim reads the durable inbox, so an
+        # interrupt sent after this line is seen by one or the other.
+        self.coordinator.clear_interrupt(turn_id)
+        claimed, started = self.store.claim_turn(
+            turn_id, fence=fence, worker=self.worker or worker_name(), seq_floor=self.coordinator.last_seq(turn_id)
+        )
+        emitter = Emitter(turn_id, claimed.next_seq, self.coordinator)
+        emitter.publish(started)
+        return _TurnRun(self, claimed, fence, emitter).run()
+
+
+class _TurnRun:
+    """One attempt at one turn."""
+
+    def __init__(self, engine: TurnEngine, claimed: ClaimedTurn, fence: int, emitter: Emitter):
+        self.engine = engine
+        self.store = engine.store
+        self.host = engine.host
+        self.claimed = claimed
+        self.fence = fence
+        self.emitter = emitter
+        self.turn = claimed.turn
+        self.run_id = claimed.run.run_id
+        self.contract: Contract | None = claimed.run.contract
+        self.root = claimed.session.root
+        self.tools: dict[str, Tool] = {}
+        self.prefix: Prefix | None = None
+        self.refresh_prefix = False
+
+    # ------------------------------------------------------------------ turn
+
+    def run(self) -> TurnStatus:
+        claimed = self.claimed
+        state = _TurnState(
+            steps=list(claimed.steps),
+            cursor=claimed.run.steer_cursor,
+            pending=list(claimed.pending),
+            usage=claimed.run.usage,
+            session_tokens=claimed.session.tokens_used,
+        )
+        if claimed.previous_status == TurnStatus.RUNNING or claimed.run.partial:
+            # A step of an earlier attempt streamed and never committed: tell readers to
+            # drop its provisional text before the redone step's tokens arrive.
+            self.emitter.emit(EventKind.STEP_RESTARTED, {"index": len(state.steps)})
+        try:
+            self._prepare()
+            ending = self._loop(state)
+        except Fenced:
+            raise
+        except ParleyError as exc:
+            ending = _Ending(status=TurnStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return self._finish(state, ending)
+
+    def _prepare(self) -> None:
+        """Settle the prefix and the tools for this turn (``before_turn`` may change both)."""
+        host = self.host
+        tools = tuple(host.tools)
+        candidate = Prefix(
+            system_prompt=host.system_prompt, tools=tuple(t.declaration for t in tools)
+        )
+        preparation = self._before_turn()
+        snapshot: PrefixSnapshot | None = preparation.prefix if preparation else None
+        if preparation is not None and preparation.tools is not None:
+            tools = preparation.tools
+            if snapshot is None:
+                candidate = Prefix(
+                    system_prompt=candidate.system_prompt,
+                    tools=tuple(t.declaration for t in tools),
+                )
+        frozen = self.claimed.prefix
+        if frozen is None:
+            self.prefix = snapshot.prefix if snapshot else candidate
+        elif snapshot is not None and snapshot.refresh:
+            self.prefix, self.refresh_prefix = snapshot.prefix, True
+        elif snapshot is not None and snapshot.prefix != frozen:
+            raise PrefixFrozen(
+                "the session's prefix is frozen after its first committed turn; "
+                "use PrefixSnapshot.refreshing(...) to replace it"
+            )
+        else:
+            self.prefix = frozen
+        self.tools = {t.declaration.name: t for t in tools}
+
+    def _before_turn(self) -> TurnPreparation | None:
+        hook = getattr(self.host.hooks, "before_turn", None)
+        if hook is None:
+            return None
+        claimed = self.claimed
+        request = TurnRequest(
+            session_id=claimed.session.session_id,
+            turn_id=self.turn.turn_id,
+            run_id=self.run_id,
+            prompt=self.turn.prompt,
+            contract=self.contract,
+        )
+        view = SessionStateView(
+            session=claimed.session,
+            prefix=claimed.prefix,
+            history=tuple(p.turn for p in claimed.history),
+        )
+        try:
+            result = hook(request, {"attempt": claimed.run.attempts + 1}, view)
+        except ParleyError:
+            raise
+        except Exception as exc:
+            raise InvalidRequest(f"before_turn failed: {type(exc).__name__}: {exc}") from exc
+        if result is not None and not isinstance(result, TurnPreparation):
+            raise InvalidRequest(f"before_turn returned {type(result).__name__}, not TurnPreparation")
+        return result
+
+    def _loop(self, state: _TurnState) -> _Ending:
+        while True:
+            interrupt = self._take_interrupt(state)
+            if interrupt:
+                return _Ending(status=TurnStatus.CANCELLED)
+            says = [s for s in state.pending if s.kind is SteerKind.SAY]
+            stopped = bool(state.steps) and not state.steps[-1].payload.tool_calls
+            if stopped and not says and not state.feedback:
+                ending = self._model_stopped(state)
+                if ending is not None:
+                    return ending
+                continue
+            exceeded = self._budget_exceeded(state)
+            if exceeded:
+                return _Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
+            ending = self._step(state, says)
+            if ending is not None:
+                return ending
+
+    def _take_interrupt(self, state: _TurnState) -> bool:
+        if self.engine.coordinator.interrupt_requested(self.turn.turn_id):
+            # The flag is a hint that an interrupt is in the durable inbox: read it now
+            # rather than one step later.
+            state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
+        return any(s.kind is SteerKind.INTERRUPT for s in state.pending)
+
+    def _model_stopped(self, state: _TurnState) -> _Ending | None:
+        """The model answered without tool calls: check, close the inbox, or go on."""
+        reply = state.steps[-1].payload.text
+        contract = self.contract
+        if contract is not None and contract.check:
+            result = run_check(contract.check, self.root, contract.check_timeout)
+            self.emitter.emit(
+                EventKind.CHECK,
+                {"passed": result.passed, "exit_code": result.exit_code, "output": result.output},
+            )
+            if not result.passed:
+                if self._budget_exceeded(state):
+                    return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
+                state.feedback = [StepInput(origin="check", text=result.feedback())]
+                return None
+            status = TurnStatus.SUCCEEDED
+        else:
+            status = TurnStatus.FINISHED
+        if not state.inbox_closed:
+            state.pending = list(
+                self.store.close_inbox(
+                    run_id=self.run_id,
+                    session_id=self.claimed.session.session_id,
+                    fence=self.fence,
+                    cursor=state.cursor,
+                )
+            )
+            if state.pending:
+                return None  # a steer slipped in: run one more step for it
+        return _Ending(status=status, reply=reply)
+
+    def _budget_exceeded(self, state: _TurnState) -> str | None:
+        contract = self.contract
+        if contract is not None:
+            if contract.max_steps is not None and len(state.steps) >= contract.max_steps:
+                return f"max_steps {contract.max_steps} reached"
+            if contract.max_tokens is not None and state.usage.total >= contract.max_tokens:
+                return f"max_tokens {contract.max_tokens} reached ({state.usage.total} used)"
+        ceiling = self.claimed.session.token_ceiling
+        if ceiling is not None and state.session_tokens >= ceiling:
+            return f"the session's token ceiling {ceiling} is reached"
+        return None
+
+    # ------------------------------------------------------------------ step
+
+    def _step(self, state: _TurnState, says: list[Any]) -> _Ending | None:
+        index = len(state.steps)
+        inputs = [StepInput(origin="steer", text=s.text) for s in says] + state.feedback
+        for steer in says:
+            self.emitter.emit(EventKind.STEER, {"position": steer.position, "text": steer.text})
+        cursor = max([state.cursor] + [s.position for s in state.pending])
+        assert self.prefix is not None
+        messages = assemble(self.claimed.history, self.turn.prompt, state.steps, inputs)
+        request = ModelRequest(prefix=self.prefix, messages=messages)
+        sink = _DeltaSink(self.emitter, self.engine.coordinator, index)
+        try:
+            reply = self.host.model.stream(request, sink)
+        except StreamAborted:
+            return _Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
+        except ParleyError:
+            raise
+        except Exception as exc:
+            log.warning("model failed on turn %s step %d", self.turn.turn_id, index, exc_info=True)
+            return _Ending(status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}")
+        self._settle_stream(sink, reply, index)
+        calls = _unique_ids(reply.tool_calls, index)
+        results = [self._call_tool(call, index) for call in calls]
+        payload = StepPayload(
+            inputs=tuple(inputs),
+            text=reply.text,
+            tool_calls=calls,
+            tool_results=tuple(results),
+            usage=reply.usage,
+            request_digest=request_digest(self.prefix, messages),
+            model=reply.model or self.host.model.name,
+        )
+        idle = not calls and not (self.contract and self.contract.check)
+        step_event = self.emitter.allocate(
+            EventKind.STEP,
+            {
+                "index": index,
+                "text": reply.text,
+                "tool_calls": [c.to_json() for c in calls],
+                "usage": reply.usage.to_json(),
+            },
+        )
+        pending = self.store.commit_step(
+            run_id=self.run_id,
+            session_id=self.claimed.session.session_id,
+            fence=self.fence,
+            index=index,
+            payload=payload,
+            steer_cursor=cursor,
+            events=[*self.emitter.take_unstored(), step_event],
+            close_inbox_if_idle=idle,
+        )
+        self.emitter.publish(step_event)
+        state.steps.append(CommittedStep(index=index, payload=payload))
+        state.cursor = cursor
+        state.pending = list(pending)
+        state.feedback = []
+        state.usage = state.usage + reply.usage
+        state.session_tokens += reply.usage.total
+        state.inbox_closed = idle and not pending
+        return None
+
+    def _settle_stream(self, sink: _DeltaSink, reply: ModelReply, index: int) -> None:
+        """Make the step's tokens concatenate to exactly its committed text, whatever the
+        model streamed: complete a prefix, or restart the step's stream if it diverged."""
+        streamed = sink.text
+        if streamed == reply.text:
+            return
+        if reply.text.startswith(streamed):
+            self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text[len(streamed) :]})
+            return
+        self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index})
+        if reply.text:
+            self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text})
+
+    def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
+        """Run one tool call through validation, policy and approver; never raises."""
+        self.emitter.emit(
+            EventKind.TOOL_CALL,
+            {"step": index, "call_id": call.id, "name": call.name, "arguments": call.arguments},
+        )
+        result = self._tool_result(call)
+        self.emitter.emit(EventKind.TOOL_RESULT, {"step": index, **result.to_json()})
+        return result
+
+    def _tool_result(self, call: ToolCall) -> ToolResult:
+        def error(text: str) -> ToolResult:
+            return ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
+
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return error(f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}")
+        try:
+            arguments = tool.parse(call.arguments)
+            accesses = tuple(tool.accesses(arguments))
+        except InvalidRequest as exc:
+            return error(f"error: InvalidRequest: {exc}")
+        refusal = self.host.policy.check(call.name, accesses, self.root)
+        if refusal is None and not self._approved(call, arguments, accesses):
+            refusal_rule, reason = "approver", "the host's approver declined this call"
+        elif refusal is not None:
+            refusal_rule, reason = refusal.rule, refusal.reason
+        else:
+            refusal_rule = None
+        if refusal_rule is not None:
+            self.emitter.emit(
+                EventKind.REFUSAL,
+                {"call_id": call.id, "tool": call.name, "rule": refusal_rule, "reason": reason},
+            )
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                content=f"refused by policy rule {refusal_rule}: {reason}",
+                is_error=True,
+                refusal=refusal_rule,
+            )
+        context = ToolContext(
+            root=self.root, session_id=self.claimed.session.session_id, turn_id=self.turn.turn_id
+        )
+        try:
+            output = tool.run(arguments, context)
+        except Exception as exc:
+            return error(f"error: {type(exc).__name__}: {exc}")
+        return ToolResult(call_id=call.id, name=call.name, content=_cap(output, self.host.tool_output_limit))
+
+    def _approved(self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Any, ...]) -> bool:
+        request = ApprovalRequest(
+            session_id=self.claimed.session.session_id,
+            turn_id=self.turn.turn_id,
+            tool=call.name,
+            arguments=arguments,
+            accesses=accesses,
+        )
+        try:
+            return bool(self.host.approver.approve(request))
+        except Exception:
+            log.warning("approver failed; treating the call as declined", exc_info=True)
+            return False
+
+    # ------------------------------------------------------------------ end
+
+    def _finish(self, state: _TurnState, ending: _Ending) -> TurnStatus:
+        outcome = self._outcome(state, ending)
+        hooks = self.host.hooks
+        completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
+        if completed:
+            before_commit = getattr(hooks, "before_commit", None)
+            if before_commit is not None:
+                try:
+                    before_commit(outcome, {"prefix": self.prefix})
+                except Exception as exc:
+                    ending = _Ending(
+                        status=TurnStatus.FAILED,
+                        error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
+                    )
+                    completed = False
+                    outcome = self._outcome(state, ending)
+        receipt = self.store.finish_turn(
+            run_id=self.run_id,
+            turn_id=self.turn.turn_id,
+            session_id=self.claimed.session.session_id,
+            fence=self.fence,
+            status=ending.status,
+            reply=ending.reply,
+            error=ending.error,
+            partial=ending.partial,
+            cursor=state.cursor,
+            prefix=self.prefix,
+            refresh_prefix=self.refresh_prefix,
+            events=self.emitter.take_unstored(),
+            end_seq=self.emitter.allocate(EventKind.END, {}).seq,
+        )
+        self.emitter.publish(receipt.end_event)
+        if completed:
+            _observe(
+                getattr(hooks, "after_commit", None),
+                CommitReceipt(
+                    outcome=outcome,
+                    head_turn_id=receipt.head_turn_id,
+                    prefix_generation=receipt.prefix_generation,
+                    committed_at=datetime.now(UTC),
+                ),
+            )
+        _observe(getattr(hooks, "on_terminal", None), outcome)
+        return ending.status
+
+    def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
+        return TurnOutcome(
+            session_id=self.claimed.session.session_id,
+            turn_id=self.turn.turn_id,
+            run_id=self.run_id,
+            outcome=ending.status.value,
+            reply=ending.reply if ending.status.has_reply else None,
+            steps=len(state.steps),
+            usage=state.usage,
+            error=ending.error,
+        )
+
+
+def _observe(hook: Any, argument: Any) -> None:
+    """Call an observational hook; its failure is logged and cannot undo the commit."""
+    if hook is None:
+        return
+    try:
+        hook(argument)
+    except Exception:
+        log.warning("observational hook %r failed", hook, exc_info=True)
+
+
+def _unique_ids(calls: Sequence[ToolCall], index: int) -> tuple[ToolCall, ...]:
+    """Give every call of a step a distinct id (replay pairs results by id)."""
+    seen: set[str] = set()
+    unique: list[ToolCall] = []
+    for position, call in enumerate(calls):
+        call_id = call.id or f"call_{index}_{position}"
+        if call_id in seen:
+            call_id = f"{call_id}_{position}"
+        seen.add(call_id)
+        unique.append(ToolCall(id=call_id, name=call.name, arguments=call.arguments))
+    return tuple(unique)
+
+
+def _cap(output: str, limit: int) -> str:
+    """Cap tool output, telling the model what was cut."""
+    if len(output) <= limit:
+        return output
+    return output[:limit] + f"\n[output truncated: {len(output)} characters, showing the first {limit}]"
+
+

@@ -1,0 +1,112 @@
+"""The in-process coordinator: session locks, replay buffers and interrupt flags for the
+embedded client (and for tests), behind the same port as the Redis one."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from schemas.events import Event
+
+RETAINED_TURNS = 256
+"""How many turns' replay buffers (tokens included) are kept; older turns are replayed
+from the store, without their tokens."""
+
+
+class LocalLock:
+    """A held in-process session lock."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._held = True
+
+    def held(self) -> bool:
+        """In one process a lock cannot expire: held until released."""
+        return self._held
+
+    def release(self) -> None:
+        """Give the lock back (once)."""
+        if self._held:
+            self._held = False
+            self._lock.release()
+
+
+class LocalCoordinator:
+    """Thread-safe, in-memory implementation of :class:`workers.ports.Coordinator`."""
+
+    def __init__(self, retained_turns: int = RETAINED_TURNS) -> None:
+        self._guard = threading.Lock()
+        self._changed = threading.Condition(self._guard)
+        self._locks: dict[str, threading.Lock] = {}
+        self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
+        self._interrupts: set[str] = set()
+        self._retained = retained_turns
+
+    # ------------------------------------------------------------------ locks
+
+    def try_lock(self, session_id: str) -> LocalLock | None:
+        """The session's lock if nobody in this process holds it."""
+        with self._guard:
+            lock = self._locks.setdefault(session_id, threading.Lock())
+        return LocalLock(lock) if lock.acquire(blocking=False) else None
+
+    # ------------------------------------------------------------------ events
+
+    def publish(self, events: Sequence[Event]) -> None:
+        """Append to each turn's replay buffer and wake every reader."""
+        with self._changed:
+            for event in events:
+                buffer = self._buffers.get(event.turn_id)
+                if buffer is None:
+                    buffer = self._buffers[event.turn_id] = []
+                    while len(self._buffers) > self._retained:
+                        self._buffers.popitem(last=False)
+                else:
+                    self._buffers.move_to_end(event.turn_id)
+                if buffer and event.seq <= buffer[-1].seq:
+                    continue  # a re-publication of what is already buffered
+                buffer.append(event)
+            self._changed.notify_all()
+
+    def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
+        """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
+        with self._changed:
+            found = self._after(turn_id, after)
+            if not found and timeout > 0:
+                self._changed.wait_for(lambda: bool(self._after(turn_id, after)), timeout)
+                found = self._after(turn_id, after)
+            return found
+
+    def _after(self, turn_id: str, after: int) -> list[Event]:
+        buffer = self._buffers.get(turn_id)
+        if not buffer or buffer[-1].seq <= after:
+            return []
+        # Seqs are increasing: find the first one past ``after`` from the end.
+        start = len(buffer)
+        while start > 0 and buffer[start - 1].seq > after:
+            start -= 1
+        return buffer[start:]
+
+    def last_seq(self, turn_id: str) -> int:
+        """The newest buffered seq of a turn (0 if none)."""
+        with self._guard:
+            buffer = self._buffers.get(turn_id)
+            return buffer[-1].seq if buffer else 0
+
+    # ------------------------------------------------------------------ interrupts
+
+    def signal_interrupt(self, turn_id: str) -> None:
+        """Ask the turn's driver to stop now (the durable interrupt is in the store)."""
+        with self._guard:
+            self._interrupts.add(turn_id)
+
+    def interrupt_requested(self, turn_id: str) -> bool:
+        """Whether an interrupt was signalled since the last clear."""
+        with self._guard:
+            return turn_id in self._interrupts
+
+    def clear_interrupt(self, turn_id: str) -> None:
+        """Forget a handled interrupt."""
+        with self._guard:
+            self._interrupts.discard(turn_id)

@@ -1,0 +1,362 @@
+"""The narrow ports the engine talks to.  Each has an in-process implementation in this
+package; the fleet adds Redis and Celery ones.  ``parley`` objects (models, tools, policy,
+hosts) satisfy these protocols structurally."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from schemas.events import Event
+from schemas.messages import Message, Prefix, StepPayload, ToolCall, ToolDeclaration
+from schemas.records import Contract, RunState, SessionRecord, Steer, TurnRecord, Usage
+
+# ---------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """One model call: the frozen prefix and the model-visible messages."""
+
+    prefix: Prefix
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelReply:
+    """What one model call returned."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+
+
+DeltaSink = Callable[[str], None]
+"""Receives each text delta as the model streams it.  It raises
+:class:`StreamAborted` when the turn was interrupted while streaming; models must let
+that exception propagate."""
+
+
+class StreamAborted(Exception):
+    """Raised through a model's stream when an interrupt arrives mid-stream."""
+
+
+class Model(Protocol):
+    """Anything that answers a request, streaming its text to a sink."""
+
+    @property
+    def name(self) -> str:
+        """A label stored with each step."""
+        ...
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        """Answer ``request``, calling ``on_delta`` with each piece of text in order."""
+        ...
+
+
+# ---------------------------------------------------------------------------- tools
+
+AccessMode = Literal["read", "write", "execute"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Access:
+    """One thing a tool call would touch, as the policy sees it."""
+
+    mode: AccessMode
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a tool may know about the turn calling it."""
+
+    root: str
+    session_id: str
+    turn_id: str
+
+
+class Tool(Protocol):
+    """A callable the model may ask for."""
+
+    @property
+    def declaration(self) -> ToolDeclaration:
+        """Name, description and JSON schema shown to the model."""
+        ...
+
+    def parse(self, arguments: str) -> dict[str, Any]:
+        """Validate the model's raw argument text; raise ``InvalidRequest`` if malformed."""
+        ...
+
+    def accesses(self, arguments: dict[str, Any]) -> Sequence[Access]:
+        """What the call would read, write or execute (checked by the policy first)."""
+        ...
+
+    def run(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        """Do the work; an exception becomes an error result for the model."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal:
+    """Why a tool call was not run: the rule that refused it, and a sentence for the model."""
+
+    rule: str
+    reason: str
+
+
+class Policy(Protocol):
+    """Decides, from a call's name and accesses, whether it may run."""
+
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
+        """None to allow, a refusal naming the rule otherwise."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequest:
+    """A tool call the policy allowed, awaiting the host's approver."""
+
+    session_id: str
+    turn_id: str
+    tool: str
+    arguments: dict[str, Any]
+    accesses: tuple[Access, ...]
+
+
+class Approver(Protocol):
+    """The host's last word on a call the policy allowed."""
+
+    def approve(self, request: ApprovalRequest) -> bool:
+        """True to run the call."""
+        ...
+
+
+# ---------------------------------------------------------------------------- hooks
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixSnapshot:
+    """A prefix offered by ``before_turn``.  An ordinary snapshot may only set the prefix
+    of a session that has none yet; a refreshing one replaces a frozen prefix with a new
+    generation once the turn commits (an identical one is a no-op)."""
+
+    prefix: Prefix
+    refresh: bool = False
+
+    @classmethod
+    def refreshing(cls, system_prompt: str, tools: Sequence[ToolDeclaration]) -> PrefixSnapshot:
+        """A snapshot that explicitly replaces the frozen prefix."""
+        return cls(prefix=Prefix(system_prompt=system_prompt, tools=tuple(tools)), refresh=True)
+
+    @classmethod
+    def initial(cls, system_prompt: str, tools: Sequence[ToolDeclaration]) -> PrefixSnapshot:
+        """A snapshot that sets the prefix before the first committed turn."""
+        return cls(prefix=Prefix(system_prompt=system_prompt, tools=tuple(tools)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnPreparation:
+    """What ``before_turn`` may change for one turn: the prefix, and a tool snapshot used
+    for this call only (it is not stored for the following turn)."""
+
+    prefix: PrefixSnapshot | None = None
+    tools: tuple[Tool, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRequest:
+    """The turn as ``before_turn`` sees it."""
+
+    session_id: str
+    turn_id: str
+    run_id: str
+    prompt: str
+    contract: Contract | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionStateView:
+    """A read-only view of the session for ``before_turn``."""
+
+    session: SessionRecord
+    prefix: Prefix | None
+    history: tuple[TurnRecord, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnOutcome:
+    """A turn's outcome, as ``before_commit`` and ``on_terminal`` see it."""
+
+    session_id: str
+    turn_id: str
+    run_id: str
+    outcome: str
+    reply: str | None
+    steps: int
+    usage: Usage
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitReceipt:
+    """Handed to ``after_commit`` once a turn's outcome is durable."""
+
+    outcome: TurnOutcome
+    head_turn_id: str | None
+    prefix_generation: int
+    committed_at: datetime
+
+
+class Hooks(Protocol):
+    """Optional callbacks around a turn (SPEC §4).  Any may be absent on a host's object."""
+
+
+# ---------------------------------------------------------------------------- host
+
+
+class Host(Protocol):
+    """What the application supplies to run turns."""
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def system_prompt(self) -> str: ...
+
+    @property
+    def tools(self) -> Sequence[Tool]: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def approver(self) -> Approver: ...
+
+    @property
+    def hooks(self) -> object | None: ...
+
+    @property
+    def tool_output_limit(self) -> int: ...
+
+
+# ---------------------------------------------------------------------------- store
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommittedStep:
+    """A step as stored, with its index."""
+
+    index: int
+    payload: StepPayload
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathTurn:
+    """A turn on the history path, with its committed steps, for context assembly."""
+
+    turn: TurnRecord
+    steps: tuple[CommittedStep, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedTurn:
+    """Everything the engine needs to run (or continue) a turn, read in the claim."""
+
+    session: SessionRecord
+    turn: TurnRecord
+    run: RunState
+    prefix: Prefix | None
+    prefix_generation: int
+    history: tuple[PathTurn, ...]
+    steps: tuple[CommittedStep, ...]
+    pending: tuple[Steer, ...]
+    previous_status: str
+    next_seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnEnding:
+    """The final write of a turn."""
+
+    status: str
+    reply: str | None
+    error: str | None
+    partial: str | None
+    steer_cursor: int
+    undelivered: tuple[str, ...]
+    prefix: Prefix | None
+    refresh_prefix: bool
+    events: tuple[Event, ...]
+
+
+class Store(Protocol):
+    """Durable state.  Every method is one transaction."""
+
+    def take_fence(self, session_id: str) -> int: ...
+
+    def next_turn(self, session_id: str) -> str | None: ...
+
+    def claim_turn(self, turn_id: str, fence: int, worker: str, seq: int) -> ClaimedTurn: ...
+
+    def commit_step(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        index: int,
+        payload: StepPayload,
+        steer_cursor: int,
+        events: Sequence[Event],
+    ) -> tuple[Steer, ...]: ...
+
+    def close_inbox(self, run_id: str, fence: int, session_id: str, cursor: int) -> tuple[Steer, ...]: ...
+
+    def finish_turn(
+        self, *, run_id: str, session_id: str, fence: int, ending: TurnEnding
+    ) -> int: ...
+
+    def events_after(self, turn_id: str, seq: int) -> list[Event]: ...
+
+
+# ---------------------------------------------------------------------------- coordination
+
+
+class SessionLock(Protocol):
+    """A held session lock."""
+
+    def held(self) -> bool:
+        """False once the lock was lost (expired, taken over)."""
+        ...
+
+    def release(self) -> None:
+        """Give the lock back (no-op if already lost)."""
+        ...
+
+
+class Coordinator(Protocol):
+    """Locks, live events and interrupt signals."""
+
+    def try_lock(self, session_id: str) -> SessionLock | None: ...
+
+    def publish(self, events: Sequence[Event]) -> None: ...
+
+    def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]: ...
+
+    def last_seq(self, turn_id: str) -> int: ...
+
+    def signal_interrupt(self, turn_id: str) -> None: ...
+
+    def interrupt_requested(self, turn_id: str) -> bool: ...
+
+    def clear_interrupt(self, turn_id: str) -> None: ...
+
+
+class Clock(Protocol):
+    """Wall-clock time for timestamps."""
+
+    def now(self) -> datetime: ...
