@@ -119,7 +119,9 @@ class Client:
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidRequest("metadata must be a dict")
         if token_ceiling is not None and (
-            not isinstance(token_ceiling, int) or isinstance(token_ceiling, bool) or token_ceiling < 1
+            not isinstance(token_ceiling, int)
+            or isinstance(token_ceiling, bool)
+            or token_ceiling < 1
         ):
             raise InvalidRequest("token_ceiling must be a positive integer or None")
         record = self.store.create_session(
@@ -241,7 +243,9 @@ class Session:
         if request_id is not None and (
             not isinstance(request_id, str) or not request_id or len(request_id) > MAX_REQUEST_ID
         ):
-            raise InvalidRequest(f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters")
+            raise InvalidRequest(
+                f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters"
+            )
         client = self._client
         if client.host is None:
             client._kick(self.id)  # raises the clear "no host" error before any write
@@ -368,13 +372,17 @@ def _check_text(value: str | bytes, what: str, limit: int) -> str:
         try:
             value = value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"the {what} is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
+            raise InvalidRequest(
+                f"the {what} is not valid UTF-8: {exc.reason} at byte {exc.start}"
+            ) from exc
     if not isinstance(value, str):
         raise InvalidRequest(f"the {what} must be text, not {type(value).__name__}")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise InvalidRequest(f"the {what} is not valid UTF-8 (lone surrogate at {exc.start})") from exc
+        raise InvalidRequest(
+            f"the {what} is not valid UTF-8 (lone surrogate at {exc.start})"
+        ) from exc
     if not value.strip():
         raise InvalidRequest(f"the {what} is empty")
     if "\x00" in value:

@@ -11,9 +11,8 @@ from parley.errors import InvalidRequest
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
-from workers.ports import Approver, Model
+from workers.ports import Approver, Model, Tool
 from workers.ports import Policy as PolicyPort
-from workers.ports import Tool
 
 DEFAULT_TOOL_OUTPUT_LIMIT = 20_000
 

@@ -29,7 +29,14 @@ class Policy:
     deny_tools: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        for name in ("allow_read", "deny_read", "allow_write", "deny_write", "allow_execute", "deny_tools"):
+        for name in (
+            "allow_read",
+            "deny_read",
+            "allow_write",
+            "deny_write",
+            "allow_execute",
+            "deny_tools",
+        ):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise InvalidRequest(f"Policy.{name} must be a list of glob strings")
@@ -50,7 +57,8 @@ class Policy:
             if any(glob_match(g, access.path) for g in self.allow_execute):
                 return None
             return Refusal(
-                rule="allow_execute", reason=f"executing {access.path!r} is not allowed by the policy"
+                rule="allow_execute",
+                reason=f"executing {access.path!r} is not allowed by the policy",
             )
         try:
             path = relative(root, access.path)
@@ -77,4 +85,3 @@ class ApproveAll:
     def approve(self, request: ApprovalRequest) -> bool:
         """Always true."""
         return True
-

@@ -35,9 +35,12 @@ def follow(
         for event in batch:
             yield event
             last = event.seq
-        if batch[-1].kind is EventKind.END and _ended(turn_id, last, store):
-            if not coordinator.read_events(turn_id, last, timeout=0):
-                return
+        if (
+            batch[-1].kind is EventKind.END
+            and _ended(turn_id, last, store)
+            and not coordinator.read_events(turn_id, last, timeout=0)
+        ):
+            return
 
 
 def _next_batch(turn_id: str, last: int, coordinator: Coordinator, store: SqlStore) -> list[Event]:

@@ -19,7 +19,9 @@ def confine(root: str, path: str) -> Path:
     if "\x00" in path:
         raise InvalidRequest("a path may not contain NUL")
     if PurePosixPath(path).is_absolute() or os.path.isabs(path):
-        raise InvalidRequest(f"absolute path {path!r} refused: paths are relative to the session root")
+        raise InvalidRequest(
+            f"absolute path {path!r} refused: paths are relative to the session root"
+        )
     base = Path(root).resolve()
     lexical = os.path.normpath(os.path.join(base, path))
     if not _within(base, Path(lexical)):

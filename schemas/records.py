@@ -169,7 +169,9 @@ class Contract:
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
                 raise InvalidRequest(f"{name} must be a positive integer or None, not {value!r}")
         if self.check is not None and (not isinstance(self.check, str) or not self.check.strip()):
             raise InvalidRequest("check must be a non-empty shell command or None")

@@ -45,7 +45,9 @@ def create_database_engine(url: str) -> Engine:
         return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
     if parsed.get_backend_name() == "postgresql":
         return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
-    raise InvalidRequest(f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql")
+    raise InvalidRequest(
+        f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
+    )
 
 
 def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:

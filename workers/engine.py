@@ -119,7 +119,10 @@ class TurnEngine:
         # interrupt sent after this line is seen by one or the other.
         self.coordinator.clear_interrupt(turn_id)
         claimed, started = self.store.claim_turn(
-            turn_id, fence=fence, worker=self.worker or worker_name(), seq_floor=self.coordinator.last_seq(turn_id)
+            turn_id,
+            fence=fence,
+            worker=self.worker or worker_name(),
+            seq_floor=self.coordinator.last_seq(turn_id),
         )
         emitter = Emitter(turn_id, claimed.next_seq, self.coordinator)
         emitter.publish(started)
@@ -222,7 +225,9 @@ class _TurnRun:
         except Exception as exc:
             raise InvalidRequest(f"before_turn failed: {type(exc).__name__}: {exc}") from exc
         if result is not None and not isinstance(result, TurnPreparation):
-            raise InvalidRequest(f"before_turn returned {type(result).__name__}, not TurnPreparation")
+            raise InvalidRequest(
+                f"before_turn returned {type(result).__name__}, not TurnPreparation"
+            )
         return result
 
     def _loop(self, state: _TurnState) -> _Ending:
@@ -314,7 +319,9 @@ class _TurnRun:
             raise
         except Exception as exc:
             log.warning("model failed on turn %s step %d", self.turn.turn_id, index, exc_info=True)
-            return _Ending(status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}")
+            return _Ending(
+                status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
+            )
         self._settle_stream(sink, reply, index)
         calls = _unique_ids(reply.tool_calls, index)
         results = [self._call_tool(call, index) for call in calls]
@@ -418,9 +425,13 @@ class _TurnRun:
             output = tool.run(arguments, context)
         except Exception as exc:
             return error(f"error: {type(exc).__name__}: {exc}")
-        return ToolResult(call_id=call.id, name=call.name, content=_cap(output, self.host.tool_output_limit))
+        return ToolResult(
+            call_id=call.id, name=call.name, content=_cap(output, self.host.tool_output_limit)
+        )
 
-    def _approved(self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Any, ...]) -> bool:
+    def _approved(
+        self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Any, ...]
+    ) -> bool:
         request = ApprovalRequest(
             session_id=self.claimed.session.session_id,
             turn_id=self.turn.turn_id,
@@ -521,6 +532,7 @@ def _cap(output: str, limit: int) -> str:
     """Cap tool output, telling the model what was cut."""
     if len(output) <= limit:
         return output
-    return output[:limit] + f"\n[output truncated: {len(output)} characters, showing the first {limit}]"
-
-
+    return (
+        output[:limit]
+        + f"\n[output truncated: {len(output)} characters, showing the first {limit}]"
+    )

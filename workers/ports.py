@@ -314,7 +314,9 @@ class Store(Protocol):
         events: Sequence[Event],
     ) -> tuple[Steer, ...]: ...
 
-    def close_inbox(self, run_id: str, fence: int, session_id: str, cursor: int) -> tuple[Steer, ...]: ...
+    def close_inbox(
+        self, run_id: str, fence: int, session_id: str, cursor: int
+    ) -> tuple[Steer, ...]: ...
 
     def finish_turn(
         self, *, run_id: str, session_id: str, fence: int, ending: TurnEnding

@@ -234,9 +234,7 @@ class SqlStore:
             )
         )
         rows = db.execute(
-            self._turn_select()
-            .join(walk, walk.c.id == t.turns.c.id)
-            .order_by(walk.c.depth.desc())
+            self._turn_select().join(walk, walk.c.id == t.turns.c.id).order_by(walk.c.depth.desc())
         ).all()
         return [self._turn_record(row) for row in rows]
 
@@ -439,7 +437,10 @@ class SqlStore:
                 )
             )
             queued = Event(
-                turn_id=turn_id, seq=seq, kind=EventKind.QUEUED, data={"run_id": run.id, "resume": True}
+                turn_id=turn_id,
+                seq=seq,
+                kind=EventKind.QUEUED,
+                data={"run_id": run.id, "resume": True},
             )
             self._insert_events(db, [queued], now)
             return self._turn(db, turn_id), queued
@@ -676,9 +677,7 @@ class SqlStore:
                 run=state,
                 prefix=prefix,
                 prefix_generation=generation,
-                history=tuple(
-                    PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path
-                ),
+                history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
                 steps=tuple(steps.get(run.id, ())),
                 pending=self._pending(db, run.id, run.steer_cursor),
                 previous_status=run.status,
@@ -752,13 +751,13 @@ class SqlStore:
                 db.execute(update(t.runs).where(t.runs.c.id == run_id).values(inbox_open=False))
             return pending
 
-    def close_inbox(self, *, run_id: str, session_id: str, fence: int, cursor: int) -> tuple[Steer, ...]:
+    def close_inbox(
+        self, *, run_id: str, session_id: str, fence: int, cursor: int
+    ) -> tuple[Steer, ...]:
         """Close the inbox unless steers are pending; returns the pending ones."""
         with self._tx() as db:
             self._check_fence(db, session_id, fence)
-            db.execute(
-                self._for_update(select(t.runs.c.id).where(t.runs.c.id == run_id))
-            ).one()
+            db.execute(self._for_update(select(t.runs.c.id).where(t.runs.c.id == run_id))).one()
             pending = self._pending(db, run_id, cursor)
             if not pending:
                 db.execute(update(t.runs).where(t.runs.c.id == run_id).values(inbox_open=False))
@@ -863,7 +862,10 @@ class SqlStore:
         generation += 1
         db.execute(
             t.prefixes.insert().values(
-                session_id=session_id, generation=generation, payload=prefix.to_json(), created_at=now
+                session_id=session_id,
+                generation=generation,
+                payload=prefix.to_json(),
+                created_at=now,
             )
         )
         db.execute(
@@ -905,7 +907,8 @@ class SqlStore:
                 .order_by(t.events.c.seq)
             ).all()
         return [
-            Event(turn_id=turn_id, seq=r.seq, kind=EventKind(r.kind), data=dict(r.data)) for r in rows
+            Event(turn_id=turn_id, seq=r.seq, kind=EventKind(r.kind), data=dict(r.data))
+            for r in rows
         ]
 
     def last_event_seq(self, turn_id: str) -> int:
@@ -932,4 +935,3 @@ def validate_ids(*ids: str | None) -> None:
     for value in ids:
         if not isinstance(value, str) or not value or len(value) > 36:
             raise InvalidRequest(f"not a parley id: {value!r}")
-

@@ -158,7 +158,9 @@ def _parse_rule(rule: Any, n: int) -> ScriptedRule:
     steps = rule.get("steps")
     if not isinstance(steps, list) or not steps:
         raise InvalidRequest(f'{where}: needs a non-empty "steps" list')
-    return ScriptedRule(when=when, steps=tuple(_parse_step(s, f"{where}.steps[{i}]") for i, s in enumerate(steps)))
+    return ScriptedRule(
+        when=when, steps=tuple(_parse_step(s, f"{where}.steps[{i}]") for i, s in enumerate(steps))
+    )
 
 
 def _parse_step(step: Any, where: str) -> ScriptedStep:

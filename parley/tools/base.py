@@ -43,7 +43,9 @@ class FunctionTool:
     @property
     def declaration(self) -> ToolDeclaration:
         """What the model sees."""
-        return ToolDeclaration(name=self.name, description=self.description, parameters=self.parameters)
+        return ToolDeclaration(
+            name=self.name, description=self.description, parameters=self.parameters
+        )
 
     def parse(self, arguments: str) -> dict[str, Any]:
         """Decode and validate the model's argument text."""
@@ -72,7 +74,9 @@ def validate(value: Any, schema: dict[str, Any], where: str) -> None:
         if kinds is None:
             raise InvalidRequest(f"{where}: schema type {expected!r} is not supported")
         # JSON has no separate boolean-as-integer: True is not an integer argument.
-        if not isinstance(value, kinds) or (expected in ("integer", "number") and isinstance(value, bool)):
+        if not isinstance(value, kinds) or (
+            expected in ("integer", "number") and isinstance(value, bool)
+        ):
             raise InvalidRequest(f"{where}: expected {expected}, got {type(value).__name__}")
     if "enum" in schema and value not in schema["enum"]:
         raise InvalidRequest(f"{where}: {value!r} is not one of {schema['enum']}")

@@ -53,7 +53,9 @@ def upgrade() -> None:
         sa.Column("prompt", sa.Text(), nullable=False),
         sa.Column("request_id", sa.String(200), nullable=True),
         sa.Column("created_at", Ts, nullable=False),
-        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name="fk_turns_session_id_sessions"),
+        sa.ForeignKeyConstraint(
+            ["session_id"], ["sessions.id"], name="fk_turns_session_id_sessions"
+        ),
         sa.ForeignKeyConstraint(["parent_id"], ["turns.id"], name="fk_turns_parent_id_turns"),
         sa.PrimaryKeyConstraint("id", name="pk_turns"),
         sa.UniqueConstraint("session_id", "ordinal", name="uq_turns_session_id_ordinal"),
@@ -84,7 +86,9 @@ def upgrade() -> None:
         sa.Column("started_at", Ts, nullable=True),
         sa.Column("ended_at", Ts, nullable=True),
         sa.ForeignKeyConstraint(["turn_id"], ["turns.id"], name="fk_runs_turn_id_turns"),
-        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name="fk_runs_session_id_sessions"),
+        sa.ForeignKeyConstraint(
+            ["session_id"], ["sessions.id"], name="fk_runs_session_id_sessions"
+        ),
         sa.PrimaryKeyConstraint("id", name="pk_runs"),
         sa.UniqueConstraint("turn_id", name="uq_runs_turn_id"),
     )
