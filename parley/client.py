@@ -86,6 +86,7 @@ class Client:
         )
         self._drivers: dict[str, threading.Thread] = {}
         self._driver_errors: dict[str, BaseException] = {}
+        self._kicked: set[str] = set()
         self._guard = threading.Lock()
         self._closed = False
 
@@ -152,10 +153,10 @@ class Client:
         if self._closed:
             raise InvalidRequest("the client is closed")
         with self._guard:
-            thread = self._drivers.get(session_id)
-            if thread is not None and thread.is_alive():
-                # The running driver looks for queued turns before and after it releases
-                # the lock, so it will pick this one up.
+            # The flag and the thread's decision to exit are both taken under the guard,
+            # so a kick that arrives while a driver is winding down is never dropped.
+            self._kicked.add(session_id)
+            if session_id in self._drivers:
                 return
             thread = threading.Thread(
                 target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
@@ -166,18 +167,28 @@ class Client:
 
     def _drive(self, session_id: str) -> None:
         assert self._engine is not None
+        driver = SessionDriver(self._engine)
         try:
-            SessionDriver(self._engine).drive(session_id)
+            while True:
+                with self._guard:
+                    if session_id not in self._kicked:
+                        del self._drivers[session_id]
+                        return
+                    self._kicked.discard(session_id)
+                driver.drive(session_id)
         except BaseException as exc:
             log.exception("driver of session %s stopped", session_id)
-            self._driver_errors[session_id] = exc
+            with self._guard:
+                self._driver_errors[session_id] = exc
+                self._kicked.discard(session_id)
+                self._drivers.pop(session_id, None)
             self.coordinator.publish([])  # wake waiters so they see the error
 
     def _driver_failure(self, session_id: str) -> BaseException | None:
-        thread = self._drivers.get(session_id)
-        if thread is not None and thread.is_alive():
-            return None
-        return self._driver_errors.get(session_id)
+        with self._guard:
+            if session_id in self._drivers:
+                return None
+            return self._driver_errors.get(session_id)
 
 
 class Session:

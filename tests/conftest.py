@@ -1,0 +1,75 @@
+"""Shared fixtures: a database per back end (SQLite file, and a fresh PostgreSQL database
+per test run, dropped after), a workspace, and clients that are closed after each test.
+
+PostgreSQL is never skipped: if the server named by PARLEY_TEST_PG_URL (default: the
+machine's, on 127.0.0.1) is unreachable, the tests that need it fail."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import parley
+from workers.database import create_database_engine, migrate
+
+PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A database created for this test run and dropped after it."""
+    name = f"parley_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin.rsplit("/", 1)[0]
+    url = f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+    engine = create_database_engine(url)
+    migrate(engine)
+    engine.dispose()
+    yield url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database URL of each back end in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'parley.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A small workspace root with a file to read and a secrets folder."""
+    root = tmp_path / "workspace"
+    (root / "secrets").mkdir(parents=True)
+    (root / "retry.py").write_text("RETRY_ON = (502, 504)\n")
+    (root / "secrets" / "token.txt").write_text("hunter2\n")
+    return root
+
+
+ClientFactory = Callable[..., parley.Client]
+
+
+@pytest.fixture
+def make_client(db_url: str) -> Iterator[ClientFactory]:
+    """Build clients on the test's database; every one is closed after the test."""
+    clients: list[parley.Client] = []
+
+    def factory(host: parley.Host | None = None) -> parley.Client:
+        client = parley.connect(db_url, host=host, migrate_schema=True)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close(timeout=10)
