@@ -72,6 +72,10 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+class IntegrityConflict(StoreError):
+    """A write violated a constraint (e.g. two submissions racing on one request_id)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SubmitReceipt:
     """What ``submit_turn`` did."""
@@ -123,8 +127,8 @@ class SqlStore:
                 yield connection
         except ParleyError:
             raise
-        except IntegrityError:
-            raise
+        except IntegrityError as exc:
+            raise IntegrityConflict(f"constraint violated: {exc.orig}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
         finally:
@@ -291,7 +295,7 @@ class SqlStore:
         """Insert a queued turn and its run, idempotently on ``request_id``."""
         try:
             return self._submit(session_id, prompt, request_id, contract, if_busy)
-        except IntegrityError:
+        except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
                 raise StoreError("turn insert conflicted without a request_id") from None

@@ -38,7 +38,9 @@ RETRY = {
 }
 
 
-def test_a_turn_reads_a_file_and_streams_its_answer(make_client: ClientFactory, workspace: Path) -> None:
+def test_a_turn_reads_a_file_and_streams_its_answer(
+    make_client: ClientFactory, workspace: Path
+) -> None:
     client = make_client(scripted_host([RETRY, ECHO]))
     session = client.open_session(workspace)
     seen: list[parley.Event] = []
@@ -71,7 +73,11 @@ def test_tokens_of_each_step_concatenate_to_its_committed_text(
     steps = [e for e in events if e.kind is EventKind.STEP]
     assert [s.data["index"] for s in steps] == [0, 1]
     for step in steps:
-        tokens = [e.data["text"] for e in events if e.kind is EventKind.TOKEN and e.data["step"] == step.data["index"]]
+        tokens = [
+            e.data["text"]
+            for e in events
+            if e.kind is EventKind.TOKEN and e.data["step"] == step.data["index"]
+        ]
         assert len(tokens) > 1
         assert "".join(tokens) == step.data["text"]
     stored = client.store.steps_of(events[0].turn_id)
@@ -119,7 +125,12 @@ client.close()
     env = {"PARLEY_HOST": f"scripted:{script}", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", program, db_url, session.id],
-        capture_output=True, text=True, timeout=60, env=env, cwd="/", check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/",
+        check=True,
     )
     seen = json.loads(out.stdout)
     assert seen["root"] == str(workspace.resolve())
@@ -145,7 +156,11 @@ def test_the_tree_is_append_only_and_branching_keeps_the_abandoned_branch(
 
     assert [t.prompt for t in session.history()] == ["draft a plan", "read-only window instead"]
     tree = session.tree()
-    assert [t.prompt for t in tree] == ["draft a plan", "blue-green cutover", "read-only window instead"]
+    assert [t.prompt for t in tree] == [
+        "draft a plan",
+        "blue-green cutover",
+        "read-only window instead",
+    ]
     by_id = {t.turn_id: t for t in tree}
     assert by_id[blue.turn_id] == before[blue.turn_id]  # abandoned branch unchanged, readable
     assert by_id[window.turn_id].parent_id == plan.turn_id
@@ -205,10 +220,14 @@ def test_a_steer_reaches_the_model_at_the_next_step_boundary(
     assert result.reply == "ok: actually, only touch the docs"
     assert len(model.requests) == 2
     steer_texts = [
-        m.text for m in model.requests[1].messages if isinstance(m, UserMessage) and m.origin == "steer"
+        m.text
+        for m in model.requests[1].messages
+        if isinstance(m, UserMessage) and m.origin == "steer"
     ]
     assert steer_texts == ["actually, only touch the docs"]
-    assert not any(isinstance(m, UserMessage) and m.origin == "steer" for m in model.requests[0].messages)
+    assert not any(
+        isinstance(m, UserMessage) and m.origin == "steer" for m in model.requests[0].messages
+    )
     kinds = [e.kind for e in handle.events()]
     assert kinds.index(EventKind.STEER) > kinds.index(EventKind.STEP)
 
@@ -220,7 +239,10 @@ def test_a_steer_that_arrives_during_the_last_step_gets_one_more_step(
     does not close over it: one more step delivers it."""
     rule = {
         "when": "go",
-        "steps": [{"text": "thinking " * 40, "chunk_chars": 9, "delay_ms": 5}, {"text": "re: {last_message}"}],
+        "steps": [
+            {"text": "thinking " * 40, "chunk_chars": 9, "delay_ms": 5},
+            {"text": "re: {last_message}"},
+        ],
     }
     client = make_client(scripted_host([rule]))
     handle = client.open_session(workspace).submit("go")
@@ -237,7 +259,10 @@ def test_a_steer_that_arrives_during_the_last_step_gets_one_more_step(
 def test_a_steer_racing_the_end_is_delivered_or_refused_never_lost(
     make_client: ClientFactory, workspace: Path
 ) -> None:
-    rule = {"when": ".*", "steps": [{"text": "a b c d e f", "chunk_chars": 1}, {"text": "re: {last_message}"}]}
+    rule = {
+        "when": ".*",
+        "steps": [{"text": "a b c d e f", "chunk_chars": 1}, {"text": "re: {last_message}"}],
+    }
     client = make_client(scripted_host([rule]))
     session = client.open_session(workspace)
     for attempt in range(25):
@@ -325,9 +350,7 @@ def test_interrupt_while_streaming_keeps_a_display_only_partial(
     assert result.steps == 0
     assert result.partial and text.startswith(result.partial) and len(result.partial) < len(text)
     session.turn("next")
-    replayed = " ".join(
-        getattr(m, "text", "") for m in model.requests[-1].messages
-    )
+    replayed = " ".join(getattr(m, "text", "") for m in model.requests[-1].messages)
     assert "token0" not in replayed  # never replayed to the model
 
 
@@ -337,7 +360,14 @@ def test_policy_refusal_names_the_rule_and_the_turn_goes_on(
     rule = {
         "when": "rotate",
         "steps": [
-            {"tool_calls": [{"name": "write_file", "arguments": {"path": "secrets/token.txt", "content": "new"}}]},
+            {
+                "tool_calls": [
+                    {
+                        "name": "write_file",
+                        "arguments": {"path": "secrets/token.txt", "content": "new"},
+                    }
+                ]
+            },
             {"text": "tried"},
         ],
     }
@@ -361,7 +391,11 @@ def test_a_steer_cannot_widen_the_policy(make_client: ClientFactory, workspace: 
     write = {"name": "write_file", "arguments": {"path": "secrets/token.txt", "content": "pwned"}}
     rule = {
         "when": "tidy",
-        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"tool_calls": [write]}, {"text": "ok"}],
+        "steps": [
+            {"tool_calls": [{"name": "wait_for_gate"}]},
+            {"tool_calls": [write]},
+            {"text": "ok"},
+        ],
     }
 
     def steered(policy: parley.Policy) -> list[parley.Event]:
@@ -376,7 +410,9 @@ def test_a_steer_cannot_widen_the_policy(make_client: ClientFactory, workspace: 
 
     events = steered(parley.Policy(deny_write=["secrets/**"]))
     assert EventKind.STEER in [e.kind for e in events]
-    assert [e.data["rule"] for e in events if e.kind is EventKind.REFUSAL] == ["deny_write:secrets/**"]
+    assert [e.data["rule"] for e in events if e.kind is EventKind.REFUSAL] == [
+        "deny_write:secrets/**"
+    ]
     assert (workspace / "secrets" / "token.txt").read_text() == "hunter2\n"
 
     events = steered(parley.Policy())  # control: the deny lifted
@@ -385,7 +421,10 @@ def test_a_steer_cannot_widen_the_policy(make_client: ClientFactory, workspace: 
 
 
 def test_a_budget_bounds_only_its_own_turn(make_client: ClientFactory, workspace: Path) -> None:
-    loop = {"when": ".*", "steps": [{"tool_calls": [{"name": "list_files"}]}] * 4 + [{"text": "finally"}]}
+    loop = {
+        "when": ".*",
+        "steps": [{"tool_calls": [{"name": "list_files"}]}] * 4 + [{"text": "finally"}],
+    }
     client = make_client(scripted_host([loop]))
     session = client.open_session(workspace)
     bounded = session.turn("work", contract=parley.TaskContract(max_steps=2))
@@ -414,7 +453,10 @@ def test_the_check_gate_passes_after_feedback_and_fails_when_the_budget_runs_out
     make_client: ClientFactory, workspace: Path
 ) -> None:
     fix = {"name": "write_file", "arguments": {"path": "status.txt", "content": "green"}}
-    fixer = {"when": "fix", "steps": [{"text": "looks fine"}, {"tool_calls": [fix]}, {"text": "fixed: {last_message}"}]}
+    fixer = {
+        "when": "fix",
+        "steps": [{"text": "looks fine"}, {"tool_calls": [fix]}, {"text": "fixed: {last_message}"}],
+    }
     stubborn = {"when": "never", "steps": [{"text": "looks fine"}]}
     model = RecordingModel(parley.models.ScriptedModel({"rules": [fixer, stubborn]}))
     client = make_client(parley.Host(model=model))
@@ -424,8 +466,12 @@ def test_the_check_gate_passes_after_feedback_and_fails_when_the_budget_runs_out
     passed = session.turn("fix the build", contract=parley.TaskContract(max_steps=5, check=check))
     assert passed.outcome is parley.TurnStatus.SUCCEEDED
     assert passed.steps == 3
-    assert passed.reply is not None and passed.reply.startswith("fixed: The check failed (exited 3)")
-    feedback = [m for m in model.requests[1].messages if isinstance(m, UserMessage) and m.origin == "check"]
+    assert passed.reply is not None and passed.reply.startswith(
+        "fixed: The check failed (exited 3)"
+    )
+    feedback = [
+        m for m in model.requests[1].messages if isinstance(m, UserMessage) and m.origin == "check"
+    ]
     assert "status is not green" in feedback[0].text
 
     (workspace / "status.txt").write_text("red")
@@ -435,7 +481,9 @@ def test_the_check_gate_passes_after_feedback_and_fails_when_the_budget_runs_out
     assert failed.steps == 2
 
 
-def test_a_repeated_request_id_returns_the_same_turn(make_client: ClientFactory, workspace: Path) -> None:
+def test_a_repeated_request_id_returns_the_same_turn(
+    make_client: ClientFactory, workspace: Path
+) -> None:
     client = make_client(scripted_host([ECHO]))
     session = client.open_session(workspace)
     first = session.submit("do it once", request_id="req-42")
@@ -452,7 +500,10 @@ def test_a_repeated_request_id_returns_the_same_turn(make_client: ClientFactory,
 
 def test_if_busy_reject_and_enqueue_order(make_client: ClientFactory, workspace: Path) -> None:
     gate = Gate()
-    blocking = {"when": "first", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "one"}]}
+    blocking = {
+        "when": "first",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "one"}],
+    }
     client = make_client(scripted_host([blocking, ECHO], tools=[gate.tool]))
     session = client.open_session(workspace)
     first = session.submit("first")
@@ -467,16 +518,29 @@ def test_if_busy_reject_and_enqueue_order(make_client: ClientFactory, workspace:
     tree = session.tree()
     assert "rejected" not in [t.prompt for t in tree]
     assert [t.prompt for t in session.history()] == ["first", "queued 0", "queued 1", "queued 2"]
-    assert [r.reply for r in results] == ["one", "heard: queued 0", "heard: queued 1", "heard: queued 2"]
+    assert [r.reply for r in results] == [
+        "one",
+        "heard: queued 0",
+        "heard: queued 1",
+        "heard: queued 2",
+    ]
     # Each queued turn hung under the head as it was when it started.
-    assert [t.parent_id for t in tree] == [None, first.turn_id, queued[0].turn_id, queued[1].turn_id]
+    assert [t.parent_id for t in tree] == [
+        None,
+        first.turn_id,
+        queued[0].turn_id,
+        queued[1].turn_id,
+    ]
 
 
 def test_if_busy_interrupt_stops_the_running_turn_then_runs(
     make_client: ClientFactory, workspace: Path
 ) -> None:
     gate = Gate()
-    blocking = {"when": "slow", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "slow done"}]}
+    blocking = {
+        "when": "slow",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "slow done"}],
+    }
     client = make_client(scripted_host([blocking, ECHO], tools=[gate.tool]))
     session = client.open_session(workspace)
     slow = session.submit("slow work")
@@ -504,7 +568,14 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
         client.attach("00000000-0000-0000-0000-000000000000")
     with pytest.raises(TurnNotFound):
         session.resume("00000000-0000-0000-0000-000000000000")
-    for prompt in ("", "   \n", b"\xff\xfe not utf-8", "lone \udc80 surrogate", "x" * 1_000_001, "nul\x00"):
+    for prompt in (
+        "",
+        "   \n",
+        b"\xff\xfe not utf-8",
+        "lone \udc80 surrogate",
+        "x" * 1_000_001,
+        "nul\x00",
+    ):
         with pytest.raises(InvalidRequest):
             session.submit(prompt)
     with pytest.raises(InvalidRequest):
@@ -546,7 +617,9 @@ def test_malformed_tool_arguments_from_the_model_run_nothing(
     assert events[-1].data["reply"] == "carried on"
 
 
-def test_the_reply_is_the_last_message_or_nothing(make_client: ClientFactory, workspace: Path) -> None:
+def test_the_reply_is_the_last_message_or_nothing(
+    make_client: ClientFactory, workspace: Path
+) -> None:
     def fail(_request: parley.models.ModelRequest) -> str:
         raise RuntimeError("provider down")
 

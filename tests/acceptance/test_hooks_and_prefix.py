@@ -1,0 +1,192 @@
+"""Hooks cannot break durability (SPEC §2.14), and the prefix is frozen after the first
+committed turn unless explicitly refreshed (SPEC §1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import parley
+from parley.errors import InvalidRequest
+from schemas.messages import Prefix, ToolDeclaration
+from tests.conftest import ClientFactory
+from tests.helpers import Gate, RecordingModel
+
+ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
+
+
+class Recorder:
+    """Hooks that record every call and can be told to fail."""
+
+    def __init__(self, *, reject: bool = False, break_after: bool = False) -> None:
+        self.reject = reject
+        self.break_after = break_after
+        self.before_commit_calls: list[str] = []
+        self.after_commit_calls: list[parley.CommitReceipt] = []
+        self.terminal: list[str] = []
+
+    def before_commit(self, outcome: parley.TurnOutcome, _context: Any) -> None:
+        self.before_commit_calls.append(outcome.outcome)
+        if self.reject:
+            raise ValueError("the transcript would be invalid")
+
+    def after_commit(self, receipt: parley.CommitReceipt) -> None:
+        self.after_commit_calls.append(receipt)
+        if self.break_after:
+            raise RuntimeError("the audit sink is down")
+
+    def on_terminal(self, outcome: parley.TurnOutcome) -> None:
+        self.terminal.append(outcome.outcome)
+        if self.break_after:
+            raise RuntimeError("so is the metrics sink")
+
+
+def host(hooks: object, rules: list[dict[str, Any]] | None = None, **options: Any) -> parley.Host:
+    model = parley.models.ScriptedModel({"rules": rules or [ECHO]})
+    return parley.Host(model=model, hooks=hooks, **options)
+
+
+def test_before_commit_rejects_and_nothing_is_committed(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    hooks = Recorder()
+    client = make_client(host(hooks))
+    session = client.open_session(workspace)
+    kept = session.turn("kept")
+    hooks.reject = True
+    rejected = session.turn("rejected")
+
+    assert rejected.outcome is parley.TurnStatus.FAILED
+    assert rejected.reply is None
+    assert rejected.error is not None and "before_commit" in rejected.error
+    assert session.head == kept.turn_id
+    assert [t.prompt for t in session.history()] == ["kept"]
+    assert hooks.before_commit_calls == ["finished", "finished"]
+    assert len(hooks.after_commit_calls) == 1  # never for the rejected turn
+    assert hooks.terminal == ["finished", "failed"]
+
+
+def test_observational_hooks_cannot_undo_a_commit(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    hooks = Recorder(break_after=True)
+    client = make_client(host(hooks))
+    session = client.open_session(workspace)
+    result = session.turn("hello")
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert result.reply == "heard: hello"
+    assert session.head == result.turn_id
+    receipt = hooks.after_commit_calls[0]
+    assert receipt.outcome.turn_id == result.turn_id and receipt.head_turn_id == result.turn_id
+    assert receipt.prefix_generation == 1
+
+
+def test_cancelled_and_failed_turns_never_call_after_commit(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    hooks = Recorder()
+    gate = Gate()
+    rules = [
+        {"when": "slow", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "x"}]}
+    ]
+    client = make_client(host(hooks, rules, tools=[gate.tool]))
+    handle = client.open_session(workspace).submit("slow")
+    gate.wait_entered()
+    handle.interrupt()
+    gate.opened.set()
+    assert handle.wait(30).outcome is parley.TurnStatus.CANCELLED
+
+    def broken(_request: parley.models.ModelRequest) -> str:
+        raise ConnectionError("no route")
+
+    failing = make_client(parley.Host(model=parley.models.FunctionModel(broken), hooks=hooks))
+    assert failing.open_session(workspace).turn("x").outcome is parley.TurnStatus.FAILED
+    assert hooks.after_commit_calls == []
+    assert hooks.before_commit_calls == []
+    assert hooks.terminal == ["cancelled", "failed"]
+
+
+def test_the_prefix_is_frozen_after_the_first_committed_turn(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    first_model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
+    client = make_client(parley.Host(model=first_model, system_prompt="You are v1."))
+    session = client.open_session(workspace)
+    session.turn("one")
+    frozen = first_model.requests[0].prefix
+
+    # A new deployment with another system prompt and fewer tools: the session keeps the
+    # prefix it froze, byte for byte, so provider prompt caches keep hitting.
+    second_model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
+    later = make_client(
+        parley.Host(model=second_model, system_prompt="You are v2.", tools=[parley.tools.read_file])
+    )
+    later.session(session.id).turn("two")
+    assert second_model.requests[0].prefix.canonical_bytes() == frozen.canonical_bytes()
+    assert frozen.system_prompt == "You are v1."
+
+
+class PrefixHooks:
+    """before_turn that offers a prefix snapshot."""
+
+    def __init__(self) -> None:
+        self.snapshot: parley.PrefixSnapshot | None = None
+        self.views: list[Any] = []
+
+    def before_turn(self, request: Any, options: Any, state: Any) -> parley.TurnPreparation | None:
+        self.views.append(state)
+        if self.snapshot is None:
+            return None
+        return parley.TurnPreparation(prefix=self.snapshot)
+
+
+def test_before_turn_sets_the_initial_prefix_and_refreshes_only_explicitly(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    hooks = PrefixHooks()
+    model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
+    client = make_client(parley.Host(model=model, hooks=hooks))
+    session = client.open_session(workspace)
+    tools = [ToolDeclaration(name="read_file", description="read", parameters={"type": "object"})]
+
+    hooks.snapshot = parley.PrefixSnapshot.initial("Initial prompt.", tools)
+    session.turn("one")
+    assert model.requests[-1].prefix == Prefix(system_prompt="Initial prompt.", tools=tuple(tools))
+
+    hooks.snapshot = parley.PrefixSnapshot.initial("Sneaky replacement.", tools)
+    refused = session.turn("two")
+    assert refused.outcome is parley.TurnStatus.FAILED
+    assert refused.error is not None and refused.error.startswith("PrefixFrozen")
+
+    hooks.snapshot = parley.PrefixSnapshot.refreshing("Refreshed prompt.", tools)
+    assert session.turn("three").outcome is parley.TurnStatus.FINISHED
+    assert model.requests[-1].prefix.system_prompt == "Refreshed prompt."
+    hooks.snapshot = None
+    session.turn("four")
+    assert model.requests[-1].prefix.system_prompt == "Refreshed prompt."
+    # Refresh keeps every conversation row: the model still sees the whole path.
+    prompts = [getattr(m, "text", None) for m in model.requests[-1].messages if m.role == "user"]
+    assert prompts == ["one", "three", "four"]
+    assert hooks.views[-1].prefix.system_prompt == "Refreshed prompt."
+
+
+def test_before_turn_that_raises_fails_the_turn_cleanly(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    class Broken:
+        def before_turn(self, *_args: Any) -> None:
+            raise KeyError("tenant")
+
+    client = make_client(host(Broken()))
+    session = client.open_session(workspace)
+    result = session.turn("x")
+    assert result.outcome is parley.TurnStatus.FAILED
+    assert result.error is not None and "before_turn failed" in result.error
+    assert session.head is None
+
+
+def test_a_host_needs_a_model_with_stream() -> None:
+    with pytest.raises(InvalidRequest):
+        parley.Host(model=object())  # type: ignore[arg-type]
