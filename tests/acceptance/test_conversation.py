@@ -375,7 +375,7 @@ def test_policy_refusal_names_the_rule_and_the_turn_goes_on(
     events = list(denied.open_session(workspace).submit("rotate the token").events())
     refusals = [e for e in events if e.kind is EventKind.REFUSAL]
     assert [r.data["rule"] for r in refusals] == ["deny_write:secrets/**"]
-    result = [e for e in events if e.kind is EventKind.TOOL_RESULT][0].data
+    result = next(e for e in events if e.kind is EventKind.TOOL_RESULT).data
     assert result["refusal"] == "deny_write:secrets/**" and result["is_error"]
     assert events[-1].data["outcome"] == "finished" and events[-1].data["reply"] == "tried"
     assert (workspace / "secrets" / "token.txt").read_text() == "hunter2\n"

@@ -109,7 +109,13 @@ def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> N
         refused: list[int] = []
         start = threading.Barrier(5)
 
-        def say(n: int, turn_id: str = turn_id) -> None:
+        def say(
+            n: int,
+            turn_id: str = turn_id,
+            start: threading.Barrier = start,
+            accepted: list[int] = accepted,
+            refused: list[int] = refused,
+        ) -> None:
             start.wait()
             try:
                 accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
@@ -123,13 +129,15 @@ def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> N
         pending = store.close_inbox(run_id=run_id, session_id=session_id, fence=fence, cursor=0)
         for thread in threads:
             thread.join()
-        # Every steer accepted before the close is reported by it; none after it exists.
-        assert sorted(s.position for s in pending) == sorted(
-            p for p in accepted if p <= len(pending)
-        )
         assert len(accepted) + len(refused) == 4
-        if not pending:
+        if pending:
+            # The close saw every steer accepted before it and kept the inbox open.
+            assert [s.position for s in pending] == list(range(1, len(pending) + 1))
+            assert set(range(1, len(pending) + 1)) <= set(accepted)
+        else:
+            # The close won: nothing was accepted, every later say was refused.
             assert accepted == []
+            assert len(refused) == 4
 
 
 def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: object) -> None:

@@ -1,0 +1,159 @@
+"""The ``parley`` command line (SPEC §7).
+
+Configuration comes from the environment (``PARLEY_DATABASE_URL``, ``PARLEY_HOST``) or
+the matching options.  Errors from :mod:`parley.errors` print one clear line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+import parley
+from parley.client import DEFAULT_DATABASE_URL
+from parley.errors import ParleyError
+from parley.render import EventPrinter, tree_of, turn_line
+from workers.database import create_database_engine, migrate
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    console = Console(highlight=False)
+    try:
+        status: int = args.command(args, console)
+    except ParleyError as exc:
+        console.print(f"[bold red]{type(exc).__name__}:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parley", description="Durable, steerable LLM-agent conversations."
+    )
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("PARLEY_DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="database URL (env PARLEY_DATABASE_URL; default %(default)s)",
+    )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("PARLEY_HOST"),
+        help="host that runs turns: package.module:attribute or scripted:path.json "
+        "(env PARLEY_HOST)",
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="the whole story offline, in under a minute")
+    demo.add_argument("--dir", type=Path, help="keep the demo's database and workspace here")
+    demo.set_defaults(command=_demo)
+
+    commands.add_parser("migrate", help="bring the database schema up to date").set_defaults(
+        command=_migrate
+    )
+
+    new = commands.add_parser("new", help="open a session about a workspace; prints its id")
+    new.add_argument("root", type=Path)
+    new.set_defaults(command=_new)
+
+    submit = commands.add_parser("submit", help="run a turn in this process and print it live")
+    submit.add_argument("session_id")
+    submit.add_argument("prompt")
+    submit.add_argument("--request-id")
+    submit.add_argument("--max-steps", type=int)
+    submit.add_argument("--check", help="a shell command that must pass (needs --max-steps)")
+    submit.set_defaults(command=_submit)
+
+    follow = commands.add_parser("follow", help="print a turn's events from a seq on")
+    follow.add_argument("turn_id")
+    follow.add_argument("--after", type=int, default=0)
+    follow.set_defaults(command=_follow)
+
+    history = commands.add_parser("history", help="the turns from the root to the head")
+    history.add_argument("session_id")
+    history.set_defaults(command=_history)
+
+    tree = commands.add_parser("tree", help="every turn of every branch")
+    tree.add_argument("session_id")
+    tree.set_defaults(command=_tree)
+    return parser
+
+
+def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
+    host = parley.load_host(args.host) if args.host else None
+    if runs_turns and host is None:
+        raise parley.errors.InvalidRequest("no host: pass --host or set PARLEY_HOST")
+    return parley.connect(args.db, host=host)
+
+
+def _demo(args: argparse.Namespace, console: Console) -> int:
+    from parley.demo import run_demo
+
+    return run_demo(console, args.dir)
+
+
+def _migrate(args: argparse.Namespace, console: Console) -> int:
+    engine = create_database_engine(args.db)
+    revision = migrate(engine)
+    engine.dispose()
+    console.print(f"schema at revision {revision}")
+    return 0
+
+
+def _new(args: argparse.Namespace, console: Console) -> int:
+    with _client(args) as client:
+        console.print(client.open_session(args.root).id)
+    return 0
+
+
+def _submit(args: argparse.Namespace, console: Console) -> int:
+    contract = None
+    if args.max_steps is not None or args.check is not None:
+        contract = parley.TaskContract(max_steps=args.max_steps, check=args.check)
+    with _client(args, runs_turns=True) as client:
+        session = client.session(args.session_id)
+        console.print(f"[bold]you:[/] {args.prompt}")
+        result = session.turn(
+            args.prompt,
+            contract=contract,
+            request_id=args.request_id,
+            on_event=EventPrinter(console),
+        )
+        console.print(f"[dim]turn {result.turn_id}[/]")
+    return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
+
+
+def _follow(args: argparse.Namespace, console: Console) -> int:
+    with _client(args) as client:
+        printer = EventPrinter(console)
+        for event in client.attach(args.turn_id).events(after=args.after):
+            printer(event)
+    return 0
+
+
+def _history(args: argparse.Namespace, console: Console) -> int:
+    with _client(args) as client:
+        session = client.session(args.session_id)
+        for turn in session.history():
+            console.print(turn_line(turn))
+    return 0
+
+
+def _tree(args: argparse.Namespace, console: Console) -> int:
+    with _client(args) as client:
+        session = client.session(args.session_id)
+        console.print(tree_of(session.tree(), head=session.head, label=f"session {session.id}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
