@@ -38,8 +38,8 @@ class Policy:
             "deny_tools",
         ):
             value = getattr(self, name)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                raise InvalidRequest(f"Policy.{name} must be a list of glob strings")
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise InvalidRequest(f"Policy.{name} must be a list of glob strings, not {value!r}")
             object.__setattr__(self, name, tuple(value))
 
     def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:

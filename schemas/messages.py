@@ -203,6 +203,13 @@ class StepPayload:
         version = data.get("v")
         if version != 1:
             raise CodecError(f"unknown step payload version {version!r}")
+        try:
+            return cls._from_v1(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CodecError(f"malformed step payload: {type(exc).__name__}: {exc}") from exc
+
+    @classmethod
+    def _from_v1(cls, data: dict[str, Any]) -> StepPayload:
         return cls(
             inputs=tuple(StepInput.from_json(i) for i in data.get("inputs", ())),
             text=str(data.get("text", "")),

@@ -179,7 +179,12 @@ class Contract:
             # A failing check feeds back to the model while budget remains: without a
             # budget a check that never passes would loop forever.
             raise InvalidRequest("a contract with a check needs max_steps or max_tokens")
-        if not isinstance(self.check_timeout, int | float) or self.check_timeout <= 0:
+        timeout = self.check_timeout
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout < float("inf")
+        ):
             raise InvalidRequest("check_timeout must be a positive number of seconds")
 
     def to_json(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from schemas.records import Usage
 from workers.ports import DeltaSink, ModelReply, ModelRequest
 
 DEFAULT_CHUNK_CHARS = 16
+PLACEHOLDER = re.compile(r"\{(prompt|last_message)\}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +84,9 @@ class ScriptedModel:
         if rule is None:
             raise InvalidRequest(f"no script rule matches the prompt {prompt[:80]!r}")
         step = rule.steps[min(index, len(rule.steps) - 1)]
-        text = step.text.replace("{prompt}", prompt).replace("{last_message}", last_message)
+        # One pass, so text substituted in is never substituted again.
+        values = {"prompt": prompt, "last_message": last_message}
+        text = PLACEHOLDER.sub(lambda match: values[match.group(1)], step.text)
         for start in range(0, len(text), step.chunk_chars):
             if step.delay_ms and start:
                 time.sleep(step.delay_ms / 1000)
@@ -137,6 +140,8 @@ def _load(script: dict[str, Any] | str | Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InvalidRequest(f"cannot read script {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"script {str(path)!r} is not UTF-8: {exc.reason}") from exc
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"script {str(path)!r} is not valid JSON: {exc}") from exc
 
@@ -178,8 +183,11 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
         raise InvalidRequest(f"{where}.chunk_chars: a positive integer")
     if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
         raise InvalidRequest(f"{where}.delay_ms: a non-negative number")
+    raw_calls = step.get("tool_calls", [])
+    if not isinstance(raw_calls, list):
+        raise InvalidRequest(f"{where}.tool_calls: a list")
     calls = []
-    for i, call in enumerate(step.get("tool_calls", [])):
+    for i, call in enumerate(raw_calls):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
             raise InvalidRequest(f"{where}.tool_calls[{i}]: needs a tool name")
         arguments = call.get("arguments", {})
@@ -188,9 +196,20 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
         calls.append(ScriptedCall(name=call["name"], arguments=arguments))
     usage = None
     if "usage" in step:
-        if not isinstance(step["usage"], dict):
-            raise InvalidRequest(f"{where}.usage: an object")
-        usage = Usage.from_json(step["usage"])
+        raw_usage = step["usage"]
+        counts = ("input_tokens", "output_tokens", "cached_tokens")
+        if (
+            not isinstance(raw_usage, dict)
+            or not all(
+                isinstance(raw_usage.get(k, 0), int)
+                and not isinstance(raw_usage.get(k, 0), bool)
+                and raw_usage.get(k, 0) >= 0
+                for k in counts
+            )
+            or set(raw_usage) - set(counts)
+        ):
+            raise InvalidRequest(f"{where}.usage: an object of non-negative token counts {counts}")
+        usage = Usage.from_json(raw_usage)
     return ScriptedStep(
         text=text, tool_calls=tuple(calls), chunk_chars=chunk, delay_ms=float(delay), usage=usage
     )

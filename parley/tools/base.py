@@ -4,6 +4,7 @@ before the function runs (a validation error goes back to the model, nothing run
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from parley.errors import InvalidRequest
 from schemas.messages import ToolDeclaration
 from workers.ports import Access, ToolContext
 
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -35,8 +37,9 @@ class FunctionTool:
     access: Callable[[dict[str, Any]], Sequence[Access]] = field(default=lambda _args: ())
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise InvalidRequest(f"tool name {self.name!r} must be letters, digits, _ or -")
+        if not isinstance(self.name, str) or not TOOL_NAME.fullmatch(self.name):
+            # What every major provider accepts; anything else fails at the provider.
+            raise InvalidRequest(f"tool name {self.name!r} must match {TOOL_NAME.pattern}")
         if self.parameters.get("type") != "object":
             raise InvalidRequest(f"tool {self.name!r}: parameters must be a JSON object schema")
 
