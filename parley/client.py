@@ -24,7 +24,7 @@ from parley.errors import (
 )
 from parley.host import Host, load_host
 from parley.streaming import follow
-from schemas.events import Event
+from schemas.events import Event, EventKind
 from schemas.records import (
     Contract,
     IfBusy,
@@ -32,7 +32,6 @@ from schemas.records import (
     SteerKind,
     TurnRecord,
     TurnResult,
-    TurnStatus,
 )
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.driver import SessionDriver
@@ -46,6 +45,7 @@ DEFAULT_DATABASE_URL = "sqlite:///parley.db"
 MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
+WAIT_POLL_SECONDS = 0.5
 
 
 def connect(
@@ -346,23 +346,29 @@ class TurnHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         client = self._client
         seen = client.coordinator.last_seq(self.turn_id)
+        check_store = True
         while True:
-            result = client.store.turn_result(self.turn_id)
-            if result is not None:
-                return result
-            failure = client._driver_failure(self.session_id)
-            if failure is not None and client.store.run_state(self.turn_id).status in (
-                TurnStatus.QUEUED,
-                TurnStatus.RUNNING,
-            ):
-                raise StoreError(f"the driver of this session stopped: {failure}") from failure
+            # The store is asked only when an ``end`` went by or nothing was heard for a
+            # while (the turn may run in another process): not on every token.
+            if check_store:
+                result = client.store.turn_result(self.turn_id)
+                if result is not None:
+                    return result
+                self._raise_if_driver_died()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
-            wait = 0.5 if remaining is None else min(0.5, remaining)
-            fresh = client.coordinator.read_events(self.turn_id, seen, timeout=wait)
+            pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
+            fresh = client.coordinator.read_events(self.turn_id, seen, timeout=pause)
             if fresh:
                 seen = fresh[-1].seq
+            check_store = not fresh or any(e.kind is EventKind.END for e in fresh)
+
+    def _raise_if_driver_died(self) -> None:
+        client = self._client
+        failure = client._driver_failure(self.session_id)
+        if failure is not None and not client.store.run_state(self.turn_id).status.terminal:
+            raise StoreError(f"the driver of this session stopped: {failure}") from failure
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from schemas.errors import CodecError
@@ -168,6 +169,11 @@ class Prefix:
 
     def canonical_bytes(self) -> bytes:
         """Byte-identical for equal prefixes: what provider prompt caches key on."""
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> bytes:
+        # Computed once per prefix object: every step's request digest starts with it.
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -225,8 +231,15 @@ def request_digest(prefix: Prefix, messages: Sequence[Message]) -> str:
     """A SHA-256 of a request, stored with its step so a replay can be audited."""
     digest = hashlib.sha256(prefix.canonical_bytes())
     for message in messages:
-        digest.update(json.dumps(message_to_json(message), sort_keys=True).encode())
+        digest.update(message_bytes(message))
     return digest.hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def message_bytes(message: Message) -> bytes:
+    """The canonical JSON bytes of a message.  Cached: a turn's requests repeat every
+    earlier message, and messages are immutable."""
+    return json.dumps(message_to_json(message), sort_keys=True, separators=(",", ":")).encode()
 
 
 def message_to_json(message: Message) -> dict[str, Any]:

@@ -222,6 +222,7 @@ class RunState:
     usage: Usage
     steer_cursor: int
     contract: Contract | None
+    reply: str | None
     partial: str | None
     error: str | None
     undelivered: tuple[str, ...] = field(default=())

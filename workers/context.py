@@ -44,20 +44,27 @@ def turn_messages(prompt: str, steps: Iterable[CommittedStep]) -> list[Message]:
     return messages
 
 
+def history_messages(history: Sequence[PathTurn]) -> tuple[Message, ...]:
+    """The history path as messages, checked.  It does not change during a turn, so the
+    engine builds it once per turn rather than once per step."""
+    messages: list[Message] = []
+    for node in history:
+        messages.extend(turn_messages(node.turn.prompt, node.steps))
+    return check_replay(messages)
+
+
 def assemble(
-    history: Sequence[PathTurn],
+    past: tuple[Message, ...],
     prompt: str,
     steps: Sequence[CommittedStep],
     inputs: Sequence[StepInput],
 ) -> tuple[Message, ...]:
-    """The messages of the next request: the history path, this turn so far, and the
-    input entering at this boundary.  Checked before it is returned."""
-    messages: list[Message] = []
-    for node in history:
-        messages.extend(turn_messages(node.turn.prompt, node.steps))
-    messages.extend(turn_messages(prompt, steps))
-    messages.extend(UserMessage(text=i.text, origin=i.origin) for i in inputs)
-    return check_replay(messages)
+    """The messages of the next request: the history (from :func:`history_messages`),
+    this turn so far, and the input entering at this boundary.  The history was checked
+    and ends with complete rounds, so checking this turn's part checks the whole."""
+    current: list[Message] = turn_messages(prompt, steps)
+    current.extend(UserMessage(text=i.text, origin=i.origin) for i in inputs)
+    return past + check_replay(current)
 
 
 def check_replay(messages: Sequence[Message]) -> tuple[Message, ...]:

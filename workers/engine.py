@@ -20,10 +20,18 @@ from typing import Any
 
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen
 from schemas.events import EventKind
-from schemas.messages import Prefix, StepInput, StepPayload, ToolCall, ToolResult, request_digest
+from schemas.messages import (
+    Message,
+    Prefix,
+    StepInput,
+    StepPayload,
+    ToolCall,
+    ToolResult,
+    request_digest,
+)
 from schemas.records import Contract, SteerKind, TurnStatus, Usage
 from workers.checks import run_check
-from workers.context import assemble
+from workers.context import assemble, history_messages
 from workers.emitter import Emitter
 from workers.ports import (
     ApprovalRequest,
@@ -146,6 +154,7 @@ class _TurnRun:
         self.tools: dict[str, Tool] = {}
         self.prefix: Prefix | None = None
         self.refresh_prefix = False
+        self.history: tuple[Message, ...] | None = None
 
     # ------------------------------------------------------------------ turn
 
@@ -308,7 +317,9 @@ class _TurnRun:
             self.emitter.emit(EventKind.STEER, {"position": steer.position, "text": steer.text})
         cursor = max([state.cursor] + [s.position for s in state.pending])
         assert self.prefix is not None
-        messages = assemble(self.claimed.history, self.turn.prompt, state.steps, inputs)
+        if self.history is None:
+            self.history = history_messages(self.claimed.history)
+        messages = assemble(self.history, self.turn.prompt, state.steps, inputs)
         request = ModelRequest(prefix=self.prefix, messages=messages)
         sink = _DeltaSink(self.emitter, self.engine.coordinator, index)
         try:

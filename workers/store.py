@@ -1,6 +1,7 @@
-"""The store: every SQL statement parley runs, one transaction per method.
+"""The store: parley's durable state, one transaction per method.
 
-The same code serves SQLite (embedded) and PostgreSQL (fleet).  Concurrency rules:
+The same code serves SQLite (embedded) and PostgreSQL (fleet); the SQL itself lives,
+named, in :mod:`workers.statements`.  Concurrency rules:
 
 * A session row is the lock for submissions and the fence for commits: every step and
   turn commit updates it ``WHERE fence = :fence``, so a driver whose token is stale
@@ -20,8 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, func, literal, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from schemas import tables as t
@@ -51,11 +51,9 @@ from schemas.records import (
     TurnStatus,
     Usage,
 )
+from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
 from workers.ports import ClaimedTurn, CommittedStep, PathTurn
-
-ACTIVE = (TurnStatus.QUEUED.value, TurnStatus.RUNNING.value)
-RESUMABLE = (TurnStatus.CANCELLED.value, TurnStatus.FAILED.value)
 
 
 def _now() -> datetime:
@@ -70,6 +68,13 @@ def _aware(value: datetime) -> datetime:
 def new_id() -> str:
     """A fresh identifier for a session, turn or run."""
     return str(uuid.uuid4())
+
+
+def validate_ids(*ids: str | None) -> None:
+    """Reject ids that cannot be parley ids before any query runs."""
+    for value in ids:
+        if not isinstance(value, str) or not value or len(value) > 36:
+            raise InvalidRequest(f"not a parley id: {value!r}")
 
 
 class IntegrityConflict(StoreError):
@@ -102,9 +107,7 @@ class SqlStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._lock = transaction_lock(engine)
-        dialect = engine.dialect.name
-        self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        self._lock_rows = dialect == "postgresql"
+        self._q = q.DialectStatements(engine.dialect.name)
 
     @classmethod
     def from_url(cls, url: str) -> SqlStore:
@@ -114,8 +117,6 @@ class SqlStore:
     def close(self) -> None:
         """Release every pooled connection."""
         self.engine.dispose()
-
-    # ------------------------------------------------------------------ plumbing
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -135,42 +136,38 @@ class SqlStore:
             if self._lock is not None:
                 self._lock.release()
 
-    def _for_update(self, statement: Any) -> Any:
-        # SQLite serialises writers with BEGIN IMMEDIATE; PostgreSQL needs row locks.
-        return statement.with_for_update() if self._lock_rows else statement
-
     # ------------------------------------------------------------------ sessions
 
     def create_session(
         self, *, root: str, metadata: dict[str, Any], token_ceiling: int | None
     ) -> SessionRecord:
         """Insert a new session with an empty tree."""
-        session_id = new_id()
-        now = _now()
-        with self._tx() as db:
-            db.execute(
-                t.sessions.insert().values(
-                    id=session_id,
-                    root=root,
-                    metadata=metadata,
-                    head_turn_id=None,
-                    fence=0,
-                    turn_count=0,
-                    tokens_used=0,
-                    token_ceiling=token_ceiling,
-                    prefix_generation=0,
-                    created_at=now,
-                )
-            )
-        return SessionRecord(
-            session_id=session_id,
+        record = SessionRecord(
+            session_id=new_id(),
             root=root,
             metadata=metadata,
             head_turn_id=None,
             token_ceiling=token_ceiling,
             tokens_used=0,
-            created_at=now,
+            created_at=_now(),
         )
+        with self._tx() as db:
+            db.execute(
+                q.INSERT_SESSION,
+                {
+                    "id": record.session_id,
+                    "root": root,
+                    "metadata": metadata,
+                    "head_turn_id": None,
+                    "fence": 0,
+                    "turn_count": 0,
+                    "tokens_used": 0,
+                    "token_ceiling": token_ceiling,
+                    "prefix_generation": 0,
+                    "created_at": record.created_at,
+                },
+            )
+        return record
 
     def get_session(self, session_id: str) -> SessionRecord:
         """The stored session; :class:`SessionNotFound` if unknown."""
@@ -178,7 +175,7 @@ class SqlStore:
             return self._session(db, session_id)
 
     def _session(self, db: Connection, session_id: str) -> SessionRecord:
-        row = db.execute(select(t.sessions).where(t.sessions.c.id == session_id)).one_or_none()
+        row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
         if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
         return SessionRecord(
@@ -195,82 +192,31 @@ class SqlStore:
         """Move the session's head to ``turn_id`` (one write; nothing else changes)."""
         with self._tx() as db:
             self._session(db, session_id)
-            owner = db.execute(
-                select(t.turns.c.session_id).where(t.turns.c.id == turn_id)
-            ).scalar_one_or_none()
+            owner = db.execute(q.TURN_OWNER, {"b_turn_id": turn_id}).scalar_one_or_none()
             if owner is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             if owner != session_id:
                 raise ForeignTurn(f"turn {turn_id!r} belongs to another session")
-            db.execute(
-                update(t.sessions).where(t.sessions.c.id == session_id).values(head_turn_id=turn_id)
-            )
+            db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
 
     def history(self, session_id: str) -> list[TurnRecord]:
         """The path root → head."""
         with self._tx() as db:
-            session = self._session(db, session_id)
-            return self._path(db, session.head_turn_id)
+            return self._path(db, self._session(db, session_id).head_turn_id)
 
     def tree(self, session_id: str) -> list[TurnRecord]:
         """Every turn of every branch, in submission order."""
         with self._tx() as db:
             self._session(db, session_id)
-            rows = db.execute(
-                self._turn_select()
-                .where(t.turns.c.session_id == session_id)
-                .order_by(t.turns.c.ordinal)
-            ).all()
-            return [self._turn_record(row) for row in rows]
+            rows = db.execute(q.TREE, {"b_session_id": session_id}).all()
+        return [_turn_record(row) for row in rows]
 
     def _path(self, db: Connection, head: str | None) -> list[TurnRecord]:
         if head is None:
             return []
-        # Walk parent links in one recursive query (same SQL on SQLite and PostgreSQL).
-        walk = (
-            select(t.turns.c.id, t.turns.c.parent_id, literal(0).label("depth"))
-            .where(t.turns.c.id == head)
-            .cte("walk", recursive=True)
-        )
-        walk = walk.union_all(
-            select(t.turns.c.id, t.turns.c.parent_id, (walk.c.depth + 1).label("depth")).where(
-                t.turns.c.id == walk.c.parent_id
-            )
-        )
-        rows = db.execute(
-            self._turn_select().join(walk, walk.c.id == t.turns.c.id).order_by(walk.c.depth.desc())
-        ).all()
-        return [self._turn_record(row) for row in rows]
+        return [_turn_record(row) for row in db.execute(q.PATH, {"b_head": head}).all()]
 
     # ------------------------------------------------------------------ turns
-
-    @staticmethod
-    def _turn_select() -> Any:
-        return select(
-            t.turns.c.id,
-            t.turns.c.session_id,
-            t.turns.c.parent_id,
-            t.turns.c.prompt,
-            t.turns.c.request_id,
-            t.turns.c.created_at,
-            t.runs.c.id.label("run_id"),
-            t.runs.c.status,
-            t.runs.c.reply,
-        ).join(t.runs, t.runs.c.turn_id == t.turns.c.id)
-
-    @staticmethod
-    def _turn_record(row: Any) -> TurnRecord:
-        return TurnRecord(
-            turn_id=row.id,
-            session_id=row.session_id,
-            parent_id=row.parent_id,
-            prompt=row.prompt,
-            status=TurnStatus(row.status),
-            reply=row.reply,
-            run_id=row.run_id,
-            request_id=row.request_id,
-            created_at=_aware(row.created_at),
-        )
 
     def get_turn(self, turn_id: str) -> TurnRecord:
         """One turn; :class:`TurnNotFound` if unknown."""
@@ -278,10 +224,10 @@ class SqlStore:
             return self._turn(db, turn_id)
 
     def _turn(self, db: Connection, turn_id: str) -> TurnRecord:
-        row = db.execute(self._turn_select().where(t.turns.c.id == turn_id)).one_or_none()
+        row = db.execute(q.TURN, {"b_turn_id": turn_id}).one_or_none()
         if row is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
-        return self._turn_record(row)
+        return _turn_record(row)
 
     def submit_turn(
         self,
@@ -298,12 +244,12 @@ class SqlStore:
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
-                raise StoreError("turn insert conflicted without a request_id") from None
+                raise
             with self._tx() as db:
                 existing = self._by_request(db, session_id, request_id)
             if existing is None:
-                raise StoreError("turn insert conflicted, then vanished") from None
-            return self._existing(existing, prompt)
+                raise
+            return _existing(existing, prompt)
 
     def _submit(
         self,
@@ -318,10 +264,7 @@ class SqlStore:
             # Incrementing the counter locks the session row: submissions of one
             # session serialise here, which makes the busy check below race-free.
             ordinal = db.execute(
-                update(t.sessions)
-                .where(t.sessions.c.id == session_id)
-                .values(turn_count=t.sessions.c.turn_count + 1)
-                .returning(t.sessions.c.turn_count)
+                q.BUMP_TURN_COUNT, {"b_session_id": session_id}
             ).scalar_one_or_none()
             if ordinal is None:
                 raise SessionNotFound(f"no session {session_id!r}")
@@ -329,12 +272,8 @@ class SqlStore:
                 existing = self._by_request(db, session_id, request_id)
                 if existing is not None:
                     db.rollback()
-                    return self._existing(existing, prompt)
-            active = db.execute(
-                select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
-                    t.runs.c.session_id == session_id, t.runs.c.status.in_(ACTIVE)
-                )
-            ).all()
+                    return _existing(existing, prompt)
+            active = db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
             if active and if_busy is IfBusy.REJECT:
                 raise SessionBusy(
                     f"session {session_id!r} has {len(active)} turn(s) queued or running"
@@ -342,104 +281,83 @@ class SqlStore:
             interrupted: list[str] = []
             if if_busy is IfBusy.INTERRUPT:
                 for run in active:
-                    if run.status == TurnStatus.RUNNING.value:
+                    if run.status == q.RUNNING:
                         self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
                         interrupted.append(run.turn_id)
-            turn_id, run_id = new_id(), new_id()
-            db.execute(
-                t.turns.insert().values(
-                    id=turn_id,
-                    session_id=session_id,
-                    parent_id=None,
-                    ordinal=ordinal,
-                    prompt=prompt,
-                    request_id=request_id,
-                    created_at=now,
-                )
-            )
-            db.execute(
-                t.runs.insert().values(
-                    id=run_id,
-                    turn_id=turn_id,
-                    session_id=session_id,
-                    status=TurnStatus.QUEUED.value,
-                    attempts=0,
-                    contract=contract.to_json() if contract else None,
-                    steps=0,
-                    input_tokens=0,
-                    output_tokens=0,
-                    cached_tokens=0,
-                    steer_count=0,
-                    steer_cursor=0,
-                    inbox_open=True,
-                    last_seq=1,
-                    queued_at=now,
-                )
-            )
-            queued = Event(turn_id=turn_id, seq=1, kind=EventKind.QUEUED, data={"run_id": run_id})
-            self._insert_events(db, [queued], now)
             record = TurnRecord(
-                turn_id=turn_id,
+                turn_id=new_id(),
                 session_id=session_id,
                 parent_id=None,
                 prompt=prompt,
                 status=TurnStatus.QUEUED,
                 reply=None,
-                run_id=run_id,
+                run_id=new_id(),
                 request_id=request_id,
                 created_at=now,
             )
+            db.execute(
+                q.INSERT_TURN,
+                {
+                    "id": record.turn_id,
+                    "session_id": session_id,
+                    "parent_id": None,
+                    "ordinal": ordinal,
+                    "prompt": prompt,
+                    "request_id": request_id,
+                    "created_at": now,
+                },
+            )
+            db.execute(
+                q.INSERT_RUN,
+                {
+                    "id": record.run_id,
+                    "turn_id": record.turn_id,
+                    "session_id": session_id,
+                    "status": q.QUEUED,
+                    "attempts": 0,
+                    "contract": contract.to_json() if contract else None,
+                    "steps": 0,
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                    "cached_tokens": 0,
+                    "steer_count": 0,
+                    "steer_cursor": 0,
+                    "inbox_open": True,
+                    "last_seq": 1,
+                    "queued_at": now,
+                },
+            )
+            queued = Event(
+                turn_id=record.turn_id, seq=1, kind=EventKind.QUEUED, data={"run_id": record.run_id}
+            )
+            self._insert_events(db, [queued], now)
         return SubmitReceipt(
             turn=record, created=True, queued_event=queued, interrupted_turn_ids=tuple(interrupted)
         )
 
     def _by_request(self, db: Connection, session_id: str, request_id: str) -> TurnRecord | None:
         row = db.execute(
-            self._turn_select().where(
-                t.turns.c.session_id == session_id, t.turns.c.request_id == request_id
-            )
+            q.TURN_BY_REQUEST, {"b_session_id": session_id, "b_request_id": request_id}
         ).one_or_none()
-        return None if row is None else self._turn_record(row)
-
-    @staticmethod
-    def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
-        if turn.prompt != prompt:
-            raise Conflict(
-                f"request_id {turn.request_id!r} was already used for another prompt "
-                f"(turn {turn.turn_id})"
-            )
-        return SubmitReceipt(turn=turn, created=False, queued_event=None, interrupted_turn_ids=())
+        return None if row is None else _turn_record(row)
 
     def resume_turn(self, turn_id: str, seq_floor: int) -> tuple[TurnRecord, Event | None]:
         """Queue a cancelled or failed turn again (same turn, same run).  A turn that is
         still queued or running is left as it is: resuming it only needs a driver."""
         now = _now()
         with self._tx() as db:
-            run = db.execute(
-                self._for_update(select(t.runs).where(t.runs.c.turn_id == turn_id))
-            ).one_or_none()
+            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
             if run is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
-            if run.status in ACTIVE:
+            if run.status in q.ACTIVE:
                 return self._turn(db, turn_id), None
-            if run.status not in RESUMABLE:
+            if run.status not in q.RESUMABLE:
                 raise Conflict(
                     f"turn {turn_id!r} ended {run.status}; only a cancelled or failed turn "
                     "can be resumed (branch from it to go on)"
                 )
             seq = max(run.last_seq, seq_floor) + 1
-            db.execute(
-                update(t.runs)
-                .where(t.runs.c.id == run.id)
-                .values(
-                    status=TurnStatus.QUEUED.value,
-                    queued_at=now,
-                    inbox_open=True,
-                    error=None,
-                    reply=None,
-                    last_seq=seq,
-                )
-            )
+            db.execute(q.RESUME_RUN, {"b_run_id": run.id, "b_now": now, "b_seq": seq})
             queued = Event(
                 turn_id=turn_id,
                 seq=seq,
@@ -451,64 +369,33 @@ class SqlStore:
 
     def turn_result(self, turn_id: str) -> TurnResult | None:
         """The result of an ended turn (None while it is queued or running)."""
-        with self._tx() as db:
-            run = db.execute(select(t.runs).where(t.runs.c.turn_id == turn_id)).one_or_none()
-        if run is None:
-            raise TurnNotFound(f"no turn {turn_id!r}")
-        status = TurnStatus(run.status)
-        if not status.terminal:
+        state = self.run_state(turn_id)
+        if not state.status.terminal:
             return None
         return TurnResult(
             turn_id=turn_id,
-            run_id=run.id,
-            outcome=status,
-            reply=run.reply,
-            steps=run.steps,
-            usage=Usage(
-                input_tokens=run.input_tokens,
-                output_tokens=run.output_tokens,
-                cached_tokens=run.cached_tokens,
-            ),
-            error=run.error,
-            undelivered=tuple(run.undelivered or ()),
-            partial=run.partial,
+            run_id=state.run_id,
+            outcome=state.status,
+            reply=state.reply,
+            steps=state.steps,
+            usage=state.usage,
+            error=state.error,
+            undelivered=state.undelivered,
+            partial=state.partial,
         )
 
     def run_state(self, turn_id: str) -> RunState:
         """The execution record of a turn."""
         with self._tx() as db:
-            run = db.execute(select(t.runs).where(t.runs.c.turn_id == turn_id)).one_or_none()
+            run = db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
         if run is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
-        return self._run_state(run)
-
-    @staticmethod
-    def _run_state(run: Any) -> RunState:
-        return RunState(
-            run_id=run.id,
-            turn_id=run.turn_id,
-            session_id=run.session_id,
-            status=TurnStatus(run.status),
-            attempts=run.attempts,
-            steps=run.steps,
-            usage=Usage(
-                input_tokens=run.input_tokens,
-                output_tokens=run.output_tokens,
-                cached_tokens=run.cached_tokens,
-            ),
-            steer_cursor=run.steer_cursor,
-            contract=Contract.from_json(run.contract),
-            partial=run.partial,
-            error=run.error,
-            undelivered=tuple(run.undelivered or ()),
-        )
+        return _run_state(run)
 
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
         with self._tx() as db:
-            run_id = db.execute(
-                select(t.runs.c.id).where(t.runs.c.turn_id == turn_id)
-            ).scalar_one_or_none()
+            run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             return self._steps(db, [run_id]).get(run_id, [])
@@ -517,12 +404,7 @@ class SqlStore:
         found: dict[str, list[CommittedStep]] = {}
         if not run_ids:
             return found
-        rows = db.execute(
-            select(t.steps.c.run_id, t.steps.c.step_index, t.steps.c.payload)
-            .where(t.steps.c.run_id.in_(run_ids))
-            .order_by(t.steps.c.run_id, t.steps.c.step_index)
-        ).all()
-        for row in rows:
+        for row in db.execute(q.STEPS_OF_RUNS, {"b_run_ids": list(run_ids)}).all():
             found.setdefault(row.run_id, []).append(
                 CommittedStep(index=row.step_index, payload=StepPayload.from_json(row.payload))
             )
@@ -533,9 +415,7 @@ class SqlStore:
     def add_steer(self, turn_id: str, kind: SteerKind, text: str) -> Steer:
         """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended."""
         with self._tx() as db:
-            run_id = db.execute(
-                select(t.runs.c.id).where(t.runs.c.turn_id == turn_id)
-            ).scalar_one_or_none()
+            run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             return self._add_steer(db, run_id, kind, text, _now())
@@ -543,21 +423,19 @@ class SqlStore:
     def _add_steer(
         self, db: Connection, run_id: str, kind: SteerKind, text: str, now: datetime
     ) -> Steer:
-        # Bumping the counter only while the inbox is open takes the run row's lock and
-        # checks it in one statement: a concurrent close either sees this steer or wins.
-        position = db.execute(
-            update(t.runs)
-            .where(t.runs.c.id == run_id, t.runs.c.inbox_open.is_(True))
-            .values(steer_count=t.runs.c.steer_count + 1)
-            .returning(t.runs.c.steer_count)
-        ).scalar_one_or_none()
+        position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
-            status = db.execute(select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one()
+            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one()
             raise TurnEnded(f"the turn has ended ({status}); the steer was not delivered")
         db.execute(
-            t.steers.insert().values(
-                run_id=run_id, position=position, kind=kind.value, text=text, created_at=now
-            )
+            q.INSERT_STEER,
+            {
+                "run_id": run_id,
+                "position": position,
+                "kind": kind.value,
+                "text": text,
+                "created_at": now,
+            },
         )
         return Steer(position=position, kind=kind, text=text)
 
@@ -567,11 +445,7 @@ class SqlStore:
             return self._pending(db, run_id, cursor)
 
     def _pending(self, db: Connection, run_id: str, cursor: int) -> tuple[Steer, ...]:
-        rows = db.execute(
-            select(t.steers.c.position, t.steers.c.kind, t.steers.c.text)
-            .where(t.steers.c.run_id == run_id, t.steers.c.position > cursor)
-            .order_by(t.steers.c.position)
-        ).all()
+        rows = db.execute(q.PENDING_STEERS, {"b_run_id": run_id, "b_cursor": cursor}).all()
         return tuple(Steer(position=r.position, kind=SteerKind(r.kind), text=r.text) for r in rows)
 
     # ------------------------------------------------------------------ driving
@@ -579,12 +453,7 @@ class SqlStore:
     def take_fence(self, session_id: str) -> int:
         """A new fencing token for the driver that just took the session's lock."""
         with self._tx() as db:
-            fence = db.execute(
-                update(t.sessions)
-                .where(t.sessions.c.id == session_id)
-                .values(fence=t.sessions.c.fence + 1)
-                .returning(t.sessions.c.fence)
-            ).scalar_one_or_none()
+            fence = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
         if fence is None:
             raise SessionNotFound(f"no session {session_id!r}")
         return int(fence)
@@ -592,34 +461,18 @@ class SqlStore:
     def next_turn(self, session_id: str) -> str | None:
         """The turn to run next: a stranded running one first, then the oldest queued."""
         with self._tx() as db:
-            return self._next_turn(db, session_id)
-
-    def _next_turn(self, db: Connection, session_id: str) -> str | None:
-        return db.execute(
-            select(t.runs.c.turn_id)
-            .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
-            .where(t.runs.c.session_id == session_id, t.runs.c.status.in_(ACTIVE))
-            .order_by(
-                case((t.runs.c.status == TurnStatus.RUNNING.value, 0), else_=1),
-                t.runs.c.queued_at,
-                t.turns.c.ordinal,
-            )
-            .limit(1)
-        ).scalar_one_or_none()
+            turn_id: str | None = db.execute(
+                q.NEXT_TURN, {"b_session_id": session_id}
+            ).scalar_one_or_none()
+        return turn_id
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
         with self._tx() as db:
-            return list(
-                db.execute(
-                    select(t.runs.c.session_id).where(t.runs.c.status.in_(ACTIVE)).distinct()
-                ).scalars()
-            )
+            return list(db.execute(q.SESSIONS_WITH_WORK).scalars())
 
     def _check_fence(self, db: Connection, session_id: str, fence: int) -> None:
-        current = db.execute(
-            self._for_update(select(t.sessions.c.fence).where(t.sessions.c.id == session_id))
-        ).scalar_one_or_none()
+        current = db.execute(q.LOCK_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
         if current != fence:
             raise Fenced(f"fence {fence} is stale (now {current})")
 
@@ -630,24 +483,19 @@ class SqlStore:
         Returns the claim and its ``started`` event (already stored)."""
         now = _now()
         with self._tx() as db:
-            run = db.execute(
-                self._for_update(select(t.runs).where(t.runs.c.turn_id == turn_id))
-            ).one_or_none()
+            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
             if run is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             self._check_fence(db, run.session_id, fence)
-            if run.status not in ACTIVE:
+            if run.status not in q.ACTIVE:
                 raise Conflict(f"turn {turn_id!r} is {run.status}, not runnable")
             session = self._session(db, run.session_id)
-            turn = self._turn(db, turn_id)
             if run.attempts == 0:
                 # A queued turn hangs under the head as it is when it starts.
                 db.execute(
-                    update(t.turns)
-                    .where(t.turns.c.id == turn_id)
-                    .values(parent_id=session.head_turn_id)
+                    q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id}
                 )
-                turn = self._turn(db, turn_id)
+            turn = self._turn(db, turn_id)
             seq = max(run.last_seq, seq_floor) + 1
             started = Event(
                 turn_id=turn_id,
@@ -656,30 +504,19 @@ class SqlStore:
                 data={"run_id": run.id, "attempt": run.attempts + 1, "worker": worker},
             )
             db.execute(
-                update(t.runs)
-                .where(t.runs.c.id == run.id)
-                .values(
-                    status=TurnStatus.RUNNING.value,
-                    attempts=run.attempts + 1,
-                    worker=worker,
-                    started_at=run.started_at or now,
-                    inbox_open=True,
-                    last_seq=seq,
-                )
+                q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
             )
             self._insert_events(db, [started], now)
             generation = db.execute(
-                select(t.sessions.c.prefix_generation).where(t.sessions.c.id == session.session_id)
+                q.SESSION_GENERATION, {"b_session_id": session.session_id}
             ).scalar_one()
-            prefix = self._prefix(db, session.session_id, generation)
             path = self._path(db, turn.parent_id)
             steps = self._steps(db, [p.run_id for p in path] + [run.id])
-            state = self._run_state(run)
             claimed = ClaimedTurn(
                 session=session,
                 turn=turn,
-                run=state,
-                prefix=prefix,
+                run=_run_state(run),
+                prefix=self._prefix(db, session.session_id, generation),
                 prefix_generation=generation,
                 history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
                 steps=tuple(steps.get(run.id, ())),
@@ -693,9 +530,7 @@ class SqlStore:
         if generation == 0:
             return None
         payload = db.execute(
-            select(t.prefixes.c.payload).where(
-                t.prefixes.c.session_id == session_id, t.prefixes.c.generation == generation
-            )
+            q.PREFIX, {"b_session_id": session_id, "b_generation": generation}
         ).scalar_one()
         return Prefix.from_json(payload)
 
@@ -717,42 +552,39 @@ class SqlStore:
         now = _now()
         usage = payload.usage
         with self._tx() as db:
-            fenced = db.execute(
-                update(t.sessions)
-                .where(t.sessions.c.id == session_id, t.sessions.c.fence == fence)
-                .values(tokens_used=t.sessions.c.tokens_used + usage.total)
+            charged = db.execute(
+                q.CHARGE_SESSION,
+                {"b_session_id": session_id, "b_fence": fence, "b_tokens": usage.total},
             ).rowcount
-            if fenced != 1:
+            if charged != 1:
                 raise Fenced(f"fence {fence} is stale; step {index} not committed")
-            values: dict[str, Any] = {
-                "steps": index + 1,
-                "input_tokens": t.runs.c.input_tokens + usage.input_tokens,
-                "output_tokens": t.runs.c.output_tokens + usage.output_tokens,
-                "cached_tokens": t.runs.c.cached_tokens + usage.cached_tokens,
-                "steer_cursor": steer_cursor,
-            }
-            if events:
-                values["last_seq"] = max(e.seq for e in events)
             advanced = db.execute(
-                update(t.runs)
-                .where(
-                    t.runs.c.id == run_id,
-                    t.runs.c.status == TurnStatus.RUNNING.value,
-                    t.runs.c.steps == index,
-                )
-                .values(**values)
+                q.ADVANCE_RUN,
+                {
+                    "b_run_id": run_id,
+                    "b_index": index,
+                    "b_input_tokens": usage.input_tokens,
+                    "b_output_tokens": usage.output_tokens,
+                    "b_cached_tokens": usage.cached_tokens,
+                    "b_cursor": steer_cursor,
+                    "b_last_seq": max((e.seq for e in events), default=0),
+                },
             ).rowcount
             if advanced != 1:
                 raise Fenced(f"run {run_id} moved on; step {index} not committed")
             db.execute(
-                self._insert(t.steps)
-                .values(run_id=run_id, step_index=index, payload=payload.to_json(), created_at=now)
-                .on_conflict_do_nothing()
+                self._q.insert_step,
+                {
+                    "run_id": run_id,
+                    "step_index": index,
+                    "payload": payload.to_json(),
+                    "created_at": now,
+                },
             )
             self._insert_events(db, events, now)
             pending = self._pending(db, run_id, steer_cursor)
             if close_inbox_if_idle and not pending:
-                db.execute(update(t.runs).where(t.runs.c.id == run_id).values(inbox_open=False))
+                db.execute(q.CLOSE_INBOX, {"b_run_id": run_id})
             return pending
 
     def close_inbox(
@@ -761,10 +593,10 @@ class SqlStore:
         """Close the inbox unless steers are pending; returns the pending ones."""
         with self._tx() as db:
             self._check_fence(db, session_id, fence)
-            db.execute(self._for_update(select(t.runs.c.id).where(t.runs.c.id == run_id))).one()
+            db.execute(q.LOCK_RUN, {"b_run_id": run_id}).one()
             pending = self._pending(db, run_id, cursor)
             if not pending:
-                db.execute(update(t.runs).where(t.runs.c.id == run_id).values(inbox_open=False))
+                db.execute(q.CLOSE_INBOX, {"b_run_id": run_id})
             return pending
 
     def finish_turn(
@@ -788,28 +620,21 @@ class SqlStore:
         Says still pending are reported as undelivered in the ``end`` event."""
         now = _now()
         with self._tx() as db:
-            session_values: dict[str, Any] = {}
-            if status.moves_head:
-                session_values["head_turn_id"] = turn_id
             fenced = db.execute(
-                update(t.sessions)
-                .where(t.sessions.c.id == session_id, t.sessions.c.fence == fence)
-                .values(**session_values, fence=t.sessions.c.fence)
+                q.FINISH_SESSION,
+                {
+                    "b_session_id": session_id,
+                    "b_fence": fence,
+                    "b_move_head": status.moves_head,
+                    "b_turn_id": turn_id,
+                },
             ).rowcount
             if fenced != 1:
                 raise Fenced(f"fence {fence} is stale; turn {turn_id} not finished")
-            # Closing the inbox first takes the run row's lock, so no steer slips in
-            # between the read of the pending ones and the close.
-            closed = db.execute(
-                update(t.runs)
-                .where(t.runs.c.id == run_id, t.runs.c.status == TurnStatus.RUNNING.value)
-                .values(inbox_open=False)
-            ).rowcount
-            if closed != 1:
+            if db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).rowcount != 1:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
             pending = self._pending(db, run_id, cursor)
             undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
-            steer_count = max([cursor] + [s.position for s in pending])
             generation = self._store_prefix(db, session_id, status, prefix, refresh_prefix, now)
             end = Event(
                 turn_id=turn_id,
@@ -823,23 +648,21 @@ class SqlStore:
                 },
             )
             db.execute(
-                update(t.runs)
-                .where(t.runs.c.id == run_id)
-                .values(
-                    status=status.value,
-                    reply=reply if status.has_reply else None,
-                    error=error,
-                    partial=partial,
-                    undelivered=list(undelivered) or None,
-                    steer_cursor=steer_count,
-                    ended_at=now,
-                    last_seq=end_seq,
-                )
+                q.END_RUN,
+                {
+                    "b_run_id": run_id,
+                    "b_status": status.value,
+                    "b_reply": reply if status.has_reply else None,
+                    "b_error": error,
+                    "b_partial": partial,
+                    "b_undelivered": list(undelivered) or None,
+                    "b_cursor": max([cursor] + [s.position for s in pending]),
+                    "b_now": now,
+                    "b_seq": end_seq,
+                },
             )
             self._insert_events(db, [*events, end], now)
-            head = db.execute(
-                select(t.sessions.c.head_turn_id).where(t.sessions.c.id == session_id)
-            ).scalar_one()
+            head = db.execute(q.SESSION_HEAD, {"b_session_id": session_id}).scalar_one()
         return FinishReceipt(
             end_event=end, undelivered=undelivered, head_turn_id=head, prefix_generation=generation
         )
@@ -853,75 +676,53 @@ class SqlStore:
         refresh: bool,
         now: datetime,
     ) -> int:
+        """Freeze the first committed turn's prefix, or store an explicit refresh as a new
+        generation (an identical refresh is a no-op).  Returns the generation in force."""
         generation: int = db.execute(
-            select(t.sessions.c.prefix_generation).where(t.sessions.c.id == session_id)
+            q.SESSION_GENERATION, {"b_session_id": session_id}
         ).scalar_one()
         if prefix is None or not status.moves_head:
             return generation
-        if generation > 0:
-            if not refresh:
-                return generation
-            if self._prefix(db, session_id, generation) == prefix:
-                return generation  # refreshing to an identical prefix is a no-op
+        if generation > 0 and (not refresh or self._prefix(db, session_id, generation) == prefix):
+            return generation
         generation += 1
         db.execute(
-            t.prefixes.insert().values(
-                session_id=session_id,
-                generation=generation,
-                payload=prefix.to_json(),
-                created_at=now,
-            )
+            q.INSERT_PREFIX,
+            {
+                "session_id": session_id,
+                "generation": generation,
+                "payload": prefix.to_json(),
+                "created_at": now,
+            },
         )
-        db.execute(
-            update(t.sessions)
-            .where(t.sessions.c.id == session_id)
-            .values(prefix_generation=generation)
-        )
+        db.execute(q.SET_GENERATION, {"b_session_id": session_id, "b_generation": generation})
         return generation
 
     # ------------------------------------------------------------------ events
 
     def _insert_events(self, db: Connection, events: Sequence[Event], now: datetime) -> None:
-        durable = [e for e in events if e.kind.durable]
-        if not durable:
-            return
-        db.execute(
-            self._insert(t.events)
-            .values(
-                [
-                    {
-                        "turn_id": e.turn_id,
-                        "seq": e.seq,
-                        "kind": e.kind.value,
-                        "data": e.data,
-                        "created_at": now,
-                    }
-                    for e in durable
-                ]
-            )
-            .on_conflict_do_nothing()
-        )
+        durable = [
+            {
+                "turn_id": e.turn_id,
+                "seq": e.seq,
+                "kind": e.kind.value,
+                "data": e.data,
+                "created_at": now,
+            }
+            for e in events
+            if e.kind.durable
+        ]
+        if durable:
+            db.execute(self._q.insert_events, durable)
 
     def events_after(self, turn_id: str, seq: int) -> list[Event]:
         """The durable events of a turn with ``seq`` greater than the one given."""
         with self._tx() as db:
-            rows = db.execute(
-                select(t.events.c.seq, t.events.c.kind, t.events.c.data)
-                .where(t.events.c.turn_id == turn_id, t.events.c.seq > seq)
-                .order_by(t.events.c.seq)
-            ).all()
+            rows = db.execute(q.EVENTS_AFTER, {"b_turn_id": turn_id, "b_seq": seq}).all()
         return [
             Event(turn_id=turn_id, seq=r.seq, kind=EventKind(r.kind), data=dict(r.data))
             for r in rows
         ]
-
-    def last_event_seq(self, turn_id: str) -> int:
-        """The highest stored seq of a turn (0 if none)."""
-        with self._tx() as db:
-            value = db.execute(
-                select(func.max(t.events.c.seq)).where(t.events.c.turn_id == turn_id)
-            ).scalar_one()
-        return int(value or 0)
 
     # ------------------------------------------------------------------ sizes
 
@@ -930,12 +731,50 @@ class SqlStore:
         with self._tx() as db:
             return {
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
-                for table in (t.sessions, t.prefixes, t.turns, t.runs, t.steps, t.steers, t.events)
+                for table in t.metadata.sorted_tables
             }
 
 
-def validate_ids(*ids: str | None) -> None:
-    """Reject ids that cannot be parley ids before any query runs."""
-    for value in ids:
-        if not isinstance(value, str) or not value or len(value) > 36:
-            raise InvalidRequest(f"not a parley id: {value!r}")
+def _turn_record(row: Any) -> TurnRecord:
+    return TurnRecord(
+        turn_id=row.id,
+        session_id=row.session_id,
+        parent_id=row.parent_id,
+        prompt=row.prompt,
+        status=TurnStatus(row.status),
+        reply=row.reply,
+        run_id=row.run_id,
+        request_id=row.request_id,
+        created_at=_aware(row.created_at),
+    )
+
+
+def _run_state(run: Any) -> RunState:
+    return RunState(
+        run_id=run.id,
+        turn_id=run.turn_id,
+        session_id=run.session_id,
+        status=TurnStatus(run.status),
+        attempts=run.attempts,
+        steps=run.steps,
+        usage=Usage(
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cached_tokens=run.cached_tokens,
+        ),
+        steer_cursor=run.steer_cursor,
+        contract=Contract.from_json(run.contract),
+        reply=run.reply,
+        partial=run.partial,
+        error=run.error,
+        undelivered=tuple(run.undelivered or ()),
+    )
+
+
+def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
+    if turn.prompt != prompt:
+        raise Conflict(
+            f"request_id {turn.request_id!r} was already used for another prompt "
+            f"(turn {turn.turn_id})"
+        )
+    return SubmitReceipt(turn=turn, created=False, queued_event=None, interrupted_turn_ids=())

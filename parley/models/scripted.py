@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.errors import InvalidRequest
-from schemas.messages import AssistantMessage, ToolCall, UserMessage, message_to_json
+from schemas.messages import AssistantMessage, ToolCall, UserMessage, message_bytes
 from schemas.records import Usage
 from workers.ports import DeltaSink, ModelReply, ModelRequest
 
@@ -124,7 +124,7 @@ def _position(request: ModelRequest) -> tuple[str, int, str]:
 def _estimate(request: ModelRequest, text: str, calls: tuple[ToolCall, ...]) -> Usage:
     """Characters / 4, the usual rough token count, so budgets behave plausibly."""
     request_chars = len(request.prefix.canonical_bytes()) + sum(
-        len(json.dumps(message_to_json(m))) for m in request.messages
+        len(message_bytes(m)) for m in request.messages
     )
     output_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in calls)
     return Usage(

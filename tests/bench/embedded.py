@@ -57,13 +57,19 @@ def bare_sqlite_commit(directory: Path, count: int) -> list[float]:
     return samples
 
 
-def turns(directory: Path, prompt: str, count: int) -> list[float]:
+def turns(directory: Path, prompt: str, count: int, *, fresh: bool) -> list[float]:
+    """Wall time of ``session.turn`` (submit, run on the driver thread, wait).  With
+    ``fresh`` every turn is the first of a new session; otherwise all turns stack up in
+    one session, whose growing history every turn replays."""
     host = parley.Host(model=parley.models.ScriptedModel(RULES), tools=[NOOP])
-    with parley.connect(f"sqlite:///{directory / f'{prompt}.db'}", host=host) as client:
+    name = f"{prompt}-{'fresh' if fresh else 'deep'}.db"
+    with parley.connect(f"sqlite:///{directory / name}", host=host) as client:
         session = client.open_session(directory)
-        session.turn(prompt)  # warm up: imports, first prefix
+        session.turn(prompt)  # warm up: imports, statement compilation
         samples = []
         for _ in range(count):
+            if fresh:
+                session = client.open_session(directory)
             start = time.perf_counter()
             result = session.turn(prompt)
             samples.append(time.perf_counter() - start)
@@ -75,13 +81,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
         directory = Path(tmp)
         floor = bare_sqlite_commit(directory, 2000)
-        one = turns(directory, "one", 300)
-        forty = turns(directory, "forty", 30)
+        one = turns(directory, "one", 300, fresh=True)
+        forty = turns(directory, "forty", 30, fresh=True)
+        deep = turns(directory, "one", 300, fresh=False)
     base = statistics.median(floor)
     rows = [
         ("bare SQLite insert+commit", floor),
         ("one-step turn", one),
         ("40-step turn", forty),
+        ("one-step turn, turns 1-300", deep),
+        ("  of which the last 30", deep[-30:]),
     ]
     print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}")
     print(f"{'':28} {'median':>10} {'p95':>10} {'× floor':>9}")

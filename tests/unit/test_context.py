@@ -22,7 +22,7 @@ from schemas.messages import (
     UserMessage,
 )
 from schemas.records import TurnRecord, TurnStatus
-from workers.context import assemble, check_replay, step_messages
+from workers.context import assemble, check_replay, history_messages, step_messages
 from workers.ports import CommittedStep, PathTurn
 
 
@@ -91,7 +91,7 @@ def test_assemble_order() -> None:
     ]
     pending = [StepInput(origin="steer", text="hurry"), StepInput(origin="check", text="red")]
 
-    messages = assemble(history, "third prompt", this_turn, pending)
+    messages = assemble(history_messages(history), "third prompt", this_turn, pending)
 
     assert messages == (
         UserMessage(text="first prompt", origin="prompt"),
@@ -113,7 +113,7 @@ def test_assemble_order() -> None:
 
 
 def test_assemble_of_a_fresh_turn_is_its_prompt() -> None:
-    assert assemble([], "hello", [], []) == (UserMessage(text="hello", origin="prompt"),)
+    assert assemble((), "hello", [], []) == (UserMessage(text="hello", origin="prompt"),)
 
 
 def test_step_messages_keeps_error_results() -> None:
@@ -128,7 +128,7 @@ def test_call_ids_may_repeat_across_rounds() -> None:
     """The scripted model names calls by step number, so every turn reuses ``call_0_0``."""
     history = [path_turn("p", [step(0, "", [tool_call("call_0_0")], [result("call_0_0")])])]
     this_turn = [step(0, "", [tool_call("call_0_0")], [result("call_0_0")])]
-    assert len(assemble(history, "q", this_turn, [])) == 6
+    assert len(assemble(history_messages(history), "q", this_turn, [])) == 6
 
 
 # ---------------------------------------------------------------------------- CodecError
@@ -139,23 +139,23 @@ def test_tool_call_without_result() -> None:
     with pytest.raises(CodecError, match="b"):
         step_messages(broken)
     with pytest.raises(CodecError):
-        assemble([], "p", [broken], [])
+        assemble((), "p", [broken], [])
     with pytest.raises(CodecError):
-        assemble([path_turn("old", [broken])], "p", [], [])
+        assemble(history_messages([path_turn("old", [broken])]), "p", [], [])
 
 
 def test_result_for_an_unknown_call() -> None:
     broken = step(0, "", [tool_call("a")], [result("a"), result("ghost")])
     with pytest.raises(CodecError, match="ghost"):
-        assemble([], "p", [broken], [])
+        assemble((), "p", [broken], [])
     with pytest.raises(CodecError):
-        assemble([], "p", [step(0, "no calls", [], [result("ghost")])], [])
+        assemble((), "p", [step(0, "no calls", [], [result("ghost")])], [])
 
 
 def test_duplicate_result() -> None:
     broken = step(0, "", [tool_call("a")], [result("a", "one"), result("a", "two")])
     with pytest.raises(CodecError):
-        assemble([], "p", [broken], [])
+        assemble((), "p", [broken], [])
 
 
 def test_tool_message_with_no_open_call() -> None:
@@ -262,7 +262,7 @@ def test_assemble_complete_steps(
     conversation: tuple[list[PathTurn], list[CommittedStep], list[StepInput]],
 ) -> None:
     history, steps, pending = conversation
-    messages = assemble(history, "now", steps, pending)
+    messages = assemble(history_messages(history), "now", steps, pending)
     assert_rounds_are_contiguous(messages)
     all_steps = [s for turn in history for s in turn.steps] + steps
     expected_length = (
@@ -310,4 +310,4 @@ def test_removing_any_tool_result_raises(
             *history[t + 1 :],
         ]
     with pytest.raises(CodecError):
-        assemble(history, "now", steps, pending)
+        assemble(history_messages(history), "now", steps, pending)

@@ -1,0 +1,273 @@
+"""Every SQL statement parley runs, built once and named.
+
+Statements take their values as bind parameters, so SQLAlchemy compiles each one once
+per dialect and a call only binds values (building a statement per call cost more than
+running it).  Bind names carry a ``b_`` prefix: SQLAlchemy reserves column names for the
+SET and VALUES clauses.  Row locks (``FOR UPDATE``) render on PostgreSQL only; SQLite
+serialises writers with ``BEGIN IMMEDIATE`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Boolean, bindparam, case, func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from schemas import tables as t
+from schemas.records import TurnStatus
+
+QUEUED = TurnStatus.QUEUED.value
+RUNNING = TurnStatus.RUNNING.value
+ACTIVE = (QUEUED, RUNNING)
+RESUMABLE = (TurnStatus.CANCELLED.value, TurnStatus.FAILED.value)
+
+
+def b(name: str, **kwargs: Any) -> Any:
+    """A bind parameter named ``b_<name>``."""
+    return bindparam(f"b_{name}", **kwargs)
+
+
+# ------------------------------------------------------------------ sessions
+
+SESSION = select(t.sessions).where(t.sessions.c.id == b("session_id"))
+
+SESSION_HEAD = select(t.sessions.c.head_turn_id).where(t.sessions.c.id == b("session_id"))
+
+SESSION_GENERATION = select(t.sessions.c.prefix_generation).where(
+    t.sessions.c.id == b("session_id")
+)
+
+SET_HEAD = (
+    update(t.sessions).where(t.sessions.c.id == b("session_id")).values(head_turn_id=b("head"))
+)
+
+BUMP_TURN_COUNT = (
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"))
+    .values(turn_count=t.sessions.c.turn_count + 1)
+    .returning(t.sessions.c.turn_count)
+)
+
+TAKE_FENCE = (
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"))
+    .values(fence=t.sessions.c.fence + 1)
+    .returning(t.sessions.c.fence)
+)
+
+LOCK_FENCE = select(t.sessions.c.fence).where(t.sessions.c.id == b("session_id")).with_for_update()
+
+# The fence check of a step commit: charge the tokens only while the fence still holds.
+CHARGE_SESSION = (
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"), t.sessions.c.fence == b("fence"))
+    .values(tokens_used=t.sessions.c.tokens_used + b("tokens"))
+)
+
+# The fence check of a turn commit: move the head (or leave it) while the fence holds.
+FINISH_SESSION = (
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"), t.sessions.c.fence == b("fence"))
+    .values(
+        head_turn_id=case(
+            (b("move_head", type_=Boolean()), b("turn_id")), else_=t.sessions.c.head_turn_id
+        )
+    )
+)
+
+SET_GENERATION = (
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"))
+    .values(prefix_generation=b("generation"))
+)
+
+PREFIX = select(t.prefixes.c.payload).where(
+    t.prefixes.c.session_id == b("session_id"), t.prefixes.c.generation == b("generation")
+)
+
+INSERT_PREFIX = t.prefixes.insert()
+
+INSERT_SESSION = t.sessions.insert()
+
+SESSIONS_WITH_WORK = select(t.runs.c.session_id).where(t.runs.c.status.in_(ACTIVE)).distinct()
+
+# ------------------------------------------------------------------ turns
+
+TURN_COLUMNS = select(
+    t.turns.c.id,
+    t.turns.c.session_id,
+    t.turns.c.parent_id,
+    t.turns.c.prompt,
+    t.turns.c.request_id,
+    t.turns.c.created_at,
+    t.runs.c.id.label("run_id"),
+    t.runs.c.status,
+    t.runs.c.reply,
+).join(t.runs, t.runs.c.turn_id == t.turns.c.id)
+
+TURN = TURN_COLUMNS.where(t.turns.c.id == b("turn_id"))
+
+TURN_BY_REQUEST = TURN_COLUMNS.where(
+    t.turns.c.session_id == b("session_id"), t.turns.c.request_id == b("request_id")
+)
+
+TREE = TURN_COLUMNS.where(t.turns.c.session_id == b("session_id")).order_by(t.turns.c.ordinal)
+
+TURN_OWNER = select(t.turns.c.session_id).where(t.turns.c.id == b("turn_id"))
+
+
+def _path() -> Any:
+    # Walk parent links from a head in one recursive query (same SQL on both back ends).
+    walk = (
+        select(t.turns.c.id, t.turns.c.parent_id, literal(0).label("depth"))
+        .where(t.turns.c.id == b("head"))
+        .cte("walk", recursive=True)
+    )
+    walk = walk.union_all(
+        select(t.turns.c.id, t.turns.c.parent_id, (walk.c.depth + 1).label("depth")).where(
+            t.turns.c.id == walk.c.parent_id
+        )
+    )
+    return TURN_COLUMNS.join(walk, walk.c.id == t.turns.c.id).order_by(walk.c.depth.desc())
+
+
+PATH = _path()
+
+SET_PARENT = update(t.turns).where(t.turns.c.id == b("turn_id")).values(parent_id=b("parent_id"))
+
+INSERT_TURN = t.turns.insert()
+
+# ------------------------------------------------------------------ runs
+
+RUN_BY_TURN = select(t.runs).where(t.runs.c.turn_id == b("turn_id"))
+
+LOCK_RUN_BY_TURN = RUN_BY_TURN.with_for_update()
+
+LOCK_RUN = select(t.runs.c.id).where(t.runs.c.id == b("run_id")).with_for_update()
+
+RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
+
+RUN_STATUS = select(t.runs.c.status).where(t.runs.c.id == b("run_id"))
+
+ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
+    t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE)
+)
+
+NEXT_TURN = (
+    select(t.runs.c.turn_id)
+    .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
+    .where(t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE))
+    .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queued_at, t.turns.c.ordinal)
+    .limit(1)
+)
+
+INSERT_RUN = t.runs.insert()
+
+CLAIM_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        status=RUNNING,
+        attempts=t.runs.c.attempts + 1,
+        worker=b("worker"),
+        started_at=func.coalesce(t.runs.c.started_at, b("now")),
+        inbox_open=True,
+        last_seq=b("seq"),
+    )
+)
+
+# Advances only the step the caller thinks comes next, of a run that is still running: a
+# replayed or stale commit changes nothing.
+ADVANCE_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING, t.runs.c.steps == b("index"))
+    .values(
+        steps=t.runs.c.steps + 1,
+        input_tokens=t.runs.c.input_tokens + b("input_tokens"),
+        output_tokens=t.runs.c.output_tokens + b("output_tokens"),
+        cached_tokens=t.runs.c.cached_tokens + b("cached_tokens"),
+        steer_cursor=b("cursor"),
+        last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
+    )
+)
+
+CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)
+
+# Closing the inbox first takes the run row's lock for the rest of the turn commit.
+CLOSE_RUNNING = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
+    .values(inbox_open=False)
+)
+
+END_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        status=b("status"),
+        reply=b("reply"),
+        error=b("error"),
+        partial=b("partial"),
+        undelivered=b("undelivered", type_=t.Json),
+        steer_cursor=b("cursor"),
+        ended_at=b("now"),
+        last_seq=b("seq"),
+    )
+)
+
+RESUME_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        status=QUEUED,
+        queued_at=b("now"),
+        inbox_open=True,
+        error=None,
+        reply=None,
+        last_seq=b("seq"),
+    )
+)
+
+# ------------------------------------------------------------------ steps, steers, events
+
+STEPS_OF_RUNS = (
+    select(t.steps.c.run_id, t.steps.c.step_index, t.steps.c.payload)
+    .where(t.steps.c.run_id.in_(b("run_ids", expanding=True)))
+    .order_by(t.steps.c.run_id, t.steps.c.step_index)
+)
+
+# Counting a steer only while the inbox is open takes the run row's lock and checks it in
+# one statement: a concurrent close either sees the steer or refuses it.
+COUNT_STEER = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.inbox_open.is_(True))
+    .values(steer_count=t.runs.c.steer_count + 1)
+    .returning(t.runs.c.steer_count)
+)
+
+INSERT_STEER = t.steers.insert()
+
+PENDING_STEERS = (
+    select(t.steers.c.position, t.steers.c.kind, t.steers.c.text)
+    .where(t.steers.c.run_id == b("run_id"), t.steers.c.position > b("cursor"))
+    .order_by(t.steers.c.position)
+)
+
+EVENTS_AFTER = (
+    select(t.events.c.seq, t.events.c.kind, t.events.c.data)
+    .where(t.events.c.turn_id == b("turn_id"), t.events.c.seq > b("seq"))
+    .order_by(t.events.c.seq)
+)
+
+LAST_EVENT_SEQ = select(func.max(t.events.c.seq)).where(t.events.c.turn_id == b("turn_id"))
+
+
+class DialectStatements:
+    """The statements whose SQL differs per dialect: idempotent inserts."""
+
+    def __init__(self, dialect: str) -> None:
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        # A cold shutdown can interrupt a COMMIT whose retry then finds the row written.
+        self.insert_step = insert(t.steps).on_conflict_do_nothing()
+        self.insert_events = insert(t.events).on_conflict_do_nothing()
