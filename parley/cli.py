@@ -24,7 +24,11 @@ from workers.database import create_database_engine, migrate
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    # `parley worker` hands whatever it does not know to `celery worker`.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command is not _worker:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.celery_args = extra
     console = Console(highlight=False)
     try:
         status: int = args.command(args, console)
@@ -60,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="bring the database schema up to date").set_defaults(
         command=_migrate
     )
+
+    commands.add_parser(
+        "worker", help="a fleet worker (Celery); extra arguments go to `celery worker`"
+    ).set_defaults(command=_worker)
+
+    commands.add_parser(
+        "beat", help="the fleet's sweeper: re-kicks sessions whose work has no live driver"
+    ).set_defaults(command=_beat)
 
     new = commands.add_parser("new", help="open a session about a workspace; prints its id")
     new.add_argument("root", type=Path)
@@ -106,6 +118,24 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
     revision = migrate(engine)
     engine.dispose()
     console.print(f"schema at revision {revision}")
+    return 0
+
+
+def _worker(args: argparse.Namespace, console: Console) -> int:
+    from parley.worker import app, settings
+
+    argv = ["worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args]
+    app.worker_main(argv)
+    return 0
+
+
+def _beat(args: argparse.Namespace, console: Console) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from parley.worker import run_sweeper
+
+    run_sweeper()
     return 0
 
 

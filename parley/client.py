@@ -1,19 +1,20 @@
 """``parley.connect`` and the embedded client: sessions and turns in one process.
 
-The embedded client runs the very engine and store the fleet runs, with the in-process
-coordinator: a submitted turn is a *kick* for its session, handled on a background
-thread that holds the session's lock and drains its turns in order.
+Both clients run on the very engine and store: the embedded one with the in-process
+coordinator, a submitted turn being a *kick* handled on a background thread that holds
+the session's lock and drains its turns in order; the fleet one with the Redis
+coordinator, the kick being a Celery task that a worker handles the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from broker_config.settings import FleetSettings
 from parley.errors import (
     ForeignTurn,
     InvalidRequest,
@@ -23,6 +24,7 @@ from parley.errors import (
     WaitTimeout,
 )
 from parley.host import Host, load_host
+from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.streaming import follow
 from schemas.events import Event, EventKind
 from schemas.records import (
@@ -33,10 +35,12 @@ from schemas.records import (
     TurnRecord,
     TurnResult,
 )
+from workers.constants import TURN_QUEUE
 from workers.database import create_database_engine, current_revision, head_revision, migrate
-from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
+from workers.ports import Coordinator
+from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore, validate_ids
 
 log = logging.getLogger("parley.client")
@@ -52,16 +56,25 @@ def connect(
     database_url: str | None = None,
     *,
     host: Host | None = None,
+    redis_url: str | None = None,
+    broker_url: str | None = None,
+    queue: str | None = None,
     migrate_schema: bool | None = None,
 ) -> Client:
     """Open a client on ``database_url`` (default: ``PARLEY_DATABASE_URL``, else
-    ``sqlite:///parley.db``).  The host comes from ``host`` or ``PARLEY_HOST``; a client
-    without one can read sessions but not run turns.
+    ``sqlite:///parley.db``).
+
+    Without ``redis_url`` (or ``PARLEY_REDIS_URL``) the client is **embedded**: it runs
+    turns in this process with ``host`` (or ``PARLEY_HOST``); without a host it can read
+    but not run.  With it the client is a **fleet** producer: turns are enqueued for the
+    Celery workers (broker: ``broker_url``, ``PARLEY_BROKER_URL``, else the Redis URL),
+    which hold the host.
 
     SQLite databases are migrated on connect so a newcomer needs nothing else; other
     databases must be migrated with ``parley migrate`` (or ``migrate_schema=True``)."""
     url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
-    if host is None and os.environ.get("PARLEY_HOST"):
+    redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
+    if host is None and redis_url is None and os.environ.get("PARLEY_HOST"):
         host = load_host(os.environ["PARLEY_HOST"])
     engine = create_database_engine(url)
     if migrate_schema is None:
@@ -71,24 +84,37 @@ def connect(
     elif current_revision(engine) != head_revision():
         engine.dispose()
         raise StoreError(f"the database at {url!r} is not migrated: run `parley migrate`")
-    return Client(SqlStore(engine), host=host)
+    store = SqlStore(engine)
+    if redis_url is None:
+        coordinator = LocalCoordinator()
+        runner = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
+        return Client(store, coordinator, EmbeddedKicker(runner, coordinator), host=host)
+    settings = FleetSettings(
+        database_url=url,
+        redis_url=redis_url,
+        broker_url=broker_url or os.environ.get("PARLEY_BROKER_URL") or redis_url,
+        host=None,
+        queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
+    )
+    return Client(store, RedisCoordinator(redis_url), FleetKicker(settings), host=None)
 
 
 class Client:
-    """The embedded client.  Use it as a context manager, or call :meth:`close`."""
+    """A client of one deployment (embedded or fleet; the same API either way).  Use it
+    as a context manager, or call :meth:`close`."""
 
-    def __init__(self, store: SqlStore, *, host: Host | None) -> None:
+    def __init__(
+        self,
+        store: SqlStore,
+        coordinator: Coordinator,
+        kicker: EmbeddedKicker | FleetKicker,
+        *,
+        host: Host | None,
+    ) -> None:
         self.store = store
+        self.coordinator = coordinator
         self.host = host
-        self.coordinator = LocalCoordinator()
-        self._engine = (
-            TurnEngine(store=store, coordinator=self.coordinator, host=host) if host else None
-        )
-        self._drivers: dict[str, threading.Thread] = {}
-        self._driver_errors: dict[str, BaseException] = {}
-        self._kicked: set[str] = set()
-        self._guard = threading.Lock()
-        self._closed = False
+        self._kicker = kicker
 
     def __enter__(self) -> Client:
         return self
@@ -97,11 +123,11 @@ class Client:
         self.close()
 
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
-        """Stop accepting work; with ``wait``, let running turns finish first."""
-        self._closed = True
-        if wait:
-            for thread in list(self._drivers.values()):
-                thread.join(timeout)
+        """Stop accepting work; embedded, with ``wait``, let running turns finish first."""
+        self._kicker.close(wait=wait, timeout=timeout)
+        close = getattr(self.coordinator, "close", None)
+        if close is not None:
+            close()
         self.store.close()
 
     # ------------------------------------------------------------------ sessions
@@ -140,55 +166,6 @@ class Client:
         """A handle on any turn, from any process."""
         _check_id(turn_id)
         return TurnHandle(self, self.store.get_turn(turn_id))
-
-    # ------------------------------------------------------------------ driving
-
-    def _kick(self, session_id: str) -> None:
-        """Make sure a driver thread is draining the session."""
-        if self._engine is None:
-            raise InvalidRequest(
-                "this client has no host, so it cannot run turns: pass host=... to connect() "
-                "or set PARLEY_HOST"
-            )
-        if self._closed:
-            raise InvalidRequest("the client is closed")
-        with self._guard:
-            # The flag and the thread's decision to exit are both taken under the guard,
-            # so a kick that arrives while a driver is winding down is never dropped.
-            self._kicked.add(session_id)
-            if session_id in self._drivers:
-                return
-            thread = threading.Thread(
-                target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
-            )
-            self._drivers[session_id] = thread
-            self._driver_errors.pop(session_id, None)
-            thread.start()
-
-    def _drive(self, session_id: str) -> None:
-        assert self._engine is not None
-        driver = SessionDriver(self._engine)
-        try:
-            while True:
-                with self._guard:
-                    if session_id not in self._kicked:
-                        del self._drivers[session_id]
-                        return
-                    self._kicked.discard(session_id)
-                driver.drive(session_id)
-        except BaseException as exc:
-            log.exception("driver of session %s stopped", session_id)
-            with self._guard:
-                self._driver_errors[session_id] = exc
-                self._kicked.discard(session_id)
-                self._drivers.pop(session_id, None)
-            self.coordinator.publish([])  # wake waiters so they see the error
-
-    def _driver_failure(self, session_id: str) -> BaseException | None:
-        with self._guard:
-            if session_id in self._drivers:
-                return None
-            return self._driver_errors.get(session_id)
 
 
 class Session:
@@ -258,8 +235,7 @@ class Session:
                 f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters"
             )
         client = self._client
-        if client.host is None:
-            client._kick(self.id)  # raises the clear "no host" error before any write
+        client._kicker.ready()  # a client that cannot run turns says so before any write
         receipt = client.store.submit_turn(
             session_id=self.id, prompt=text, request_id=request_id, contract=contract, if_busy=busy
         )
@@ -267,7 +243,7 @@ class Session:
             client.coordinator.publish([receipt.queued_event])
         for turn_id in receipt.interrupted_turn_ids:
             client.coordinator.signal_interrupt(turn_id)
-        client._kick(self.id)
+        client._kicker.kick(self.id)
         return TurnHandle(client, receipt.turn)
 
     def branch_from(self, turn_id: str) -> None:
@@ -293,12 +269,11 @@ class Session:
         turn = client.store.get_turn(turn_id)
         if turn.session_id != self.id:
             raise ForeignTurn(f"turn {turn_id!r} belongs to session {turn.session_id!r}")
-        if client.host is None:
-            client._kick(self.id)
+        client._kicker.ready()
         turn, queued = client.store.resume_turn(turn_id, client.coordinator.last_seq(turn_id))
         if queued is not None:
             client.coordinator.publish([queued])
-        client._kick(self.id)
+        client._kicker.kick(self.id)
         return TurnHandle(client, turn)
 
 
@@ -366,7 +341,7 @@ class TurnHandle:
 
     def _raise_if_driver_died(self) -> None:
         client = self._client
-        failure = client._driver_failure(self.session_id)
+        failure = client._kicker.failure(self.session_id)
         if failure is not None and not client.store.run_state(self.turn_id).status.terminal:
             raise StoreError(f"the driver of this session stopped: {failure}") from failure
 

@@ -38,7 +38,7 @@ class SessionDriver:
                     if turn_id is None:
                         break
                     try:
-                        self.engine.run(turn_id, fence)
+                        self.engine.run(turn_id, fence, holding=lock.held)
                     except Conflict:
                         # The turn ended under another driver between our look and the
                         # claim; look again.

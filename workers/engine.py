@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -120,9 +120,13 @@ class TurnEngine:
 
     # ------------------------------------------------------------------ entry
 
-    def run(self, turn_id: str, fence: int) -> TurnStatus:
+    def run(
+        self, turn_id: str, fence: int, *, holding: Callable[[], bool] | None = None
+    ) -> TurnStatus:
         """Run ``turn_id`` to its end.  Raises :class:`Fenced` if another driver took over
-        (nothing of this attempt after that point is committed)."""
+        (nothing of this attempt after that point is committed).  ``holding`` says whether
+        the session lock is still ours: checked at every step boundary, so a driver that
+        lost it stops before paying for another model call."""
         # Clear a stale interrupt flag before the claim reads the durable inbox, so an
         # interrupt sent after this line is seen by one or the other.
         self.coordinator.clear_interrupt(turn_id)
@@ -134,19 +138,27 @@ class TurnEngine:
         )
         emitter = Emitter(turn_id, claimed.next_seq, self.coordinator)
         emitter.publish(started)
-        return _TurnRun(self, claimed, fence, emitter).run()
+        return _TurnRun(self, claimed, fence, emitter, holding).run()
 
 
 class _TurnRun:
     """One attempt at one turn."""
 
-    def __init__(self, engine: TurnEngine, claimed: ClaimedTurn, fence: int, emitter: Emitter):
+    def __init__(
+        self,
+        engine: TurnEngine,
+        claimed: ClaimedTurn,
+        fence: int,
+        emitter: Emitter,
+        holding: Callable[[], bool] | None,
+    ):
         self.engine = engine
         self.store = engine.store
         self.host = engine.host
         self.claimed = claimed
         self.fence = fence
         self.emitter = emitter
+        self.holding = holding
         self.turn = claimed.turn
         self.run_id = claimed.run.run_id
         self.contract: Contract | None = claimed.run.contract
@@ -241,6 +253,8 @@ class _TurnRun:
 
     def _loop(self, state: _TurnState) -> _Ending:
         while True:
+            if self.holding is not None and not self.holding():
+                raise Fenced("the session lock was lost; another driver takes over")
             interrupt = self._take_interrupt(state)
             if interrupt:
                 return _Ending(status=TurnStatus.CANCELLED)

@@ -1,0 +1,49 @@
+"""The Celery app factory: one configuration for producers and workers alike.
+
+At-least-once kicks: late acks, reject on worker lost, prefetch 1.  The visibility
+timeout is set on every app (the shortest one touching a broker wins).  JSON only, and no
+result backend: turn state lives in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu import Queue  # type: ignore[attr-defined]
+
+from broker_config.settings import FleetSettings
+from workers import constants as c
+
+
+def create_app(settings: FleetSettings, *, name: str = "parley") -> Any:
+    """A Celery app for ``settings``: producers send kicks with it, workers run them."""
+    app = Celery(name, broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        result_backend=None,
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        # Kicks are idempotent: cancelling a running driver when the broker connection
+        # drops would only make it redo its in-flight step, so let it finish.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS},
+        task_queues=[Queue(settings.queue)],  # type: ignore[no-untyped-call]
+        task_default_queue=settings.queue,
+        task_routes={
+            c.DRIVE_TASK: {"queue": settings.queue},
+            c.SWEEP_TASK: {"queue": settings.queue},
+        },
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def send_kick(app: Any, settings: FleetSettings, session_id: str) -> None:
+    """Ask the fleet to drive a session (a signal, not a job: duplicates are harmless)."""
+    app.send_task(c.DRIVE_TASK, args=[session_id], queue=settings.queue)

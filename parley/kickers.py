@@ -1,0 +1,115 @@
+"""How a client gets a session's turns driven: a thread in this process (embedded) or a
+Celery kick to the fleet."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from broker_config.app import create_app, send_kick
+from broker_config.settings import FleetSettings
+from parley.errors import InvalidRequest
+from workers.driver import SessionDriver
+from workers.engine import TurnEngine
+from workers.ports import Coordinator
+
+log = logging.getLogger("parley.client")
+
+
+class EmbeddedKicker:
+    """Drives sessions on background threads of this process, one thread per session."""
+
+    def __init__(self, engine: TurnEngine | None, coordinator: Coordinator) -> None:
+        self._engine = engine
+        self._coordinator = coordinator
+        self._drivers: dict[str, threading.Thread] = {}
+        self._errors: dict[str, BaseException] = {}
+        self._kicked: set[str] = set()
+        self._guard = threading.Lock()
+        self._closed = False
+
+    def ready(self) -> None:
+        """Raise unless this client can run turns."""
+        if self._engine is None:
+            raise InvalidRequest(
+                "this client has no host, so it cannot run turns: pass host=... to connect() "
+                "or set PARLEY_HOST"
+            )
+        if self._closed:
+            raise InvalidRequest("the client is closed")
+
+    def kick(self, session_id: str) -> None:
+        """Make sure a driver thread is draining the session."""
+        self.ready()
+        with self._guard:
+            # The flag and the thread's decision to exit are both taken under the guard,
+            # so a kick that arrives while a driver is winding down is never dropped.
+            self._kicked.add(session_id)
+            if session_id in self._drivers:
+                return
+            thread = threading.Thread(
+                target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
+            )
+            self._drivers[session_id] = thread
+            self._errors.pop(session_id, None)
+            thread.start()
+
+    def _drive(self, session_id: str) -> None:
+        assert self._engine is not None
+        driver = SessionDriver(self._engine)
+        try:
+            while True:
+                with self._guard:
+                    if session_id not in self._kicked:
+                        del self._drivers[session_id]
+                        return
+                    self._kicked.discard(session_id)
+                driver.drive(session_id)
+        except BaseException as exc:
+            log.exception("driver of session %s stopped", session_id)
+            with self._guard:
+                self._errors[session_id] = exc
+                self._kicked.discard(session_id)
+                self._drivers.pop(session_id, None)
+            self._coordinator.publish([])  # wake waiters so they see the error
+
+    def failure(self, session_id: str) -> BaseException | None:
+        """Why the session's driver stopped, if it stopped on an error."""
+        with self._guard:
+            if session_id in self._drivers:
+                return None
+            return self._errors.get(session_id)
+
+    def close(self, *, wait: bool, timeout: float | None) -> None:
+        """Accept no more kicks; with ``wait``, let running drivers finish."""
+        self._closed = True
+        if wait:
+            for thread in list(self._drivers.values()):
+                thread.join(timeout)
+
+
+class FleetKicker:
+    """Sends a Celery kick per submission; the fleet's workers do the driving."""
+
+    def __init__(self, settings: FleetSettings) -> None:
+        self._settings = settings
+        self._app: Any = create_app(settings, name="parley-producer")
+
+    def ready(self) -> None:
+        """A fleet client can always submit: the workers hold the host."""
+
+    def kick(self, session_id: str) -> None:
+        """Send a kick; a lost one is recovered by the sweeper, so failure only logs."""
+        try:
+            send_kick(self._app, self._settings, session_id)
+        except Exception:
+            log.warning("could not kick session %s; the sweeper will", session_id, exc_info=True)
+
+    def failure(self, session_id: str) -> BaseException | None:
+        """Worker failures are not visible to a producer (the turn stays resumable)."""
+        return None
+
+    def close(self, *, wait: bool, timeout: float | None) -> None:
+        """Release the broker connections."""
+        self._app.close()

@@ -1,0 +1,77 @@
+"""The fleet's worker process: ``celery -A parley.worker worker`` (or ``parley worker``).
+
+Configuration comes from the environment (:class:`broker_config.settings.FleetSettings`).
+The tasks are thin: they name a session, and the engine does the rest.  Each worker
+process builds its runtime after the fork (``worker_process_init``), never before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from broker_config.app import create_app, send_kick
+from broker_config.settings import FleetSettings
+from parley.host import load_host
+from workers import constants as c
+from workers.store import validate_ids
+from workers.tasks import FleetRuntime, drive_session, sweep
+
+log = logging.getLogger("parley.worker")
+
+settings = FleetSettings.from_env()
+app = create_app(settings)
+_runtime: FleetRuntime | None = None
+
+
+def runtime() -> FleetRuntime:
+    """This process's runtime, built on first use in each process."""
+    global _runtime
+    if _runtime is None or _runtime.pid != os.getpid():
+        host = load_host(settings.host) if settings.host else None
+        _runtime = FleetRuntime.build(
+            database_url=settings.database_url, redis_url=settings.redis_url, host=host
+        )
+    return _runtime
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _build_after_fork(**_kwargs: Any) -> None:
+    runtime()
+
+
+@app.task(name=c.DRIVE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
+def drive(session_id: str) -> int:
+    """Handle a kick for ``session_id``."""
+    validate_ids(session_id)
+    return drive_session(runtime(), session_id)
+
+
+@app.task(name=c.SWEEP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
+def sweeper() -> int:
+    """One sweep, as a task (``parley beat`` runs the same sweep in a loop)."""
+    return len(sweep_once())
+
+
+def sweep_once() -> list[str]:
+    """Re-kick the sessions that have work and no live driver."""
+    return sweep(runtime(), lambda session_id: send_kick(app, settings, session_id))
+
+
+def run_sweeper(stop: threading.Event | None = None) -> None:
+    """The ``beat`` process: sweep every ``PARLEY_SWEEP_SECONDS`` until stopped.
+
+    It sweeps in its own process rather than as a scheduled task, so recovery never
+    waits for a worker slot that long-running drivers occupy."""
+    stop = stop or threading.Event()
+    log.info("sweeping every %.1fs", settings.sweep_seconds)
+    while not stop.is_set():
+        try:
+            sweep_once()
+        except Exception:
+            log.warning("sweep failed; retrying", exc_info=True)
+        stop.wait(settings.sweep_seconds)

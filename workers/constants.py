@@ -1,0 +1,52 @@
+"""Every Redis key shape, queue name, task name and timing of the fleet, in one place.
+
+Redis holds only signals and caches that can be rebuilt: locks (rebuilt by whoever takes
+them next), replay buffers (PostgreSQL holds every durable event), interrupt flags (the
+interrupt itself is stored in PostgreSQL) and kick throttles.
+"""
+
+from __future__ import annotations
+
+TURN_QUEUE = "parley.turns"
+DRIVE_TASK = "parley.drive_session"
+SWEEP_TASK = "parley.sweep"
+
+LOCK_TTL_MS = 6_000
+"""A dead worker's session is free again after this long (then the sweeper re-kicks it)."""
+HEARTBEAT_SECONDS = 1.5
+"""How often a driver extends its lock: four beats fit in one TTL."""
+SWEEP_SECONDS = 2.0
+"""How often the sweeper looks for sessions with work and no live lock."""
+KICK_THROTTLE_SECONDS = 5
+"""The sweeper kicks one session at most once per this long, so a backlog larger than the
+fleet does not flood the queue with kicks."""
+ENDED_BUFFER_SECONDS = 3_600
+"""How long a finished turn's replay buffer (tokens included) is kept."""
+VISIBILITY_TIMEOUT_SECONDS = 3_600
+"""Redis broker redelivery of unacknowledged kicks.  Long on purpose: a redelivered kick
+is harmless, but crash recovery never waits for it (lock TTL + sweeper do that)."""
+
+
+def lock_key(session_id: str) -> str:
+    """The session lock: value = the holder's token, with a TTL."""
+    return f"parley:lock:{session_id}"
+
+
+def kicked_key(session_id: str) -> str:
+    """Set while a sweeper kick for the session is recent."""
+    return f"parley:kicked:{session_id}"
+
+
+def events_key(turn_id: str) -> str:
+    """The turn's replay buffer: a stream whose entry ids are ``<seq>-0``."""
+    return f"parley:events:{turn_id}"
+
+
+def deltas_channel(turn_id: str) -> str:
+    """The turn's pub/sub channel: each message is a JSON list of events."""
+    return f"parley:deltas:{turn_id}"
+
+
+def interrupt_key(turn_id: str) -> str:
+    """Set when an interrupt was sent, so a streaming driver stops at once."""
+    return f"parley:interrupt:{turn_id}"

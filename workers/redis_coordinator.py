@@ -1,0 +1,305 @@
+"""The Redis coordinator: session locks with a heartbeat, per-turn replay buffers with
+pub/sub, and interrupt flags, behind the same port as the in-process coordinator.
+
+Events are batched: ``publish`` queues them and a flusher thread sends whatever has
+accumulated in one pipeline of Lua calls (append to the turn's stream, publish the batch
+on its channel, report the interrupt flag), so under load one round trip carries many
+deltas, and an idle stream sends each delta at once.  Redis failures never fail a turn:
+PostgreSQL is the truth, and readers fall back to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from schemas.events import Event, EventKind
+from workers import constants as c
+
+log = logging.getLogger("parley.redis")
+
+# Append events to a turn's stream in seq order (skipping any already there), publish
+# them as one message, and say whether an interrupt is pending.
+# KEYS: stream, channel, interrupt flag.  ARGV: ended (0/1), buffer ttl, then seq, json...
+APPEND_AND_PUBLISH = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local top = 0
+if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
+local fresh = {}
+for i = 3, #ARGV, 2 do
+  local seq = tonumber(ARGV[i])
+  if seq > top then
+    redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
+    top = seq
+    fresh[#fresh + 1] = ARGV[i + 1]
+  end
+end
+if #fresh > 0 then
+  redis.call('PUBLISH', KEYS[2], '[' .. table.concat(fresh, ',') .. ']')
+end
+if ARGV[1] == '1' then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
+return redis.call('EXISTS', KEYS[3])
+"""
+
+# Extend a held lock; take it back if Redis lost it and nobody else took it (the fence in
+# PostgreSQL, not this lock, is what keeps commits safe).  Returns 1 if still held.
+EXTEND_LOCK = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+RELEASE_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+INTERRUPT_RECHECK_SECONDS = 0.1
+
+
+class RedisLock:
+    """A held session lock, kept alive by a heartbeat thread until released or lost."""
+
+    def __init__(self, coordinator: RedisCoordinator, session_id: str, token: str) -> None:
+        self._coordinator = coordinator
+        self._key = c.lock_key(session_id)
+        self._token = token
+        self._held = True
+        self._stop = threading.Event()
+        self._beat = threading.Thread(
+            target=self._heartbeat, name=f"lock-{session_id[:8]}", daemon=True
+        )
+        self._beat.start()
+
+    def held(self) -> bool:
+        """False once the heartbeat failed to keep the lock."""
+        return self._held
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lock if it is still ours."""
+        self._stop.set()
+        self._beat.join()
+        if self._held:
+            self._held = False
+            try:
+                self._coordinator.scripts.release(keys=[self._key], args=[self._token])
+            except redis.RedisError:
+                log.warning("could not release %s; it expires by itself", self._key)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(c.HEARTBEAT_SECONDS):
+            try:
+                kept = self._coordinator.scripts.extend(
+                    keys=[self._key], args=[self._token, c.LOCK_TTL_MS]
+                )
+            except redis.RedisError:
+                log.warning("heartbeat of %s failed; retrying", self._key)
+                continue
+            if not kept:
+                log.warning("lost %s to another driver", self._key)
+                self._held = False
+                return
+
+
+class _Scripts:
+    def __init__(self, client: Any) -> None:
+        self.append = client.register_script(APPEND_AND_PUBLISH)
+        self.extend = client.register_script(EXTEND_LOCK)
+        self.release = client.register_script(RELEASE_LOCK)
+
+
+class RedisCoordinator:
+    """Implements :class:`workers.ports.Coordinator` on Redis."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # redis-py's return types depend on decode settings; results are converted here.
+        self.redis: Any = redis.Redis.from_url(url)
+        # Blocking stream reads need a connection without the default socket timeout.
+        self._blocking: Any = redis.Redis.from_url(url, socket_timeout=None)
+        self.scripts = _Scripts(self.redis)
+        self._pending: list[Event] = []
+        self._wake = threading.Condition()
+        self._flusher: threading.Thread | None = None
+        self._closed = False
+        self._interrupted: set[str] = set()
+        self._interrupt_checked: dict[str, float] = {}
+        self.round_trips = 0
+
+    def close(self) -> None:
+        """Flush what is queued and stop the flusher."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._flusher is not None:
+            self._flusher.join(5)
+        self._flush(self._take())
+        self.redis.close()
+        self._blocking.close()
+
+    # ------------------------------------------------------------------ locks
+
+    def try_lock(self, session_id: str) -> RedisLock | None:
+        """The session's lock, or None if another driver holds it (or Redis is down)."""
+        token = uuid.uuid4().hex
+        try:
+            taken = self.redis.set(c.lock_key(session_id), token, nx=True, px=c.LOCK_TTL_MS)
+        except redis.RedisError:
+            log.warning("cannot reach Redis to lock session %s", session_id)
+            return None
+        return RedisLock(self, session_id, token) if taken else None
+
+    def lock_alive(self, session_id: str) -> bool:
+        """Whether some driver holds the session's lock."""
+        return bool(self.redis.exists(c.lock_key(session_id)))
+
+    def claim_kick(self, session_id: str) -> bool:
+        """True at most once per throttle period per session (for the sweeper)."""
+        return bool(
+            self.redis.set(c.kicked_key(session_id), 1, nx=True, ex=c.KICK_THROTTLE_SECONDS)
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def publish(self, events: Sequence[Event]) -> None:
+        """Queue events for the flusher (returns at once)."""
+        if not events:
+            return
+        with self._wake:
+            self._pending.extend(events)
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name="parley-deltas", daemon=True
+                )
+                self._flusher.start()
+            self._wake.notify()
+
+    def flush(self) -> None:
+        """Send what is queued now (from the caller's thread)."""
+        self._flush(self._take())
+
+    def _take(self) -> list[Event]:
+        with self._wake:
+            events, self._pending = self._pending, []
+        return events
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                events, self._pending = self._pending, []
+            self._flush(events)
+
+    def _flush(self, events: list[Event]) -> None:
+        if not events:
+            return
+        by_turn: dict[str, list[Event]] = {}
+        for event in events:
+            by_turn.setdefault(event.turn_id, []).append(event)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for turn_id, batch in by_turn.items():
+                args: list[Any] = [
+                    "1" if any(e.kind is EventKind.END for e in batch) else "0",
+                    c.ENDED_BUFFER_SECONDS,
+                ]
+                for event in batch:
+                    args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
+                self.scripts.append(
+                    keys=[
+                        c.events_key(turn_id),
+                        c.deltas_channel(turn_id),
+                        c.interrupt_key(turn_id),
+                    ],
+                    args=args,
+                    client=pipe,
+                )
+            flags = pipe.execute()
+            self.round_trips += 1
+        except redis.RedisError:
+            log.warning(
+                "could not publish %d event(s); readers fall back to the store", len(events)
+            )
+            return
+        for turn_id, flag in zip(by_turn, flags, strict=True):
+            if flag:
+                self._interrupted.add(turn_id)
+
+    def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
+        """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
+        key = c.events_key(turn_id)
+        try:
+            if timeout > 0:
+                found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
+                entries = found[0][1] if found else []
+            else:
+                entries = self.redis.xrange(key, min=f"({after}-0")
+        except redis.RedisError:
+            log.warning("cannot read the replay buffer of %s", turn_id)
+            if timeout > 0:
+                time.sleep(timeout)
+            return []
+        return [Event.from_json(json.loads(fields[b"e"])) for _id, fields in entries]
+
+    def last_seq(self, turn_id: str) -> int:
+        """The newest buffered seq of a turn (0 if none or Redis is unreachable)."""
+        self.flush()  # what this process still holds counts too
+        try:
+            last = self.redis.xrevrange(c.events_key(turn_id), count=1)
+        except redis.RedisError:
+            return 0
+        return int(last[0][0].split(b"-")[0]) if last else 0
+
+    # ------------------------------------------------------------------ interrupts
+
+    def signal_interrupt(self, turn_id: str) -> None:
+        """Tell a streaming driver to stop now (the interrupt itself is in the store)."""
+        try:
+            self.redis.set(c.interrupt_key(turn_id), 1, ex=c.ENDED_BUFFER_SECONDS)
+        except redis.RedisError:
+            log.warning(
+                "could not flag the interrupt of %s; it lands at the next boundary", turn_id
+            )
+
+    def interrupt_requested(self, turn_id: str) -> bool:
+        """Whether an interrupt is flagged: from the flusher's answers, or asked at most
+        every 100 ms, so a streaming driver does not pay a round trip per delta."""
+        if turn_id in self._interrupted:
+            return True
+        now = time.monotonic()
+        if now - self._interrupt_checked.get(turn_id, 0.0) < INTERRUPT_RECHECK_SECONDS:
+            return False
+        self._interrupt_checked[turn_id] = now
+        try:
+            flagged = bool(self.redis.exists(c.interrupt_key(turn_id)))
+        except redis.RedisError:
+            return False
+        if flagged:
+            self._interrupted.add(turn_id)
+        return flagged
+
+    def clear_interrupt(self, turn_id: str) -> None:
+        """Forget a handled interrupt."""
+        self._interrupted.discard(turn_id)
+        self._interrupt_checked.pop(turn_id, None)
+        try:
+            self.redis.delete(c.interrupt_key(turn_id))
+        except redis.RedisError:
+            log.warning("could not clear the interrupt flag of %s", turn_id)

@@ -1,0 +1,69 @@
+"""What the fleet's Celery tasks do, without Celery: drive a session, sweep for strays.
+
+Tasks carry ids, never objects.  Each worker process builds its own runtime (engine,
+store, coordinator) on first use, which is after Celery's prefork, so no database or
+Redis connection is ever shared across a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workers.driver import SessionDriver
+from workers.engine import TurnEngine
+from workers.ports import Host
+from workers.redis_coordinator import RedisCoordinator
+from workers.store import SqlStore
+
+log = logging.getLogger("parley.tasks")
+
+
+@dataclass(kw_only=True)
+class FleetRuntime:
+    """One worker process's engine, store and coordinator."""
+
+    store: SqlStore
+    coordinator: RedisCoordinator
+    engine: TurnEngine | None
+    pid: int
+
+    @classmethod
+    def build(cls, *, database_url: str, redis_url: str, host: Host | None) -> FleetRuntime:
+        """Connect to PostgreSQL and Redis (call after the fork)."""
+        store = SqlStore.from_url(database_url)
+        coordinator = RedisCoordinator(redis_url)
+        engine = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
+        return cls(store=store, coordinator=coordinator, engine=engine, pid=os.getpid())
+
+    def close(self) -> None:
+        """Release connections."""
+        self.coordinator.close()
+        self.store.close()
+
+
+def drive_session(runtime: FleetRuntime, session_id: str) -> int:
+    """Handle a kick: run the session's runnable turns if nobody else is.  Returns how
+    many turns ran here; a duplicate kick returns 0 at once."""
+    if runtime.engine is None:
+        raise RuntimeError("this worker has no host (set PARLEY_HOST)")
+    ran = SessionDriver(runtime.engine).drive(session_id)
+    runtime.coordinator.flush()
+    return ran
+
+
+def sweep(runtime: FleetRuntime, kick: Callable[[str], None]) -> list[str]:
+    """Re-kick every session that has a queued or running turn and no live lock: lost
+    kicks, dead workers and an emptied Redis are all recovered here."""
+    kicked = []
+    for session_id in runtime.store.sessions_with_work():
+        if runtime.coordinator.lock_alive(session_id):
+            continue
+        if runtime.coordinator.claim_kick(session_id):
+            kick(session_id)
+            kicked.append(session_id)
+    if kicked:
+        log.info("sweeper kicked %d session(s)", len(kicked))
+    return kicked
