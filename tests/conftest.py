@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-import parley
 from workers.database import create_database_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -55,21 +54,3 @@ def workspace(tmp_path: Path) -> Path:
     (root / "retry.py").write_text("RETRY_ON = (502, 504)\n")
     (root / "secrets" / "token.txt").write_text("hunter2\n")
     return root
-
-
-ClientFactory = Callable[..., parley.Client]
-
-
-@pytest.fixture
-def make_client(db_url: str) -> Iterator[ClientFactory]:
-    """Build clients on the test's database; every one is closed after the test."""
-    clients: list[parley.Client] = []
-
-    def factory(host: parley.Host | None = None) -> parley.Client:
-        client = parley.connect(db_url, host=host, migrate_schema=True)
-        clients.append(client)
-        return client
-
-    yield factory
-    for client in clients:
-        client.close(timeout=10)

@@ -1,55 +1,87 @@
-"""Test doubles that are real implementations: hosts from scripts, gated tools, and
-recording models."""
+"""Test-side controls for :mod:`tests.hosts` and in-process test doubles."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import parley
-from parley.tools import FunctionTool
-from workers.ports import ModelReply, ModelRequest, ToolContext
+from tests.hosts import control_dir
+from workers.ports import ModelReply, ModelRequest
+
+
+class Control:
+    """Writes what ``workspace_host`` does for this test's workspace, and reads back what
+    its model was asked."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.dir = control_dir(workspace)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def script(self, rules: list[dict[str, Any]]) -> None:
+        """The rules the model answers with."""
+        (self.dir / "script.json").write_text(json.dumps({"rules": rules}))
+
+    def fail_model(self, message: str) -> None:
+        """Make every model call raise."""
+        (self.dir / "script.json").write_text(json.dumps({"fail": message, "rules": []}))
+
+    def policy(self, **options: Any) -> None:
+        """``parley.Policy`` arguments for every later check."""
+        (self.dir / "policy.json").write_text(json.dumps(options))
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request the model was sent, oldest first."""
+        path = self.dir / "requests.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def user_texts(self, request: dict[str, Any], origin: str | None = None) -> list[str]:
+        """The user messages of a recorded request (of one origin, if given)."""
+        return [
+            m["text"]
+            for m in request["messages"]
+            if m["role"] == "user" and (origin is None or m["origin"] == origin)
+        ]
+
+    # --------------------------------------------------------------- the gate tool
+
+    def wait_entered(self, timeout: float = 30) -> None:
+        """Block until a step is inside ``wait_for_gate``."""
+        deadline = time.monotonic() + timeout
+        while not (self.dir / "gate-entered").exists():
+            assert time.monotonic() < deadline, "the turn never reached the gate"
+            time.sleep(0.01)
+
+    def open_gate(self) -> None:
+        """Let every ``wait_for_gate`` call return."""
+        (self.dir / "gate-open").touch()
+
+    def reset_gate(self) -> None:
+        """Close the gate again for the next turn."""
+        for name in ("gate-open", "gate-entered"):
+            (self.dir / name).unlink(missing_ok=True)
+
+    @property
+    def gate_calls(self) -> int:
+        """How many times the gate tool ran, in any process."""
+        path = self.dir / "gate-calls"
+        return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def scripted_host(rules: list[dict[str, Any]], **host_options: Any) -> parley.Host:
-    """A host whose model follows ``rules``."""
-    tools = host_options.pop("tools", None)
+    """An in-process host whose model follows ``rules`` (for embedded-only tests)."""
     model = parley.models.ScriptedModel({"rules": rules})
-    if tools is None:
-        return parley.Host(model=model, **host_options)
-    return parley.Host(model=model, tools=tools, **host_options)
-
-
-class Gate:
-    """A tool that blocks until the test opens it, so a test can act while a step's tool
-    round is in flight (between the model call and the step commit)."""
-
-    def __init__(self, name: str = "wait_for_gate") -> None:
-        self.entered = threading.Event()
-        self.opened = threading.Event()
-        self.calls = 0
-        self.tool = FunctionTool(
-            name=name,
-            description="Blocks until released by the test.",
-            parameters={"type": "object", "properties": {}},
-            function=self._run,
-        )
-
-    def _run(self, _arguments: dict[str, Any], _context: ToolContext) -> str:
-        self.calls += 1
-        self.entered.set()
-        if not self.opened.wait(30):
-            raise TimeoutError("the test never opened the gate")
-        return "gate opened"
-
-    def wait_entered(self) -> None:
-        """Block until a step is inside the tool."""
-        assert self.entered.wait(30), "the turn never reached the gate"
+    return parley.Host(model=model, **host_options)
 
 
 class RecordingModel:
-    """Wraps a model and keeps every request it was sent."""
+    """Wraps a model and keeps every request it was sent (in-process only)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner

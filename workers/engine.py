@@ -163,6 +163,9 @@ class _TurnRun:
         self.run_id = claimed.run.run_id
         self.contract: Contract | None = claimed.run.contract
         self.root = claimed.session.root
+        self.context = ToolContext(
+            root=self.root, session_id=claimed.session.session_id, turn_id=claimed.turn.turn_id
+        )
         self.tools: dict[str, Tool] = {}
         self.prefix: Prefix | None = None
         self.refresh_prefix = False
@@ -334,7 +337,7 @@ class _TurnRun:
         if self.history is None:
             self.history = history_messages(self.claimed.history)
         messages = assemble(self.history, self.turn.prompt, state.steps, inputs)
-        request = ModelRequest(prefix=self.prefix, messages=messages)
+        request = ModelRequest(prefix=self.prefix, messages=messages, context=self.context)
         sink = _DeltaSink(self.emitter, self.engine.coordinator, index)
         try:
             reply = self.host.model.stream(request, sink)
@@ -443,11 +446,8 @@ class _TurnRun:
                 is_error=True,
                 refusal=refusal_rule,
             )
-        context = ToolContext(
-            root=self.root, session_id=self.claimed.session.session_id, turn_id=self.turn.turn_id
-        )
         try:
-            output = tool.run(arguments, context)
+            output = tool.run(arguments, self.context)
         except Exception as exc:
             return error(f"error: {type(exc).__name__}: {exc}")
         return ToolResult(

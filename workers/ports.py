@@ -17,11 +17,22 @@ from schemas.records import Contract, RunState, SessionRecord, Steer, TurnRecord
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a model or a tool may know about the turn calling it."""
+
+    root: str
+    session_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelRequest:
-    """One model call: the frozen prefix and the model-visible messages."""
+    """One model call: the frozen prefix and the model-visible messages, plus who is
+    asking (for a provider's tracing or user fields; never sent as conversation)."""
 
     prefix: Prefix
     messages: tuple[Message, ...]
+    context: ToolContext | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,15 +79,6 @@ class Access:
 
     mode: AccessMode
     path: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolContext:
-    """What a tool may know about the turn calling it."""
-
-    root: str
-    session_id: str
-    turn_id: str
 
 
 class Tool(Protocol):

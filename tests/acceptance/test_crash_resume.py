@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import parley
 from schemas.events import EventKind
-from tests.conftest import ClientFactory
+from tests.acceptance.conftest import ClientFactory
 from workers.store import SqlStore
 
 SLOW_TEXT = "".join(f"chunk{i:03d} " for i in range(300))
@@ -36,12 +38,13 @@ handle.wait()
 """
 
 
+@pytest.mark.embedded_only  # the fleet's own crash tests kill real workers
 def test_a_turn_killed_mid_step_resumes_in_another_process(
     make_client: ClientFactory, workspace: Path, db_url: str, tmp_path: Path
 ) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"rules": RULES}))
-    client = make_client(parley.Host(model=parley.models.ScriptedModel(script)))
+    client = make_client(host=parley.Host(model=parley.models.ScriptedModel(script)))
     session = client.open_session(workspace)
 
     child = subprocess.Popen(

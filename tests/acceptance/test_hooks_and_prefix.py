@@ -11,8 +11,11 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from schemas.messages import Prefix, ToolDeclaration
-from tests.conftest import ClientFactory
-from tests.helpers import Gate, RecordingModel
+from tests.acceptance.conftest import ClientFactory
+from tests.helpers import Control, RecordingModel
+from tests.hosts import WAIT_FOR_GATE
+
+pytestmark = pytest.mark.embedded_only  # the hooks under test live in this process
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 
@@ -52,7 +55,7 @@ def test_before_commit_rejects_and_nothing_is_committed(
     make_client: ClientFactory, workspace: Path
 ) -> None:
     hooks = Recorder()
-    client = make_client(host(hooks))
+    client = make_client(host=host(hooks))
     session = client.open_session(workspace)
     kept = session.turn("kept")
     hooks.reject = True
@@ -72,7 +75,7 @@ def test_observational_hooks_cannot_undo_a_commit(
     make_client: ClientFactory, workspace: Path
 ) -> None:
     hooks = Recorder(break_after=True)
-    client = make_client(host(hooks))
+    client = make_client(host=host(hooks))
     session = client.open_session(workspace)
     result = session.turn("hello")
     assert result.outcome is parley.TurnStatus.FINISHED
@@ -84,24 +87,23 @@ def test_observational_hooks_cannot_undo_a_commit(
 
 
 def test_cancelled_and_failed_turns_never_call_after_commit(
-    make_client: ClientFactory, workspace: Path
+    make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:
     hooks = Recorder()
-    gate = Gate()
     rules = [
         {"when": "slow", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "x"}]}
     ]
-    client = make_client(host(hooks, rules, tools=[gate.tool]))
+    client = make_client(host=host(hooks, rules, tools=[WAIT_FOR_GATE]))
     handle = client.open_session(workspace).submit("slow")
-    gate.wait_entered()
+    control.wait_entered()
     handle.interrupt()
-    gate.opened.set()
+    control.open_gate()
     assert handle.wait(30).outcome is parley.TurnStatus.CANCELLED
 
     def broken(_request: parley.models.ModelRequest) -> str:
         raise ConnectionError("no route")
 
-    failing = make_client(parley.Host(model=parley.models.FunctionModel(broken), hooks=hooks))
+    failing = make_client(host=parley.Host(model=parley.models.FunctionModel(broken), hooks=hooks))
     assert failing.open_session(workspace).turn("x").outcome is parley.TurnStatus.FAILED
     assert hooks.after_commit_calls == []
     assert hooks.before_commit_calls == []
@@ -112,7 +114,7 @@ def test_the_prefix_is_frozen_after_the_first_committed_turn(
     make_client: ClientFactory, workspace: Path
 ) -> None:
     first_model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
-    client = make_client(parley.Host(model=first_model, system_prompt="You are v1."))
+    client = make_client(host=parley.Host(model=first_model, system_prompt="You are v1."))
     session = client.open_session(workspace)
     session.turn("one")
     frozen = first_model.requests[0].prefix
@@ -121,7 +123,9 @@ def test_the_prefix_is_frozen_after_the_first_committed_turn(
     # prefix it froze, byte for byte, so provider prompt caches keep hitting.
     second_model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
     later = make_client(
-        parley.Host(model=second_model, system_prompt="You are v2.", tools=[parley.tools.read_file])
+        host=parley.Host(
+            model=second_model, system_prompt="You are v2.", tools=[parley.tools.read_file]
+        )
     )
     later.session(session.id).turn("two")
     assert second_model.requests[0].prefix.canonical_bytes() == frozen.canonical_bytes()
@@ -147,7 +151,7 @@ def test_before_turn_sets_the_initial_prefix_and_refreshes_only_explicitly(
 ) -> None:
     hooks = PrefixHooks()
     model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
-    client = make_client(parley.Host(model=model, hooks=hooks))
+    client = make_client(host=parley.Host(model=model, hooks=hooks))
     session = client.open_session(workspace)
     tools = [ToolDeclaration(name="read_file", description="read", parameters={"type": "object"})]
 
@@ -179,7 +183,7 @@ def test_before_turn_that_raises_fails_the_turn_cleanly(
         def before_turn(self, *_args: Any) -> None:
             raise KeyError("tenant")
 
-    client = make_client(host(Broken()))
+    client = make_client(host=host(Broken()))
     session = client.open_session(workspace)
     result = session.turn("x")
     assert result.outcome is parley.TurnStatus.FAILED

@@ -1,0 +1,106 @@
+"""Start and stop the Procfile's fleet processes for tests: real `parley worker` and
+`parley beat` processes against the test run's PostgreSQL database and a dedicated Redis
+database number."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+REPO = Path(__file__).resolve().parent.parent
+REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+@dataclass
+class Fleet:
+    """A set of worker and beat processes serving one queue."""
+
+    database_url: str
+    host: str = "tests.hosts:workspace_host"
+    redis_url: str = REDIS_TEST_URL
+    queue: str = field(default_factory=lambda: f"parley.test.{uuid.uuid4().hex[:8]}")
+    log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        """The environment every fleet process (and fleet client) gets."""
+        return {
+            **os.environ,
+            "PARLEY_DATABASE_URL": self.database_url,
+            "PARLEY_REDIS_URL": self.redis_url,
+            "PARLEY_HOST": self.host,
+            "PARLEY_QUEUE": self.queue,
+            "PARLEY_SWEEP_SECONDS": "1",
+            "PYTHONPATH": str(REPO),
+        }
+
+    def start_worker(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
+        """A `parley worker` process (its own process group, so a test can kill it whole)."""
+        return self._start("worker", "--concurrency", str(concurrency), "--pool", "prefork")
+
+    def start_beat(self) -> subprocess.Popen[bytes]:
+        """The sweeper process."""
+        return self._start("beat")
+
+    def _start(self, *argv: str) -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{self.queue}-{argv[0]}-{len(self.processes)}.log"
+        with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(
+                [sys.executable, "-m", "parley", *argv],
+                env=self.env(),
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(process)
+        return process
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Block until a worker consumes this fleet's queue."""
+        deadline = time.monotonic() + timeout
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            while time.monotonic() < deadline:
+                if any(p.poll() is not None for p in self.processes):
+                    raise RuntimeError(
+                        f"a fleet process exited; see {self.log_dir}/{self.queue}-*.log"
+                    )
+                if client.exists(f"_kombu.binding.{self.queue}"):
+                    for log in self.log_dir.glob(f"{self.queue}-worker-*.log"):
+                        if b"ready." in log.read_bytes():
+                            return
+                time.sleep(0.1)
+        finally:
+            client.close()
+        raise TimeoutError("the fleet's workers did not become ready")
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL)."""
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+        self.processes.clear()
+
+
+def flush_redis(url: str = REDIS_TEST_URL) -> None:
+    """Empty the tests' Redis database."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()

@@ -1,0 +1,89 @@
+"""Hosts the fleet's worker processes load by name (``PARLEY_HOST=tests.hosts:...``).
+
+``workspace_host`` takes its behaviour from files a test writes beside its workspace
+(``<workspace>/../.parley-test/``): the script, the policy, a gate.  So one host, loaded
+once per worker process, serves every test, and the same test body runs embedded and on
+the fleet with the very same host code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import parley
+from parley.tools import WORKSPACE_TOOLS, FunctionTool
+from schemas.messages import message_to_json
+from workers.ports import Access, DeltaSink, ModelReply, ModelRequest, Refusal, ToolContext
+
+GATE_TIMEOUT_SECONDS = 30
+
+
+def control_dir(root: str | Path) -> Path:
+    """Where a test's control files live: beside the workspace, not inside it."""
+    return Path(root).parent / ".parley-test"
+
+
+class WorkspaceScriptedModel:
+    """A scripted model whose script is the test's ``script.json``; it also records each
+    request it was sent in ``requests.jsonl``."""
+
+    name = "workspace-scripted"
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        assert request.context is not None
+        control = control_dir(request.context.root)
+        script = json.loads((control / "script.json").read_text())
+        with (control / "requests.jsonl").open("a") as log:
+            seen = {
+                "turn_id": request.context.turn_id,
+                "system_prompt": request.prefix.system_prompt,
+                "messages": [message_to_json(m) for m in request.messages],
+            }
+            log.write(json.dumps(seen) + "\n")
+        if "fail" in script:
+            raise RuntimeError(script["fail"])
+        reply: ModelReply = parley.models.ScriptedModel(script).stream(request, on_delta)
+        return reply
+
+
+class WorkspacePolicy:
+    """The test's ``policy.json`` (``parley.Policy`` arguments), re-read at every check."""
+
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
+        path = control_dir(root) / "policy.json"
+        options = json.loads(path.read_text()) if path.exists() else {}
+        return parley.Policy(**options).check(tool, accesses, root)
+
+
+def _wait_for_gate(_arguments: dict[str, Any], context: ToolContext) -> str:
+    control = control_dir(context.root)
+    with (control / "gate-calls").open("a") as calls:
+        calls.write("call\n")
+    (control / "gate-entered").touch()
+    deadline = time.monotonic() + GATE_TIMEOUT_SECONDS
+    while not (control / "gate-open").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never opened the gate")
+        time.sleep(0.01)
+    return "gate opened"
+
+
+WAIT_FOR_GATE = FunctionTool(
+    name="wait_for_gate",
+    description="Blocks until the test opens the gate (a file), in any process.",
+    parameters={"type": "object", "properties": {}},
+    function=_wait_for_gate,
+)
+
+
+def workspace_host() -> parley.Host:
+    """The host of the acceptance suite, embedded and fleet alike."""
+    return parley.Host(
+        model=WorkspaceScriptedModel(),
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE],
+        policy=WorkspacePolicy(),
+    )
