@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -20,10 +21,10 @@ PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A database created for this test run and dropped after it."""
-    name = f"parley_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+@contextmanager
+def fresh_postgres_database(purpose: str) -> Iterator[str]:
+    """A migrated database created for this test run and dropped after it."""
+    name = f"parley_{purpose}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -32,9 +33,27 @@ def postgres_url() -> Iterator[str]:
     engine = create_database_engine(url)
     migrate(engine)
     engine.dispose()
-    yield url
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The embedded tests' PostgreSQL database."""
+    with fresh_postgres_database("test") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def fleet_postgres_url() -> Iterator[str]:
+    """The fleet's own database: its sweeper adopts every turn it finds without a Redis
+    lock, so it must not share a database with embedded clients (nor should a real
+    deployment: a database is served by one kind of deployment)."""
+    with fresh_postgres_database("fleet") as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)

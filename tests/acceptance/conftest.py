@@ -33,9 +33,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def fleet(postgres_url: str) -> Iterator[Fleet]:
+def fleet(fleet_postgres_url: str) -> Iterator[Fleet]:
     """One worker (two processes) and a sweeper for the whole acceptance run."""
-    pool = Fleet(database_url=postgres_url)
+    pool = Fleet(database_url=fleet_postgres_url)
     flush_redis(pool.redis_url)
     pool.start_worker()
     pool.start_beat()
@@ -50,7 +50,8 @@ def fleet(postgres_url: str) -> Iterator[Fleet]:
 def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if backend == "embedded-sqlite":
         return f"sqlite:///{tmp_path / 'parley.db'}"
-    url: str = request.getfixturevalue("postgres_url")
+    name = "fleet_postgres_url" if backend.startswith("fleet") else "postgres_url"
+    url: str = request.getfixturevalue(name)
     return url
 
 
