@@ -225,4 +225,5 @@ class RunState:
     reply: str | None
     partial: str | None
     error: str | None
+    worker: str | None = None
     undelivered: tuple[str, ...] = field(default=())

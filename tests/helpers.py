@@ -58,14 +58,19 @@ class Control:
             assert time.monotonic() < deadline, "the turn never reached the gate"
             time.sleep(0.01)
 
-    def open_gate(self) -> None:
-        """Let every ``wait_for_gate`` call return."""
-        (self.dir / "gate-open").touch()
+    def open_gate(self, pid: int | None = None) -> None:
+        """Let every ``wait_for_gate`` call return (or only those of process ``pid``)."""
+        (self.dir / ("gate-open" if pid is None else f"gate-open-{pid}")).touch()
+
+    def entered_by(self) -> set[int]:
+        """The processes that have entered the gate."""
+        return {int(p.name.rsplit("-", 1)[1]) for p in self.dir.glob("gate-entered-*")}
 
     def reset_gate(self) -> None:
         """Close the gate again for the next turn."""
-        for name in ("gate-open", "gate-entered"):
-            (self.dir / name).unlink(missing_ok=True)
+        for path in self.dir.glob("gate-*"):
+            if path.name != "gate-calls":
+                path.unlink()
 
     @property
     def gate_calls(self) -> int:

@@ -9,6 +9,7 @@ the fleet with the very same host code.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,16 +61,20 @@ class WorkspacePolicy:
 
 
 def _wait_for_gate(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """Blocks until ``gate-open`` (every process) or ``gate-open-<pid>`` (this process)
+    exists; says which process passed, so a test can tell whose result was committed."""
     control = control_dir(context.root)
+    pid = os.getpid()
     with (control / "gate-calls").open("a") as calls:
-        calls.write("call\n")
+        calls.write(f"{pid}\n")
     (control / "gate-entered").touch()
+    (control / f"gate-entered-{pid}").touch()
     deadline = time.monotonic() + GATE_TIMEOUT_SECONDS
-    while not (control / "gate-open").exists():
+    while not (control / "gate-open").exists() and not (control / f"gate-open-{pid}").exists():
         if time.monotonic() > deadline:
             raise TimeoutError("the test never opened the gate")
         time.sleep(0.01)
-    return "gate opened"
+    return f"gate opened (pid {pid})"
 
 
 WAIT_FOR_GATE = FunctionTool(

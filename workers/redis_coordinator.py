@@ -134,6 +134,7 @@ class RedisCoordinator:
         self.scripts = _Scripts(self.redis)
         self._pending: list[Event] = []
         self._wake = threading.Condition()
+        self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._closed = False
         self._interrupted: set[str] = set()
@@ -147,7 +148,7 @@ class RedisCoordinator:
             self._wake.notify_all()
         if self._flusher is not None:
             self._flusher.join(5)
-        self._flush(self._take())
+        self._send_pending()
         self.redis.close()
         self._blocking.close()
 
@@ -190,12 +191,16 @@ class RedisCoordinator:
 
     def flush(self) -> None:
         """Send what is queued now (from the caller's thread)."""
-        self._flush(self._take())
+        self._send_pending()
 
-    def _take(self) -> list[Event]:
-        with self._wake:
-            events, self._pending = self._pending, []
-        return events
+    def _send_pending(self) -> None:
+        # Taking and sending under one lock keeps batches in publish order: a batch sent
+        # from the caller's thread can never overtake the flusher's earlier one (the
+        # stream skips a seq that arrives after a higher one).
+        with self._sending:
+            with self._wake:
+                events, self._pending = self._pending, []
+            self._flush(events)
 
     def _flush_loop(self) -> None:
         while True:
@@ -204,8 +209,7 @@ class RedisCoordinator:
                     self._wake.wait()
                 if self._closed:
                     return
-                events, self._pending = self._pending, []
-            self._flush(events)
+            self._send_pending()
 
     def _flush(self, events: list[Event]) -> None:
         if not events:

@@ -767,6 +767,7 @@ def _run_state(run: Any) -> RunState:
         reply=run.reply,
         partial=run.partial,
         error=run.error,
+        worker=run.worker,
         undelivered=tuple(run.undelivered or ()),
     )
 

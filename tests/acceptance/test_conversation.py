@@ -310,7 +310,7 @@ def test_interrupt_at_a_boundary_cancels_and_resume_continues_the_same_turn_and_
     assert cancelled.reply is None
     assert cancelled.steps == 1  # the step in flight committed whole, with its tool result
     step0 = client.store.steps_of(handle.turn_id)[0].payload
-    assert step0.tool_results[0].content == "gate opened"
+    assert step0.tool_results[0].content.startswith("gate opened")
 
     resumed = session.resume(handle.turn_id)
     assert (resumed.turn_id, resumed.run_id) == (handle.turn_id, handle.run_id)

@@ -1,0 +1,309 @@
+"""The fleet under failure, with real processes: workers killed with SIGKILL, a worker
+paused past its lock, Redis emptied or its connections cut, database backends
+terminated, and a load of sessions.  Each test gets its own database, Redis database
+and fleet (two single-process workers and the sweeper)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+import parley
+from schemas.events import EventKind
+from tests.conftest import PG_ADMIN_URL, fresh_postgres_database
+from tests.fleet import Fleet, flush_redis
+from tests.helpers import Control
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
+
+
+class Chaos:
+    """A fleet of two single-process workers plus the sweeper, and a client of it."""
+
+    def __init__(self, database_url: str, workspace: Path) -> None:
+        self.fleet = Fleet(database_url=database_url, redis_url=CHAOS_REDIS_URL)
+        self.database_url = database_url
+        self.workspace = workspace
+        self.control = Control(workspace)
+        self.workers = [self.fleet.start_worker(concurrency=1) for _ in range(2)]
+        self.fleet.start_beat()
+        self.fleet.wait_ready()
+        self.client = parley.connect(
+            database_url, redis_url=CHAOS_REDIS_URL, queue=self.fleet.queue
+        )
+
+    def worker_group_of(self, pid: int) -> int:
+        """The process group (one `parley worker`) that process ``pid`` belongs to."""
+        group = os.getpgid(pid)
+        assert group in {w.pid for w in self.workers}, f"{pid} is not one of our workers"
+        return group
+
+    def driver_pid(self, turn_id: str) -> int:
+        """The pid of the worker process that claimed the turn last."""
+        worker = self.client.store.run_state(turn_id).worker
+        assert worker is not None
+        return int(worker.split(":")[1])
+
+    def close(self) -> None:
+        self.client.close()
+        self.fleet.stop()
+
+
+@pytest.fixture
+def chaos(workspace: Path) -> Iterator[Chaos]:
+    with fresh_postgres_database("chaos") as url:
+        flush_redis(CHAOS_REDIS_URL)
+        harness = Chaos(url, workspace)
+        try:
+            yield harness
+        finally:
+            harness.close()
+
+
+def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_worker_killed_during_a_tool_call_is_replaced_and_the_step_redone(chaos: Chaos) -> None:
+    chaos.control.script(
+        [
+            {
+                "when": "crash",
+                "steps": [
+                    {"tool_calls": [{"name": "list_files"}]},
+                    {"tool_calls": [{"name": "wait_for_gate"}]},
+                    {"text": "done"},
+                ],
+            }
+        ]
+    )
+    session = chaos.client.open_session(chaos.workspace)
+    handle = session.submit("crash inside a tool")
+    chaos.control.wait_entered()
+    victim = chaos.driver_pid(handle.turn_id)
+    os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+    killed_at = time.monotonic()
+    chaos.control.open_gate()
+
+    result = handle.wait(60)
+    recovered_in = time.monotonic() - killed_at
+    assert (result.turn_id, result.run_id) == (handle.turn_id, handle.run_id)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
+    assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1, 2]
+    state = chaos.client.store.run_state(handle.turn_id)
+    assert state.attempts == 2 and chaos.driver_pid(handle.turn_id) != victim
+    assert chaos.control.gate_calls == 2  # the uncommitted step ran its tool again
+    events = list(handle.events())
+    restarts = [e.data for e in events if e.kind is EventKind.STEP_RESTARTED]
+    assert restarts == [{"index": 1}]
+    assert recovered_in < 15, f"took {recovered_in:.1f}s to resume"
+
+
+def test_a_worker_killed_while_streaming_is_replaced_and_readers_are_told(chaos: Chaos) -> None:
+    text = "".join(f"w{i:03d} " for i in range(120))
+    chaos.control.script(
+        [
+            {
+                "when": "stream",
+                "steps": [
+                    {"tool_calls": [{"name": "list_files"}]},
+                    {"text": text, "chunk_chars": 5, "delay_ms": 20},
+                ],
+            }
+        ]
+    )
+    handle = chaos.client.open_session(chaos.workspace).submit("stream and crash")
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN and event.data["step"] == 1:
+            break
+    victim = chaos.driver_pid(handle.turn_id)
+    os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+
+    result = handle.wait(60)
+    assert result.reply == text
+    assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
+    events = list(handle.events())
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # once each, in order
+    restarted = max(i for i, e in enumerate(events) if e.kind is EventKind.STEP_RESTARTED)
+    assert events[restarted].data == {"index": 1}
+    redone = [e.data["text"] for e in events[restarted:] if e.kind is EventKind.TOKEN]
+    assert "".join(redone) == text  # after the restart, the tokens are the committed text
+
+
+def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> None:
+    chaos.control.script(
+        [{"when": "pause", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
+    )
+    handle = chaos.client.open_session(chaos.workspace).submit("pause me")
+    chaos.control.wait_entered()
+    stale = chaos.driver_pid(handle.turn_id)
+    group = chaos.worker_group_of(stale)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        # The lock expires, the sweeper kicks, the other worker takes over the turn.
+        fresh = wait_until(
+            lambda: (chaos.control.entered_by() - {stale}) or None, timeout=30, what="takeover"
+        ).pop()
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    chaos.control.open_gate(stale)  # the stale worker finishes its step first...
+    time.sleep(2)
+    assert chaos.client.store.steps_of(handle.turn_id) == []  # ...and the fence rejects it
+    chaos.control.open_gate(fresh)
+    result = handle.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "ok"
+    steps = chaos.client.store.steps_of(handle.turn_id)
+    assert [s.index for s in steps] == [0, 1]
+    assert steps[0].payload.tool_results[0].content == f"gate opened (pid {fresh})"
+
+
+def submit_load(chaos: Chaos, sessions: int, turns: int) -> list[list[parley.TurnHandle]]:
+    chaos.control.script(
+        [
+            {
+                "when": "load",
+                "steps": [
+                    {
+                        "text": "working ",
+                        "chunk_chars": 2,
+                        "delay_ms": 5,
+                        "tool_calls": [{"name": "list_files"}],
+                    },
+                    {"text": "done: {prompt}", "chunk_chars": 4, "delay_ms": 5},
+                ],
+            }
+        ]
+    )
+    opened = [chaos.client.open_session(chaos.workspace) for _ in range(sessions)]
+    return [[s.submit(f"load {n} of {s.id[:8]}") for n in range(turns)] for s in opened]
+
+
+def assert_completed_once_in_order(chaos: Chaos, load: list[list[parley.TurnHandle]]) -> None:
+    for handles in load:
+        results = [h.wait(90) for h in handles]
+        assert all(r.outcome is parley.TurnStatus.FINISHED for r in results)
+        for handle, result in zip(handles, results, strict=True):
+            assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
+            assert result.reply == f"done: {handle.record().prompt}"
+        session = chaos.client.session(handles[0].session_id)
+        assert [t.turn_id for t in session.history()] == [h.turn_id for h in handles]
+
+
+def test_emptying_redis_under_load_loses_no_turn(chaos: Chaos) -> None:
+    load = submit_load(chaos, sessions=8, turns=4)
+    wait_until(
+        lambda: (
+            sum(chaos.client.store.run_state(h.turn_id).status.terminal for s in load for h in s)
+            >= 4
+        ),
+        what="some turns to finish",
+    )
+    flush_redis(CHAOS_REDIS_URL)  # locks, buffers, queued kicks: all gone
+    assert_completed_once_in_order(chaos, load)
+
+
+def test_cutting_every_redis_connection_mid_turn_duplicates_no_step(chaos: Chaos) -> None:
+    chaos.control.script(
+        [{"when": "cut", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
+    )
+    handle = chaos.client.open_session(chaos.workspace).submit("cut the wire")
+    chaos.control.wait_entered()
+    admin = redis.Redis.from_url(CHAOS_REDIS_URL)
+    admin.execute_command("CLIENT", "KILL", "TYPE", "normal")
+    admin.close()
+    chaos.control.open_gate()
+    result = handle.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
+
+
+def test_terminating_the_workers_database_backends_mid_turn(chaos: Chaos) -> None:
+    chaos.control.script(
+        [{"when": "pg", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
+    )
+    handle = chaos.client.open_session(chaos.workspace).submit("pg goes away")
+    chaos.control.wait_entered()
+    database = chaos.database_url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+    assert killed is not None and killed[0] > 0
+    chaos.control.open_gate()
+    result = handle.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "ok"
+    steps = chaos.client.store.steps_of(handle.turn_id)
+    assert [s.index for s in steps] == [0, 1]  # nothing half-written, nothing twice
+
+
+def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> None:
+    chaos.control.script(
+        [
+            {
+                "when": "busy",
+                "steps": [
+                    {
+                        "text": "reading ",
+                        "chunk_chars": 3,
+                        "delay_ms": 5,
+                        "tool_calls": [{"name": "list_files"}],
+                    },
+                    {"text": "re: {last_message}", "chunk_chars": 3, "delay_ms": 2},
+                ],
+            }
+        ]
+    )
+    sessions = [chaos.client.open_session(chaos.workspace) for _ in range(6)]
+    handles = []
+    for n in range(3):
+        for session in sessions:
+            handle = session.submit(f"busy {n}")
+            handle.say(f"steer for turn {n}")  # queued: lands at the first boundary
+            handles.append(handle)
+
+    seen: dict[str, list[parley.Event]] = {}
+
+    def read_with_a_reconnect(handle: parley.TurnHandle) -> None:
+        events: list[parley.Event] = []
+        for event in handle.events():  # drop the connection after 5 events...
+            events.append(event)
+            if len(events) == 5:
+                break
+        events.extend(handle.events(after=events[-1].seq))  # ...and come back
+        seen[handle.turn_id] = events
+
+    readers = [threading.Thread(target=read_with_a_reconnect, args=(h,)) for h in handles]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(90)
+    for handle in handles:
+        result = handle.wait(60)
+        prompt = handle.record().prompt
+        assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
+        events = seen[handle.turn_id]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert events[-1].kind is EventKind.END
+    for session in sessions:
+        history = session.history()
+        assert [t.prompt for t in history] == ["busy 0", "busy 1", "busy 2"]
+        assert [t.parent_id for t in history] == [None, history[0].turn_id, history[1].turn_id]
