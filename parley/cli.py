@@ -122,6 +122,9 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from parley.worker import app, settings
 
     argv = ["worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args]

@@ -4,10 +4,16 @@ the buffer no longer holds, then live.
 Durable events are committed in seq order, so once the store holds an event with seq k,
 every durable event below k that will ever exist is stored too: a gap the buffer cannot
 fill is then made only of tokens, which are allowed to age out of the replay window.
+
+A driver commits before it publishes, so the store can be ahead of a live buffer by the
+events still on their way.  While the buffer covers the reader's position the reader
+waits for it; it turns to the store only for what the buffer lost, or once the buffer
+has said nothing for ``PATIENCE_SECONDS``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from schemas.events import Event, EventKind
@@ -15,6 +21,7 @@ from workers.ports import Coordinator
 from workers.store import SqlStore
 
 POLL_SECONDS = 0.5
+PATIENCE_SECONDS = 2.0
 
 
 def follow(
@@ -25,13 +32,16 @@ def follow(
     A turn that is resumed after an ``end`` goes on: the iterator stops only at an ``end``
     that nothing follows while the turn is terminal."""
     last = after
+    progressed = time.monotonic()
     while True:
-        batch = _next_batch(turn_id, last, coordinator, store)
+        patient = time.monotonic() - progressed < PATIENCE_SECONDS
+        batch = _next_batch(turn_id, last, coordinator, store, patient=patient)
         if not batch:
             if _ended(turn_id, last, store):
                 return
             coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
             continue
+        progressed = time.monotonic()
         for event in batch:
             yield event
             last = event.seq
@@ -43,10 +53,14 @@ def follow(
             return
 
 
-def _next_batch(turn_id: str, last: int, coordinator: Coordinator, store: SqlStore) -> list[Event]:
+def _next_batch(
+    turn_id: str, last: int, coordinator: Coordinator, store: SqlStore, *, patient: bool
+) -> list[Event]:
     buffered = coordinator.read_events(turn_id, last, timeout=0)
     if buffered and buffered[0].seq == last + 1:
         return _contiguous(buffered, last)
+    if patient and not buffered and coordinator.buffer_covers(turn_id, last):
+        return []  # live: what comes next is on its way to the buffer
     stored = store.events_after(turn_id, last)
     if buffered:
         stored = [e for e in stored if e.seq < buffered[0].seq]

@@ -94,6 +94,12 @@ class LocalCoordinator:
             buffer = self._buffers.get(turn_id)
             return buffer[-1].seq if buffer else 0
 
+    def buffer_covers(self, turn_id: str, seq: int) -> bool:
+        """The buffer exists and starts at or before ``seq + 1``."""
+        with self._guard:
+            buffer = self._buffers.get(turn_id)
+            return buffer is not None and bool(buffer) and buffer[0].seq <= seq + 1
+
     # ------------------------------------------------------------------ interrupts
 
     def signal_interrupt(self, turn_id: str) -> None:

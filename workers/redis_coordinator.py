@@ -139,7 +139,8 @@ class RedisCoordinator:
         self._closed = False
         self._interrupted: set[str] = set()
         self._interrupt_checked: dict[str, float] = {}
-        self.round_trips = 0
+        self.round_trips = 0  # pipelines sent, and the events they carried: for logs
+        self.events_sent = 0  # and benchmarks
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher."""
@@ -237,6 +238,7 @@ class RedisCoordinator:
                 )
             flags = pipe.execute()
             self.round_trips += 1
+            self.events_sent += len(events)
         except redis.RedisError:
             log.warning(
                 "could not publish %d event(s); readers fall back to the store", len(events)
@@ -270,6 +272,14 @@ class RedisCoordinator:
         except redis.RedisError:
             return 0
         return int(last[0][0].split(b"-")[0]) if last else 0
+
+    def buffer_covers(self, turn_id: str, seq: int) -> bool:
+        """The turn's stream exists and starts at or before ``seq + 1``."""
+        try:
+            first = self.redis.xrange(c.events_key(turn_id), count=1)
+        except redis.RedisError:
+            return False
+        return bool(first) and int(first[0][0].split(b"-")[0]) <= seq + 1
 
     # ------------------------------------------------------------------ interrupts
 

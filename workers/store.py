@@ -108,6 +108,7 @@ class SqlStore:
         self.engine = engine
         self._lock = transaction_lock(engine)
         self._q = q.DialectStatements(engine.dialect.name)
+        self.transactions = 0  # counted for logs and benchmarks
 
     @classmethod
     def from_url(cls, url: str) -> SqlStore:
@@ -123,6 +124,7 @@ class SqlStore:
         """One transaction; driver errors become :class:`StoreError`."""
         if self._lock is not None:
             self._lock.acquire()
+        self.transactions += 1
         try:
             with self.engine.begin() as connection:
                 yield connection

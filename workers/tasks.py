@@ -49,8 +49,19 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
     many turns ran here; a duplicate kick returns 0 at once."""
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
+    coordinator, store = runtime.coordinator, runtime.store
+    before = (store.transactions, coordinator.round_trips, coordinator.events_sent)
     ran = SessionDriver(runtime.engine).drive(session_id)
-    runtime.coordinator.flush()
+    coordinator.flush()
+    if ran:
+        log.info(
+            "drove session %s: turns=%d transactions=%d round_trips=%d events=%d",
+            session_id,
+            ran,
+            store.transactions - before[0],
+            coordinator.round_trips - before[1],
+            coordinator.events_sent - before[2],
+        )
     return ran
 
 

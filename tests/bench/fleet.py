@@ -1,0 +1,286 @@
+"""Fleet benchmark: the floors and the fleet measured in one run, figures as ratios.
+
+    .venv/bin/python -m tests.bench.fleet
+
+Needs the machine's PostgreSQL and Redis (Redis database 11 is flushed).  Starts two
+single-process `parley worker`s and `parley beat`, and, for the floor, two
+single-process Celery workers running a noop task with the same broker settings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import redis
+
+import parley
+from schemas.events import EventKind
+from tests.conftest import PG_ADMIN_URL, fresh_postgres_database
+from tests.fleet import REPO, Fleet, flush_redis
+from tests.helpers import Control
+
+REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
+RULES = [
+    {"when": "^one", "steps": [{"text": TEXT, "chunk_chars": 3}]},
+    {
+        "when": "^crash",
+        "steps": [
+            {"tool_calls": [{"name": "list_files"}]},
+            {"text": "x" * 600, "chunk_chars": 3, "delay_ms": 10},
+        ],
+    },
+]
+
+
+def pct(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def ms(value: float) -> str:
+    return f"{value * 1e3:7.2f} ms"
+
+
+# ---------------------------------------------------------------- the floor
+
+
+def noop_floor(database_url: str, queue: str) -> tuple[list[float], float]:
+    """Round trips of a bare Celery task, then tasks/s for 1000 of them."""
+    env = {
+        **os.environ,
+        "PARLEY_DATABASE_URL": database_url,
+        "PARLEY_REDIS_URL": REDIS_URL,
+        "PARLEY_QUEUE": queue,
+        "PYTHONPATH": str(REPO),
+    }
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tests.bench.noop_app",
+                "worker",
+                "--queues",
+                queue,
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "WARNING",
+                "--hostname",
+                f"noop{n}@%h",
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for n in range(2)
+    ]
+    from broker_config.app import create_app
+    from broker_config.settings import FleetSettings
+
+    app = create_app(FleetSettings.from_env(env))
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        key = f"bench:{uuid.uuid4().hex}"
+        app.send_task("bench.noop", args=[key], queue=queue)
+        assert client.blpop([key], timeout=60), "noop workers did not start"
+        round_trips = []
+        for _ in range(300):
+            start = time.perf_counter()
+            app.send_task("bench.noop", args=[key], queue=queue)
+            client.blpop([key], timeout=10)
+            round_trips.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(1000):
+            app.send_task("bench.noop", args=[key], queue=queue)
+        for _ in range(1000):
+            client.blpop([key], timeout=30)
+        rate = 1000 / (time.perf_counter() - start)
+        return round_trips, rate
+    finally:
+        client.close()
+        app.close()
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(20)
+
+
+# ---------------------------------------------------------------- parley
+
+
+def latencies(client: parley.Client, root: Path, count: int) -> tuple[list[float], list[float]]:
+    """submit → first token and submit → end of a one-step, 70-chunk turn."""
+    first, end = [], []
+    for _ in range(count):
+        session = client.open_session(root)
+        start = time.perf_counter()
+        handle = session.submit("one step")
+        got_first = None
+        for event in handle.events():
+            if got_first is None and event.kind is EventKind.TOKEN:
+                got_first = time.perf_counter() - start
+            if event.kind is EventKind.END:
+                end.append(time.perf_counter() - start)
+        assert got_first is not None
+        first.append(got_first)
+    return first, end
+
+
+def throughput(client: parley.Client, root: Path) -> float:
+    """Turns per second for 200 one-step turns over 50 sessions."""
+    sessions = [client.open_session(root) for _ in range(50)]
+    start = time.perf_counter()
+    handles = [s.submit(f"one of four {n}") for n in range(4) for s in sessions]
+    for handle in handles:
+        assert handle.wait(120).outcome is parley.TurnStatus.FINISHED
+    return len(handles) / (time.perf_counter() - start)
+
+
+def xact_commits(database: str) -> int:
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+DRIVE_LINE = re.compile(r"turns=(\d+) transactions=(\d+) round_trips=(\d+) events=(\d+)")
+
+
+def worker_counters(fleet: Fleet) -> tuple[int, int, int, int]:
+    """Sum the per-drive counters the workers log."""
+    totals = [0, 0, 0, 0]
+    for log in fleet.log_dir.glob(f"{fleet.queue}-worker-*.log"):
+        for match in DRIVE_LINE.finditer(log.read_text(errors="replace")):
+            for i in range(4):
+                totals[i] += int(match.group(i + 1))
+    return totals[0], totals[1], totals[2], totals[3]
+
+
+def bytes_of_turn(database_url: str, turn_id: str) -> int:
+    """Bytes of every row stored for one turn."""
+    sql = """
+        SELECT
+          (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM turns t WHERE t.id = %(t)s)
+        + (SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM runs r WHERE r.turn_id = %(t)s)
+        + (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM steps s
+             JOIN runs r ON r.id = s.run_id WHERE r.turn_id = %(t)s)
+        + (SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM events e WHERE e.turn_id = %(t)s)
+    """
+    with psycopg.connect(database_url.replace("+psycopg", "")) as db:
+        row = db.execute(sql, {"t": turn_id}).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def storage(client: parley.Client, root: Path, database_url: str) -> dict[int, int]:
+    """Bytes stored for turns 10 and 1000 of one session."""
+    session = client.open_session(root)
+    sizes = {}
+    for n in range(1, 1001):
+        result = session.turn(f"one of many {n}")
+        if n in (10, 1000):
+            sizes[n] = bytes_of_turn(database_url, result.turn_id)
+    return sizes
+
+
+def crash_to_resume(fleet: Fleet, client: parley.Client, root: Path) -> float:
+    """Seconds from a worker's SIGKILL to its turn running again on another worker."""
+    handle = client.open_session(root).submit("crash me")
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN:
+            break
+    worker = client.store.run_state(handle.turn_id).worker
+    assert worker is not None
+    os.killpg(os.getpgid(int(worker.split(":")[1])), signal.SIGKILL)
+    killed = time.perf_counter()
+    for event in handle.events(after=0):
+        if event.kind is EventKind.STARTED and event.data["attempt"] == 2:
+            return time.perf_counter() - killed
+    raise AssertionError("the turn never started again")
+
+
+def main() -> int:
+    flush_redis(REDIS_URL)
+    with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "workspace"
+        root.mkdir()
+        Control(root).script(RULES)
+        database = database_url.rsplit("/", 1)[1]
+
+        round_trips, noop_rate = noop_floor(database_url, f"bench.noop.{uuid.uuid4().hex[:6]}")
+
+        fleet = Fleet(database_url=database_url, redis_url=REDIS_URL, log_dir=Path(tmp))
+        fleet.start_worker(concurrency=1)
+        fleet.start_worker(concurrency=1)
+        fleet.start_beat()
+        fleet.wait_ready()
+        client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
+        try:
+            latencies(client, root, 20)  # warm up both workers
+            first, end = latencies(client, root, 200)
+            before = xact_commits(database)
+            client_before = client.store.transactions
+            counters_before = worker_counters(fleet)
+            rate = throughput(client, root)
+            time.sleep(1)  # let pg_stat catch up
+            all_xacts = xact_commits(database) - before
+            client_xacts = client.store.transactions - client_before
+            turns, worker_xacts, trips, events = (
+                a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
+            )
+            sizes = storage(client, root, database_url)
+            resume = crash_to_resume(fleet, client, root)
+        finally:
+            client.close()
+            fleet.stop()
+
+    noop = statistics.median(round_trips)
+    print(f"bare Celery noop round trip   p50 {ms(noop)}   p95 {ms(pct(round_trips, 0.95))}")
+    print(f"bare Celery noop throughput   {noop_rate:7.1f} tasks/s (2 workers)")
+    print(
+        f"submit → first token          p50 {ms(statistics.median(first))}   "
+        f"p95 {ms(pct(first, 0.95))}   {statistics.median(first) / noop:4.2f}× noop (target ≤ 3)"
+    )
+    print(
+        f"submit → end (70 chunks)      p50 {ms(statistics.median(end))}   p95 {ms(pct(end, 0.95))}"
+    )
+    print(
+        f"throughput, 200 turns/50 sess {rate:7.1f} turns/s   "
+        f"{rate / noop_rate:4.2f}× noop (target ≥ 0.3)"
+    )
+    print(
+        f"PostgreSQL transactions/turn  {worker_xacts / turns:5.2f} by the workers for a "
+        f"one-step turn (target ≤ 1 + 2), {all_xacts / turns:5.2f} in all "
+        f"({client_xacts / turns:4.2f} by the producer)"
+    )
+    print(
+        f"Redis round trips/100 deltas  {100 * trips / events:5.2f} "
+        f"({events} events in {trips} pipelines; target ≤ 10)"
+    )
+    print(
+        f"bytes stored per turn         turn 10: {sizes[10]} B   turn 1000: {sizes[1000]} B "
+        f"({sizes[1000] / sizes[10]:4.2f}×)"
+    )
+    print(f"SIGKILL → running elsewhere   {resume:5.2f} s (target ≤ 15)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
