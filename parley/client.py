@@ -241,6 +241,7 @@ class Session:
         )
         if receipt.queued_event is not None:
             client.coordinator.publish([receipt.queued_event])
+            client.coordinator.mark_work(self.id)
         for turn_id in receipt.interrupted_turn_ids:
             client.coordinator.signal_interrupt(turn_id)
         client._kicker.kick(self.id)
@@ -273,6 +274,7 @@ class Session:
         turn, queued = client.store.resume_turn(turn_id, client.coordinator.last_seq(turn_id))
         if queued is not None:
             client.coordinator.publish([queued])
+            client.coordinator.mark_work(self.id)
         client._kicker.kick(self.id)
         return TurnHandle(client, turn)
 

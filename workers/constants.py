@@ -22,6 +22,8 @@ KICK_THROTTLE_SECONDS = 5
 fleet does not flood the queue with kicks."""
 ENDED_BUFFER_SECONDS = 3_600
 """How long a finished turn's replay buffer (tokens included) is kept."""
+WORK_MARK_SECONDS = 3_600
+"""How long a session's work mark lives after its last bump."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600
 """Redis broker redelivery of unacknowledged kicks.  Long on purpose: a redelivered kick
 is harmless, but crash recovery never waits for it (lock TTL + sweeper do that)."""
@@ -35,6 +37,11 @@ def lock_key(session_id: str) -> str:
 def kicked_key(session_id: str) -> str:
     """Set while a sweeper kick for the session is recent."""
     return f"parley:kicked:{session_id}"
+
+
+def work_key(session_id: str) -> str:
+    """The session's work mark, bumped by every submission."""
+    return f"parley:work:{session_id}"
 
 
 def events_key(turn_id: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from schemas.errors import Conflict, Fenced
+from schemas.errors import Fenced
 from workers.engine import TurnEngine
 
 log = logging.getLogger("parley.driver")
@@ -25,30 +25,31 @@ class SessionDriver:
         self.coordinator = engine.coordinator
 
     def drive(self, session_id: str) -> int:
-        """Run every runnable turn of the session; returns how many ran here."""
+        """Run every runnable turn of the session; returns how many ran here.
+
+        Per turn this costs two transactions besides its steps: the claim (taken with
+        the fence, or by the previous turn's final transaction) and the final one.
+        Whether anything was submitted while we were letting go is asked of the
+        coordinator's work mark, not of the database."""
         ran = 0
         while True:
             lock = self.coordinator.try_lock(session_id)
             if lock is None:
                 return ran  # another driver has it; it will see our turn
+            mark = self.coordinator.work_mark(session_id)
             try:
-                fence = self.store.take_fence(session_id)
-                while lock.held():
-                    turn_id = self.store.next_turn(session_id)
-                    if turn_id is None:
-                        break
-                    try:
-                        self.engine.run(turn_id, fence, holding=lock.held)
-                    except Conflict:
-                        # The turn ended under another driver between our look and the
-                        # claim; look again.
-                        log.info("turn %s no longer runnable; moving on", turn_id)
-                        continue
+                fence, claim = self.store.start_drive(
+                    session_id, worker=self.engine.label(), seq_floor=self.coordinator.last_seq
+                )
+                while claim is not None and lock.held():
+                    _status, claim = self.engine.run_claimed(
+                        claim, fence, holding=lock.held, claim_next=True
+                    )
                     ran += 1
             except Fenced:
                 log.warning("lost session %s to another driver", session_id)
                 return ran
             finally:
                 lock.release()
-            if self.store.next_turn(session_id) is None:
+            if self.coordinator.work_mark(session_id) == mark:
                 return ran

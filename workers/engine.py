@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen
-from schemas.events import EventKind
+from schemas.events import Event, EventKind
 from schemas.messages import (
     Message,
     Prefix,
@@ -120,25 +120,41 @@ class TurnEngine:
 
     # ------------------------------------------------------------------ entry
 
+    def label(self) -> str:
+        """The name stored on the runs this engine claims."""
+        return self.worker or worker_name()
+
     def run(
         self, turn_id: str, fence: int, *, holding: Callable[[], bool] | None = None
     ) -> TurnStatus:
-        """Run ``turn_id`` to its end.  Raises :class:`Fenced` if another driver took over
-        (nothing of this attempt after that point is committed).  ``holding`` says whether
-        the session lock is still ours: checked at every step boundary, so a driver that
-        lost it stops before paying for another model call."""
-        # Clear a stale interrupt flag before the claim reads the durable inbox, so an
-        # interrupt sent after this line is seen by one or the other.
-        self.coordinator.clear_interrupt(turn_id)
-        claimed, started = self.store.claim_turn(
-            turn_id,
-            fence=fence,
-            worker=self.worker or worker_name(),
-            seq_floor=self.coordinator.last_seq(turn_id),
+        """Claim ``turn_id`` under ``fence`` and run it to its end (see :meth:`run_claimed`)."""
+        claim = self.store.claim_turn(
+            turn_id, fence=fence, worker=self.label(), seq_floor=self.coordinator.last_seq(turn_id)
         )
-        emitter = Emitter(turn_id, claimed.next_seq, self.coordinator)
+        status, _ = self.run_claimed(claim, fence, holding=holding)
+        return status
+
+    def run_claimed(
+        self,
+        claim: tuple[ClaimedTurn, Event],
+        fence: int,
+        *,
+        holding: Callable[[], bool] | None = None,
+        claim_next: bool = False,
+    ) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
+        """Run a claimed turn to its end.  Raises :class:`Fenced` if another driver took
+        over (nothing of this attempt after that point is committed).  ``holding`` says
+        whether the session lock is still ours: checked at every step boundary, so a
+        driver that lost it stops before paying for another model call.  With
+        ``claim_next`` the turn's final transaction also claims the session's next
+        runnable turn, which is returned."""
+        claimed, started = claim
+        # A flag left by an interrupt the claim already read (or an earlier attempt's)
+        # must not stop this attempt: the durable inbox is the truth.
+        self.coordinator.clear_interrupt(claimed.turn.turn_id)
+        emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator)
         emitter.publish(started)
-        return _TurnRun(self, claimed, fence, emitter, holding).run()
+        return _TurnRun(self, claimed, fence, emitter, holding, claim_next).run()
 
 
 class _TurnRun:
@@ -151,6 +167,7 @@ class _TurnRun:
         fence: int,
         emitter: Emitter,
         holding: Callable[[], bool] | None,
+        claim_next: bool,
     ):
         self.engine = engine
         self.store = engine.store
@@ -159,6 +176,7 @@ class _TurnRun:
         self.fence = fence
         self.emitter = emitter
         self.holding = holding
+        self.claim_next = claim_next
         self.turn = claimed.turn
         self.run_id = claimed.run.run_id
         self.contract: Contract | None = claimed.run.contract
@@ -173,7 +191,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ turn
 
-    def run(self) -> TurnStatus:
+    def run(self) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
         claimed = self.claimed
         state = _TurnState(
             steps=list(claimed.steps),
@@ -472,7 +490,9 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(self, state: _TurnState, ending: _Ending) -> TurnStatus:
+    def _finish(
+        self, state: _TurnState, ending: _Ending
+    ) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
         outcome = self._outcome(state, ending)
         hooks = self.host.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
@@ -502,6 +522,8 @@ class _TurnRun:
             refresh_prefix=self.refresh_prefix,
             events=self.emitter.take_unstored(),
             end_seq=self.emitter.allocate(EventKind.END, {}).seq,
+            claim_next=self.engine.coordinator.last_seq if self.claim_next else None,
+            worker=self.engine.label(),
         )
         self.emitter.publish(receipt.end_event)
         if completed:
@@ -515,7 +537,7 @@ class _TurnRun:
                 ),
             )
         _observe(getattr(hooks, "on_terminal", None), outcome)
-        return ending.status
+        return ending.status, receipt.next_claim
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
         return TurnOutcome(

@@ -41,6 +41,7 @@ class LocalCoordinator:
         self._locks: dict[str, threading.Lock] = {}
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
         self._interrupts: set[str] = set()
+        self._marks: dict[str, int] = {}
         self._retained = retained_turns
 
     # ------------------------------------------------------------------ locks
@@ -50,6 +51,16 @@ class LocalCoordinator:
         with self._guard:
             lock = self._locks.setdefault(session_id, threading.Lock())
         return LocalLock(lock) if lock.acquire(blocking=False) else None
+
+    def mark_work(self, session_id: str) -> None:
+        """Bump the session's work mark."""
+        with self._guard:
+            self._marks[session_id] = self._marks.get(session_id, 0) + 1
+
+    def work_mark(self, session_id: str) -> int:
+        """The session's work mark."""
+        with self._guard:
+            return self._marks.get(session_id, 0)
 
     # ------------------------------------------------------------------ events
 

@@ -165,6 +165,24 @@ class RedisCoordinator:
             return None
         return RedisLock(self, session_id, token) if taken else None
 
+    def mark_work(self, session_id: str) -> None:
+        """Bump the session's work mark (it expires with the lock TTL's order of time; a
+        lost mark only delays a turn until the sweeper's next look)."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.incr(c.work_key(session_id))
+            pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
+            pipe.execute()
+        except redis.RedisError:
+            log.warning("could not mark work for session %s; the sweeper will see it", session_id)
+
+    def work_mark(self, session_id: str) -> object:
+        """The session's work mark (None when unknown)."""
+        try:
+            return self.redis.get(c.work_key(session_id))
+        except redis.RedisError:
+            return None
+
     def lock_alive(self, session_id: str) -> bool:
         """Whether some driver holds the session's lock."""
         return bool(self.redis.exists(c.lock_key(session_id)))

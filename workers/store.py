@@ -15,7 +15,7 @@ named, in :mod:`workers.statements`.  Concurrency rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -77,6 +77,10 @@ def validate_ids(*ids: str | None) -> None:
             raise InvalidRequest(f"not a parley id: {value!r}")
 
 
+SeqFloor = Callable[[str], int]
+"""The highest seq a turn's replay buffer already holds (a claim numbers events above it)."""
+
+
 class IntegrityConflict(StoreError):
     """A write violated a constraint (e.g. two submissions racing on one request_id)."""
 
@@ -99,6 +103,7 @@ class FinishReceipt:
     undelivered: tuple[str, ...]
     head_turn_id: str | None
     prefix_generation: int
+    next_claim: tuple[ClaimedTurn, Event] | None = None
 
 
 class SqlStore:
@@ -483,7 +488,6 @@ class SqlStore:
     ) -> tuple[ClaimedTurn, Event]:
         """Mark a turn running under ``fence`` and read everything needed to run it.
         Returns the claim and its ``started`` event (already stored)."""
-        now = _now()
         with self._tx() as db:
             run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
             if run is None:
@@ -491,41 +495,66 @@ class SqlStore:
             self._check_fence(db, run.session_id, fence)
             if run.status not in q.ACTIVE:
                 raise Conflict(f"turn {turn_id!r} is {run.status}, not runnable")
-            session = self._session(db, run.session_id)
-            if run.attempts == 0:
-                # A queued turn hangs under the head as it is when it starts.
-                db.execute(
-                    q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id}
-                )
-            turn = self._turn(db, turn_id)
-            seq = max(run.last_seq, seq_floor) + 1
-            started = Event(
-                turn_id=turn_id,
-                seq=seq,
-                kind=EventKind.STARTED,
-                data={"run_id": run.id, "attempt": run.attempts + 1, "worker": worker},
-            )
-            db.execute(
-                q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
-            )
-            self._insert_events(db, [started], now)
-            generation = db.execute(
-                q.SESSION_GENERATION, {"b_session_id": session.session_id}
-            ).scalar_one()
-            path = self._path(db, turn.parent_id)
-            steps = self._steps(db, [p.run_id for p in path] + [run.id])
-            claimed = ClaimedTurn(
-                session=session,
-                turn=turn,
-                run=_run_state(run),
-                prefix=self._prefix(db, session.session_id, generation),
-                prefix_generation=generation,
-                history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
-                steps=tuple(steps.get(run.id, ())),
-                pending=self._pending(db, run.id, run.steer_cursor),
-                previous_status=run.status,
-                next_seq=seq + 1,
-            )
+            return self._claim(db, run, worker, seq_floor)
+
+    def start_drive(
+        self, session_id: str, *, worker: str, seq_floor: SeqFloor
+    ) -> tuple[int, tuple[ClaimedTurn, Event] | None]:
+        """For a driver that just took the session's lock: a new fencing token and, in the
+        same transaction, the claim of the session's next runnable turn (if any)."""
+        with self._tx() as db:
+            fence = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
+            if fence is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            return int(fence), self._claim_next(db, session_id, worker, seq_floor)
+
+    def _claim_next(
+        self, db: Connection, session_id: str, worker: str, seq_floor: SeqFloor
+    ) -> tuple[ClaimedTurn, Event] | None:
+        turn_id = db.execute(q.NEXT_TURN, {"b_session_id": session_id}).scalar_one_or_none()
+        if turn_id is None:
+            return None
+        run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
+        return self._claim(db, run, worker, seq_floor(turn_id))
+
+    def _claim(
+        self, db: Connection, run: Any, worker: str, seq_floor: int
+    ) -> tuple[ClaimedTurn, Event]:
+        now = _now()
+        turn_id = run.turn_id
+        session = self._session(db, run.session_id)
+        if run.attempts == 0:
+            # A queued turn hangs under the head as it is when it starts.
+            db.execute(q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id})
+        turn = self._turn(db, turn_id)
+        seq = max(run.last_seq, seq_floor) + 1
+        started = Event(
+            turn_id=turn_id,
+            seq=seq,
+            kind=EventKind.STARTED,
+            data={"run_id": run.id, "attempt": run.attempts + 1, "worker": worker},
+        )
+        db.execute(
+            q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
+        )
+        self._insert_events(db, [started], now)
+        generation = db.execute(
+            q.SESSION_GENERATION, {"b_session_id": session.session_id}
+        ).scalar_one()
+        path = self._path(db, turn.parent_id)
+        steps = self._steps(db, [p.run_id for p in path] + [run.id])
+        claimed = ClaimedTurn(
+            session=session,
+            turn=turn,
+            run=_run_state(run),
+            prefix=self._prefix(db, session.session_id, generation),
+            prefix_generation=generation,
+            history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
+            steps=tuple(steps.get(run.id, ())),
+            pending=self._pending(db, run.id, run.steer_cursor),
+            previous_status=run.status,
+            next_seq=seq + 1,
+        )
         return claimed, started
 
     def _prefix(self, db: Connection, session_id: str, generation: int) -> Prefix | None:
@@ -617,9 +646,12 @@ class SqlStore:
         refresh_prefix: bool,
         events: Sequence[Event],
         end_seq: int,
+        claim_next: SeqFloor | None = None,
+        worker: str = "",
     ) -> FinishReceipt:
         """Commit a turn's outcome, reply, head and prefix in one fenced transaction.
-        Says still pending are reported as undelivered in the ``end`` event."""
+        Says still pending are reported as undelivered in the ``end`` event.  With
+        ``claim_next``, the same transaction claims the session's next runnable turn."""
         now = _now()
         with self._tx() as db:
             fenced = db.execute(
@@ -665,8 +697,13 @@ class SqlStore:
             )
             self._insert_events(db, [*events, end], now)
             head = db.execute(q.SESSION_HEAD, {"b_session_id": session_id}).scalar_one()
+            following = self._claim_next(db, session_id, worker, claim_next) if claim_next else None
         return FinishReceipt(
-            end_event=end, undelivered=undelivered, head_turn_id=head, prefix_generation=generation
+            end_event=end,
+            undelivered=undelivered,
+            head_turn_id=head,
+            prefix_generation=generation,
+            next_claim=following,
         )
 
     def _store_prefix(
