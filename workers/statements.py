@@ -32,12 +32,6 @@ def b(name: str, **kwargs: Any) -> Any:
 
 SESSION = select(t.sessions).where(t.sessions.c.id == b("session_id"))
 
-SESSION_HEAD = select(t.sessions.c.head_turn_id).where(t.sessions.c.id == b("session_id"))
-
-SESSION_GENERATION = select(t.sessions.c.prefix_generation).where(
-    t.sessions.c.id == b("session_id")
-)
-
 SET_HEAD = (
     update(t.sessions).where(t.sessions.c.id == b("session_id")).values(head_turn_id=b("head"))
 )
@@ -74,6 +68,7 @@ FINISH_SESSION = (
             (b("move_head", type_=Boolean()), b("turn_id")), else_=t.sessions.c.head_turn_id
         )
     )
+    .returning(t.sessions.c.head_turn_id, t.sessions.c.prefix_generation)
 )
 
 SET_GENERATION = (
@@ -154,12 +149,14 @@ ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
     t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE)
 )
 
-NEXT_TURN = (
-    select(t.runs.c.turn_id)
+# The run to drive next, locked: a stranded running one first, then the oldest queued.
+NEXT_RUN = (
+    select(t.runs)
     .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
     .where(t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE))
     .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queued_at, t.turns.c.ordinal)
     .limit(1)
+    .with_for_update(of=t.runs)
 )
 
 INSERT_RUN = t.runs.insert()
@@ -189,7 +186,17 @@ ADVANCE_RUN = (
         cached_tokens=t.runs.c.cached_tokens + b("cached_tokens"),
         steer_cursor=b("cursor"),
         last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
+        # The model stopped and no steer is pending: close the inbox in the same row
+        # update that holds the lock a concurrent say() needs.
+        inbox_open=case(
+            (
+                (b("close", type_=Boolean()) & (t.runs.c.steer_count == b("cursor"))),
+                False,
+            ),
+            else_=t.runs.c.inbox_open,
+        ),
     )
+    .returning(t.runs.c.steer_count)
 )
 
 CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)
@@ -199,6 +206,7 @@ CLOSE_RUNNING = (
     update(t.runs)
     .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
     .values(inbox_open=False)
+    .returning(t.runs.c.steer_count)
 )
 
 END_RUN = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -185,15 +185,7 @@ class SqlStore:
         row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
         if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
-        return SessionRecord(
-            session_id=row.id,
-            root=row.root,
-            metadata=dict(row.metadata),
-            head_turn_id=row.head_turn_id,
-            token_ceiling=row.token_ceiling,
-            tokens_used=row.tokens_used,
-            created_at=_aware(row.created_at),
-        )
+        return _session_record(row)
 
     def branch(self, session_id: str, turn_id: str) -> None:
         """Move the session's head to ``turn_id`` (one write; nothing else changes)."""
@@ -468,10 +460,8 @@ class SqlStore:
     def next_turn(self, session_id: str) -> str | None:
         """The turn to run next: a stranded running one first, then the oldest queued."""
         with self._tx() as db:
-            turn_id: str | None = db.execute(
-                q.NEXT_TURN, {"b_session_id": session_id}
-            ).scalar_one_or_none()
-        return turn_id
+            run = db.execute(q.NEXT_RUN, {"b_session_id": session_id}).one_or_none()
+        return None if run is None else str(run.turn_id)
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
@@ -511,22 +501,23 @@ class SqlStore:
     def _claim_next(
         self, db: Connection, session_id: str, worker: str, seq_floor: SeqFloor
     ) -> tuple[ClaimedTurn, Event] | None:
-        turn_id = db.execute(q.NEXT_TURN, {"b_session_id": session_id}).scalar_one_or_none()
-        if turn_id is None:
+        run = db.execute(q.NEXT_RUN, {"b_session_id": session_id}).one_or_none()
+        if run is None:
             return None
-        run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
-        return self._claim(db, run, worker, seq_floor(turn_id))
+        return self._claim(db, run, worker, seq_floor(run.turn_id))
 
     def _claim(
         self, db: Connection, run: Any, worker: str, seq_floor: int
     ) -> tuple[ClaimedTurn, Event]:
         now = _now()
         turn_id = run.turn_id
-        session = self._session(db, run.session_id)
+        row = db.execute(q.SESSION, {"b_session_id": run.session_id}).one()
+        session = _session_record(row)
+        turn = self._turn(db, turn_id)
         if run.attempts == 0:
             # A queued turn hangs under the head as it is when it starts.
             db.execute(q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id})
-        turn = self._turn(db, turn_id)
+            turn = replace(turn, parent_id=session.head_turn_id)
         seq = max(run.last_seq, seq_floor) + 1
         started = Event(
             turn_id=turn_id,
@@ -538,11 +529,10 @@ class SqlStore:
             q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
         )
         self._insert_events(db, [started], now)
-        generation = db.execute(
-            q.SESSION_GENERATION, {"b_session_id": session.session_id}
-        ).scalar_one()
+        generation = int(row.prefix_generation)
         path = self._path(db, turn.parent_id)
-        steps = self._steps(db, [p.run_id for p in path] + [run.id])
+        run_ids = [p.run_id for p in path] + ([run.id] if run.steps else [])
+        steps = self._steps(db, run_ids)
         claimed = ClaimedTurn(
             session=session,
             turn=turn,
@@ -551,7 +541,9 @@ class SqlStore:
             prefix_generation=generation,
             history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
             steps=tuple(steps.get(run.id, ())),
-            pending=self._pending(db, run.id, run.steer_cursor),
+            pending=self._pending(db, run.id, run.steer_cursor)
+            if run.steer_count > run.steer_cursor
+            else (),
             previous_status=run.status,
             next_seq=seq + 1,
         )
@@ -589,7 +581,7 @@ class SqlStore:
             ).rowcount
             if charged != 1:
                 raise Fenced(f"fence {fence} is stale; step {index} not committed")
-            advanced = db.execute(
+            steer_count = db.execute(
                 q.ADVANCE_RUN,
                 {
                     "b_run_id": run_id,
@@ -599,9 +591,10 @@ class SqlStore:
                     "b_cached_tokens": usage.cached_tokens,
                     "b_cursor": steer_cursor,
                     "b_last_seq": max((e.seq for e in events), default=0),
+                    "b_close": close_inbox_if_idle,
                 },
-            ).rowcount
-            if advanced != 1:
+            ).scalar_one_or_none()
+            if steer_count is None:
                 raise Fenced(f"run {run_id} moved on; step {index} not committed")
             db.execute(
                 self._q.insert_step,
@@ -613,10 +606,9 @@ class SqlStore:
                 },
             )
             self._insert_events(db, events, now)
-            pending = self._pending(db, run_id, steer_cursor)
-            if close_inbox_if_idle and not pending:
-                db.execute(q.CLOSE_INBOX, {"b_run_id": run_id})
-            return pending
+            if steer_count == steer_cursor:
+                return ()  # nothing pending (and, if asked, the inbox is now closed)
+            return self._pending(db, run_id, steer_cursor)
 
     def close_inbox(
         self, *, run_id: str, session_id: str, fence: int, cursor: int
@@ -654,7 +646,7 @@ class SqlStore:
         ``claim_next``, the same transaction claims the session's next runnable turn."""
         now = _now()
         with self._tx() as db:
-            fenced = db.execute(
+            session = db.execute(
                 q.FINISH_SESSION,
                 {
                     "b_session_id": session_id,
@@ -662,14 +654,17 @@ class SqlStore:
                     "b_move_head": status.moves_head,
                     "b_turn_id": turn_id,
                 },
-            ).rowcount
-            if fenced != 1:
+            ).one_or_none()
+            if session is None:
                 raise Fenced(f"fence {fence} is stale; turn {turn_id} not finished")
-            if db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).rowcount != 1:
+            steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
+            if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
-            pending = self._pending(db, run_id, cursor)
+            pending = self._pending(db, run_id, cursor) if steer_count > cursor else ()
             undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
-            generation = self._store_prefix(db, session_id, status, prefix, refresh_prefix, now)
+            generation = self._store_prefix(
+                db, session_id, session.prefix_generation, status, prefix, refresh_prefix, now
+            )
             end = Event(
                 turn_id=turn_id,
                 seq=end_seq,
@@ -696,7 +691,7 @@ class SqlStore:
                 },
             )
             self._insert_events(db, [*events, end], now)
-            head = db.execute(q.SESSION_HEAD, {"b_session_id": session_id}).scalar_one()
+            head = session.head_turn_id
             following = self._claim_next(db, session_id, worker, claim_next) if claim_next else None
         return FinishReceipt(
             end_event=end,
@@ -710,6 +705,7 @@ class SqlStore:
         self,
         db: Connection,
         session_id: str,
+        generation: int,
         status: TurnStatus,
         prefix: Prefix | None,
         refresh: bool,
@@ -717,9 +713,6 @@ class SqlStore:
     ) -> int:
         """Freeze the first committed turn's prefix, or store an explicit refresh as a new
         generation (an identical refresh is a no-op).  Returns the generation in force."""
-        generation: int = db.execute(
-            q.SESSION_GENERATION, {"b_session_id": session_id}
-        ).scalar_one()
         if prefix is None or not status.moves_head:
             return generation
         if generation > 0 and (not refresh or self._prefix(db, session_id, generation) == prefix):
@@ -772,6 +765,18 @@ class SqlStore:
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
                 for table in t.metadata.sorted_tables
             }
+
+
+def _session_record(row: Any) -> SessionRecord:
+    return SessionRecord(
+        session_id=row.id,
+        root=row.root,
+        metadata=dict(row.metadata),
+        head_turn_id=row.head_turn_id,
+        token_ceiling=row.token_ceiling,
+        tokens_used=row.tokens_used,
+        created_at=_aware(row.created_at),
+    )
 
 
 def _turn_record(row: Any) -> TurnRecord:
