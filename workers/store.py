@@ -272,7 +272,11 @@ class SqlStore:
                 if existing is not None:
                     db.rollback()
                     return _existing(existing, prompt)
-            active = db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
+            active = (
+                db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
+                if if_busy is not IfBusy.ENQUEUE
+                else []
+            )
             if active and if_busy is IfBusy.REJECT:
                 raise SessionBusy(
                     f"session {session_id!r} has {len(active)} turn(s) queued or running"
