@@ -1,0 +1,57 @@
+"""The fleet's Celery wiring: settings from the environment only, and the at-least-once,
+JSON-only configuration every app (producer or worker) gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_config.app import create_app
+from broker_config.settings import FleetSettings
+from parley.errors import InvalidRequest
+from workers import constants as c
+
+ENV = {
+    "PARLEY_DATABASE_URL": "postgresql+psycopg://db/parley",
+    "PARLEY_REDIS_URL": "redis://cache:6379/0",
+    "PARLEY_HOST": "scripted:script.json",
+}
+
+
+def test_settings_come_from_the_environment_with_the_broker_defaulting_to_redis() -> None:
+    settings = FleetSettings.from_env(ENV)
+    assert settings.broker_url == "redis://cache:6379/0"
+    assert settings.queue == c.TURN_QUEUE
+    assert settings.sweep_seconds == c.SWEEP_SECONDS
+    other = FleetSettings.from_env(
+        {
+            **ENV,
+            "PARLEY_BROKER_URL": "redis://broker/1",
+            "PARLEY_QUEUE": "q",
+            "PARLEY_SWEEP_SECONDS": "0.5",
+        }
+    )
+    assert (other.broker_url, other.queue, other.sweep_seconds) == ("redis://broker/1", "q", 0.5)
+
+
+@pytest.mark.parametrize("missing", ["PARLEY_DATABASE_URL", "PARLEY_REDIS_URL"])
+def test_missing_settings_are_a_clear_error(missing: str) -> None:
+    with pytest.raises(InvalidRequest, match=missing):
+        FleetSettings.from_env({k: v for k, v in ENV.items() if k != missing})
+
+
+def test_a_bad_sweep_period_is_a_clear_error() -> None:
+    with pytest.raises(InvalidRequest):
+        FleetSettings.from_env({**ENV, "PARLEY_SWEEP_SECONDS": "soon"})
+
+
+def test_every_app_is_json_only_and_at_least_once() -> None:
+    app = create_app(FleetSettings.from_env(ENV))
+    conf = app.conf
+    assert conf.task_serializer == "json" and list(conf.accept_content) == ["json"]
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_ignore_result and conf.result_backend is None
+    assert conf.broker_transport_options["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
+    assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE]
+    assert conf.task_routes[c.DRIVE_TASK] == {"queue": c.TURN_QUEUE}
+    app.close()
