@@ -49,20 +49,15 @@ from schemas.records import (
     TurnRecord,
     TurnResult,
     TurnStatus,
-    Usage,
 )
 from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
 from workers.ports import ClaimedTurn, CommittedStep, PathTurn
+from workers.rows import run_state_of, session_record, turn_record
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite hands timestamps back naive; everything parley stores is UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def new_id() -> str:
@@ -185,7 +180,7 @@ class SqlStore:
         row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
         if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
-        return _session_record(row)
+        return session_record(row)
 
     def branch(self, session_id: str, turn_id: str) -> None:
         """Move the session's head to ``turn_id`` (one write; nothing else changes)."""
@@ -208,12 +203,12 @@ class SqlStore:
         with self._tx() as db:
             self._session(db, session_id)
             rows = db.execute(q.TREE, {"b_session_id": session_id}).all()
-        return [_turn_record(row) for row in rows]
+        return [turn_record(row) for row in rows]
 
     def _path(self, db: Connection, head: str | None) -> list[TurnRecord]:
         if head is None:
             return []
-        return [_turn_record(row) for row in db.execute(q.PATH, {"b_head": head}).all()]
+        return [turn_record(row) for row in db.execute(q.PATH, {"b_head": head}).all()]
 
     # ------------------------------------------------------------------ turns
 
@@ -226,7 +221,7 @@ class SqlStore:
         row = db.execute(q.TURN, {"b_turn_id": turn_id}).one_or_none()
         if row is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
-        return _turn_record(row)
+        return turn_record(row)
 
     def submit_turn(
         self,
@@ -342,7 +337,7 @@ class SqlStore:
         row = db.execute(
             q.TURN_BY_REQUEST, {"b_session_id": session_id, "b_request_id": request_id}
         ).one_or_none()
-        return None if row is None else _turn_record(row)
+        return None if row is None else turn_record(row)
 
     def resume_turn(self, turn_id: str, seq_floor: int) -> tuple[TurnRecord, Event | None]:
         """Queue a cancelled or failed turn again (same turn, same run).  A turn that is
@@ -393,7 +388,7 @@ class SqlStore:
             run = db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
         if run is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
-        return _run_state(run)
+        return run_state_of(run)
 
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
@@ -516,7 +511,7 @@ class SqlStore:
         now = _now()
         turn_id = run.turn_id
         row = db.execute(q.SESSION, {"b_session_id": run.session_id}).one()
-        session = _session_record(row)
+        session = session_record(row)
         turn = self._turn(db, turn_id)
         if run.attempts == 0:
             # A queued turn hangs under the head as it is when it starts.
@@ -540,7 +535,7 @@ class SqlStore:
         claimed = ClaimedTurn(
             session=session,
             turn=turn,
-            run=_run_state(run),
+            run=run_state_of(run),
             prefix=self._prefix(db, session.session_id, generation),
             prefix_generation=generation,
             history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
@@ -769,55 +764,6 @@ class SqlStore:
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
                 for table in t.metadata.sorted_tables
             }
-
-
-def _session_record(row: Any) -> SessionRecord:
-    return SessionRecord(
-        session_id=row.id,
-        root=row.root,
-        metadata=dict(row.metadata),
-        head_turn_id=row.head_turn_id,
-        token_ceiling=row.token_ceiling,
-        tokens_used=row.tokens_used,
-        created_at=_aware(row.created_at),
-    )
-
-
-def _turn_record(row: Any) -> TurnRecord:
-    return TurnRecord(
-        turn_id=row.id,
-        session_id=row.session_id,
-        parent_id=row.parent_id,
-        prompt=row.prompt,
-        status=TurnStatus(row.status),
-        reply=row.reply,
-        run_id=row.run_id,
-        request_id=row.request_id,
-        created_at=_aware(row.created_at),
-    )
-
-
-def _run_state(run: Any) -> RunState:
-    return RunState(
-        run_id=run.id,
-        turn_id=run.turn_id,
-        session_id=run.session_id,
-        status=TurnStatus(run.status),
-        attempts=run.attempts,
-        steps=run.steps,
-        usage=Usage(
-            input_tokens=run.input_tokens,
-            output_tokens=run.output_tokens,
-            cached_tokens=run.cached_tokens,
-        ),
-        steer_cursor=run.steer_cursor,
-        contract=Contract.from_json(run.contract),
-        reply=run.reply,
-        partial=run.partial,
-        error=run.error,
-        worker=run.worker,
-        undelivered=tuple(run.undelivered or ()),
-    )
 
 
 def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
