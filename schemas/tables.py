@@ -48,6 +48,8 @@ sessions = Table(
     # Fencing token: incremented by every driver that takes the session's lock and
     # checked by every step and turn commit, so a stale driver can never commit.
     Column("fence", BigInteger, nullable=False, default=0),
+    # Positions handed out to submissions (a turn's ordinal) and resumes (a run's
+    # queue position), under this row's lock.
     Column("turn_count", BigInteger, nullable=False, default=0),
     Column("tokens_used", BigInteger, nullable=False, default=0),
     Column("token_ceiling", BigInteger, nullable=True),
@@ -105,6 +107,8 @@ runs = Table(
     Column("undelivered", Json, nullable=True),
     Column("worker", String(200), nullable=True),
     Column("queued_at", Timestamp, nullable=False),
+    # Where the run stands in its session's queue (see sessions.turn_count).
+    Column("queue_position", BigInteger, nullable=False),
     Column("started_at", Timestamp, nullable=True),
     Column("ended_at", Timestamp, nullable=True),
     Index(None, "session_id", "status"),

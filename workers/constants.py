@@ -54,6 +54,11 @@ def deltas_channel(turn_id: str) -> str:
     return f"parley:deltas:{turn_id}"
 
 
+def owner_key(turn_id: str) -> str:
+    """The fence of the driver allowed to publish the turn's events."""
+    return f"parley:owner:{turn_id}"
+
+
 def interrupt_key(turn_id: str) -> str:
     """Set when an interrupt was sent, so a streaming driver stops at once."""
     return f"parley:interrupt:{turn_id}"

@@ -39,7 +39,7 @@ class SessionDriver:
             mark = self.coordinator.work_mark(session_id)
             try:
                 fence, claim = self.store.start_drive(
-                    session_id, worker=self.engine.label(), seq_floor=self.coordinator.last_seq
+                    session_id, worker=self.engine.label(), seq_floor=self.coordinator.adopt
                 )
                 while claim is not None and lock.held():
                     _status, claim = self.engine.run_claimed(
@@ -47,8 +47,9 @@ class SessionDriver:
                     )
                     ran += 1
             except Fenced:
+                # Another driver has the session now; the work-mark check below still
+                # runs, in case a kick bounced off our lock meanwhile.
                 log.warning("lost session %s to another driver", session_id)
-                return ran
             finally:
                 lock.release()
             if self.coordinator.work_mark(session_id) == mark:

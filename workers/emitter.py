@@ -16,10 +16,13 @@ from workers.ports import Coordinator
 class Emitter:
     """The event writer of one turn attempt."""
 
-    def __init__(self, turn_id: str, next_seq: int, coordinator: Coordinator) -> None:
+    def __init__(
+        self, turn_id: str, next_seq: int, coordinator: Coordinator, fence: int = 0
+    ) -> None:
         self.turn_id = turn_id
         self._next = next_seq
         self._coordinator = coordinator
+        self._fence = fence
         self._unstored: list[Event] = []
 
     def allocate(self, kind: EventKind, data: dict[str, Any]) -> Event:
@@ -31,14 +34,14 @@ class Emitter:
     def emit(self, kind: EventKind, data: dict[str, Any]) -> Event:
         """Number and publish an event now; durable ones wait for the next commit."""
         event = self.allocate(kind, data)
-        self._coordinator.publish([event])
+        self._coordinator.publish([event], self._fence)
         if kind.durable:
             self._unstored.append(event)
         return event
 
     def publish(self, event: Event) -> None:
         """Publish an event allocated earlier (after its commit)."""
-        self._coordinator.publish([event])
+        self._coordinator.publish([event], self._fence)
 
     def take_unstored(self) -> list[Event]:
         """The durable events published since the last commit; the caller stores them."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen
+from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
 from schemas.events import Event, EventKind
 from schemas.messages import (
     Message,
@@ -43,6 +43,7 @@ from workers.ports import (
     ModelReply,
     ModelRequest,
     PrefixSnapshot,
+    Refusal,
     SessionStateView,
     StreamAborted,
     Tool,
@@ -54,6 +55,9 @@ from workers.ports import (
 from workers.store import SqlStore
 
 log = logging.getLogger("parley.engine")
+
+MAX_ATTEMPTS = 10
+"""A turn claimed this many times without finishing ends ``failed`` (a crash loop)."""
 
 
 def worker_name() -> str:
@@ -70,15 +74,25 @@ class _Ending:
 
 
 class _DeltaSink:
-    """Publishes each delta as a ``token`` event and aborts the stream on an interrupt."""
+    """Publishes each delta as a ``token`` event; aborts the stream on an interrupt, and
+    stops a driver that lost its session lock from streaming any further."""
 
-    def __init__(self, emitter: Emitter, coordinator: Coordinator, index: int) -> None:
+    def __init__(
+        self,
+        emitter: Emitter,
+        coordinator: Coordinator,
+        index: int,
+        holding: Callable[[], bool] | None,
+    ) -> None:
         self._emitter = emitter
         self._coordinator = coordinator
         self._index = index
+        self._holding = holding
         self.parts: list[str] = []
 
     def __call__(self, text: str) -> None:
+        if self._holding is not None and not self._holding():
+            raise Fenced("the session lock was lost while the model streamed")
         if self._coordinator.interrupt_requested(self._emitter.turn_id):
             raise StreamAborted
         if text:
@@ -129,7 +143,10 @@ class TurnEngine:
     ) -> TurnStatus:
         """Claim ``turn_id`` under ``fence`` and run it to its end (see :meth:`run_claimed`)."""
         claim = self.store.claim_turn(
-            turn_id, fence=fence, worker=self.label(), seq_floor=self.coordinator.last_seq(turn_id)
+            turn_id,
+            fence=fence,
+            worker=self.label(),
+            seq_floor=self.coordinator.adopt(turn_id, fence),
         )
         status, _ = self.run_claimed(claim, fence, holding=holding)
         return status
@@ -152,7 +169,7 @@ class TurnEngine:
         # A flag left by an interrupt the claim already read (or an earlier attempt's)
         # must not stop this attempt: the durable inbox is the truth.
         self.coordinator.clear_interrupt(claimed.turn.turn_id)
-        emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator)
+        emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
         emitter.publish(started)
         return _TurnRun(self, claimed, fence, emitter, holding, claim_next).run()
 
@@ -204,12 +221,23 @@ class _TurnRun:
             # A step of an earlier attempt streamed and never committed: tell readers to
             # drop its provisional text before the redone step's tokens arrive.
             self.emitter.emit(EventKind.STEP_RESTARTED, {"index": len(state.steps)})
+        if claimed.run.attempts + 1 > MAX_ATTEMPTS:
+            # Something kills every driver of this turn: stop paying for it.
+            ending = _Ending(
+                status=TurnStatus.FAILED,
+                error=f"gave up after {claimed.run.attempts} attempts that did not finish",
+            )
+            return self._finish(state, ending)
         try:
             self._prepare()
             ending = self._loop(state)
-        except Fenced:
+        except (Fenced, StoreError):
+            # Lost the session, or the database failed: leave the turn running for the
+            # next driver, which continues it from its last committed step.
             raise
-        except ParleyError as exc:
+        except Exception as exc:
+            if not isinstance(exc, ParleyError):
+                log.warning("turn %s failed in host code", self.turn.turn_id, exc_info=True)
             ending = _Ending(status=TurnStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         return self._finish(state, ending)
 
@@ -281,12 +309,14 @@ class _TurnRun:
                 return _Ending(status=TurnStatus.CANCELLED)
             says = [s for s in state.pending if s.kind is SteerKind.SAY]
             stopped = bool(state.steps) and not state.steps[-1].payload.tool_calls
-            if stopped and not says and not state.feedback:
-                ending = self._model_stopped(state)
+            exceeded = self._budget_exceeded(state)
+            if stopped and (exceeded or (not says and not state.feedback)):
+                # With no budget left for another step, a late steer cannot turn the
+                # model's final answer into a budget failure: it is reported undelivered.
+                ending = self._model_stopped(state, more_steps=exceeded is None)
                 if ending is not None:
                     return ending
                 continue
-            exceeded = self._budget_exceeded(state)
             if exceeded:
                 return _Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
             ending = self._step(state, says)
@@ -300,8 +330,9 @@ class _TurnRun:
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
         return any(s.kind is SteerKind.INTERRUPT for s in state.pending)
 
-    def _model_stopped(self, state: _TurnState) -> _Ending | None:
-        """The model answered without tool calls: check, close the inbox, or go on."""
+    def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
+        """The model answered without tool calls: check, close the inbox, or go on (only
+        while ``more_steps`` are allowed)."""
         reply = state.steps[-1].payload.text
         contract = self.contract
         if contract is not None and contract.check:
@@ -311,14 +342,14 @@ class _TurnRun:
                 {"passed": result.passed, "exit_code": result.exit_code, "output": result.output},
             )
             if not result.passed:
-                if self._budget_exceeded(state):
+                if not more_steps:
                     return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
                 state.feedback = [StepInput(origin="check", text=result.feedback())]
                 return None
             status = TurnStatus.SUCCEEDED
         else:
             status = TurnStatus.FINISHED
-        if not state.inbox_closed:
+        if not state.inbox_closed and more_steps:
             state.pending = list(
                 self.store.close_inbox(
                     run_id=self.run_id,
@@ -356,12 +387,12 @@ class _TurnRun:
             self.history = history_messages(self.claimed.history)
         messages = assemble(self.history, self.turn.prompt, state.steps, inputs)
         request = ModelRequest(prefix=self.prefix, messages=messages, context=self.context)
-        sink = _DeltaSink(self.emitter, self.engine.coordinator, index)
+        sink = _DeltaSink(self.emitter, self.engine.coordinator, index, self.holding)
         try:
             reply = self.host.model.stream(request, sink)
         except StreamAborted:
             return _Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
-        except ParleyError:
+        except (Fenced, StoreError):
             raise
         except Exception as exc:
             log.warning("model failed on turn %s step %d", self.turn.turn_id, index, exc_info=True)
@@ -424,7 +455,10 @@ class _TurnRun:
             self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text})
 
     def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
-        """Run one tool call through validation, policy and approver; never raises."""
+        """Run one tool call through validation, policy and approver.  Raises only
+        :class:`Fenced`: a driver that lost its session must not touch the workspace."""
+        if self.holding is not None and not self.holding():
+            raise Fenced("the session lock was lost before a tool call")
         self.emitter.emit(
             EventKind.TOOL_CALL,
             {"step": index, "call_id": call.id, "name": call.name, "arguments": call.arguments},
@@ -445,7 +479,14 @@ class _TurnRun:
             accesses = tuple(tool.accesses(arguments))
         except InvalidRequest as exc:
             return error(f"error: InvalidRequest: {exc}")
-        refusal = self.host.policy.check(call.name, accesses, self.root)
+        except Exception as exc:  # host code: its failure is the tool's, not the turn's
+            return error(f"error: {type(exc).__name__}: {exc}")
+        try:
+            refusal = self.host.policy.check(call.name, accesses, self.root)
+        except Exception as exc:
+            # A policy that cannot decide refuses: failing closed is the safe side.
+            log.warning("policy failed on %s; refusing the call", call.name, exc_info=True)
+            refusal = Refusal(rule="policy_error", reason=f"{type(exc).__name__}: {exc}")
         if refusal is None and not self._approved(call, arguments, accesses):
             refusal_rule, reason = "approver", "the host's approver declined this call"
         elif refusal is not None:
@@ -522,7 +563,7 @@ class _TurnRun:
             refresh_prefix=self.refresh_prefix,
             events=self.emitter.take_unstored(),
             end_seq=self.emitter.allocate(EventKind.END, {}).seq,
-            claim_next=self.engine.coordinator.last_seq if self.claim_next else None,
+            claim_next=self.engine.coordinator.adopt if self.claim_next else None,
             worker=self.engine.label(),
         )
         self.emitter.publish(receipt.end_event)

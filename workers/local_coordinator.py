@@ -42,6 +42,7 @@ class LocalCoordinator:
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
         self._interrupts: set[str] = set()
         self._marks: dict[str, int] = {}
+        self._owners: dict[str, int] = {}
         self._retained = retained_turns
 
     # ------------------------------------------------------------------ locks
@@ -64,10 +65,13 @@ class LocalCoordinator:
 
     # ------------------------------------------------------------------ events
 
-    def publish(self, events: Sequence[Event]) -> None:
-        """Append to each turn's replay buffer and wake every reader."""
+    def publish(self, events: Sequence[Event], fence: int = 0) -> None:
+        """Append to each turn's replay buffer and wake every reader.  A driver passes its
+        fence; events of a driver older than the turn's adopter are dropped."""
         with self._changed:
             for event in events:
+                if fence and fence < self._owners.get(event.turn_id, 0):
+                    continue
                 buffer = self._buffers.get(event.turn_id)
                 if buffer is None:
                     buffer = self._buffers[event.turn_id] = []
@@ -98,6 +102,13 @@ class LocalCoordinator:
         while start > 0 and buffer[start - 1].seq > after:
             start -= 1
         return buffer[start:]
+
+    def adopt(self, turn_id: str, fence: int) -> int:
+        """Make ``fence`` the turn's publisher; returns the newest buffered seq."""
+        with self._guard:
+            self._owners[turn_id] = max(fence, self._owners.get(turn_id, 0))
+            buffer = self._buffers.get(turn_id)
+            return buffer[-1].seq if buffer else 0
 
     def last_seq(self, turn_id: str) -> int:
         """The newest buffered seq of a turn (0 if none)."""

@@ -26,14 +26,20 @@ from workers import constants as c
 log = logging.getLogger("parley.redis")
 
 # Append events to a turn's stream in seq order (skipping any already there), publish
-# them as one message, and say whether an interrupt is pending.
-# KEYS: stream, channel, interrupt flag.  ARGV: ended (0/1), buffer ttl, then seq, json...
+# them as one message, and say whether an interrupt is pending.  A driver publishes with
+# its fence: once a newer driver adopted the turn, the older one's events are dropped.
+# KEYS: stream, channel, interrupt flag, owner.  ARGV: ended (0/1), buffer ttl, fence
+# (0: not a driver), then seq, json, seq, json...
 APPEND_AND_PUBLISH = """
+local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
+if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
+  return redis.call('EXISTS', KEYS[3])
+end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local top = 0
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
 local fresh = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > top then
     redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
@@ -48,19 +54,27 @@ if ARGV[1] == '1' then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
 return redis.call('EXISTS', KEYS[3])
 """
 
-# Extend a held lock; take it back if Redis lost it and nobody else took it (the fence in
-# PostgreSQL, not this lock, is what keeps commits safe).  Returns 1 if still held.
+# Extend a held lock.  A lock that vanished is not taken back: another driver may have
+# held it and let go since, and this one must not touch the workspace again.
 EXTEND_LOCK = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
 return 0
+"""
+
+# Make a driver's fence the turn's publisher (never lowering it) and return the newest
+# seq in its buffer, so the driver numbers its events above everything published.
+# KEYS: owner, stream.  ARGV: fence, ttl.
+ADOPT_TURN = """
+local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > owner then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last == 0 then return 0 end
+return tonumber(string.match(last[1][1], '^(%d+)'))
 """
 
 RELEASE_LOCK = """
@@ -69,6 +83,8 @@ return 0
 """
 
 INTERRUPT_RECHECK_SECONDS = 0.1
+BLOCKING_SOCKET_SECONDS = 10.0
+CHECKED_TURNS_KEPT = 10_000
 
 
 class RedisLock:
@@ -79,6 +95,7 @@ class RedisLock:
         self._key = c.lock_key(session_id)
         self._token = token
         self._held = True
+        self._extended = time.monotonic()
         self._stop = threading.Event()
         self._beat = threading.Thread(
             target=self._heartbeat, name=f"lock-{session_id[:8]}", daemon=True
@@ -86,7 +103,10 @@ class RedisLock:
         self._beat.start()
 
     def held(self) -> bool:
-        """False once the heartbeat failed to keep the lock."""
+        """False once the heartbeat found the lock gone, or could not reach Redis for a
+        whole TTL (by then the lock may have expired and been taken)."""
+        if time.monotonic() - self._extended > c.LOCK_TTL_MS / 1000:
+            self._held = False
         return self._held
 
     def release(self) -> None:
@@ -110,14 +130,16 @@ class RedisLock:
                 log.warning("heartbeat of %s failed; retrying", self._key)
                 continue
             if not kept:
-                log.warning("lost %s to another driver", self._key)
+                log.warning("lost %s", self._key)
                 self._held = False
                 return
+            self._extended = time.monotonic()
 
 
 class _Scripts:
     def __init__(self, client: Any) -> None:
         self.append = client.register_script(APPEND_AND_PUBLISH)
+        self.adopt = client.register_script(ADOPT_TURN)
         self.extend = client.register_script(EXTEND_LOCK)
         self.release = client.register_script(RELEASE_LOCK)
 
@@ -129,10 +151,11 @@ class RedisCoordinator:
         self.url = url
         # redis-py's return types depend on decode settings; results are converted here.
         self.redis: Any = redis.Redis.from_url(url)
-        # Blocking stream reads need a connection without the default socket timeout.
-        self._blocking: Any = redis.Redis.from_url(url, socket_timeout=None)
+        # Blocking stream reads (at most POLL seconds each) need a longer socket timeout
+        # than the default, yet a finite one, so a half-open connection cannot hang them.
+        self._blocking: Any = redis.Redis.from_url(url, socket_timeout=BLOCKING_SOCKET_SECONDS)
         self.scripts = _Scripts(self.redis)
-        self._pending: list[Event] = []
+        self._pending: list[tuple[int, Event]] = []
         self._wake = threading.Condition()
         self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
@@ -195,12 +218,12 @@ class RedisCoordinator:
 
     # ------------------------------------------------------------------ events
 
-    def publish(self, events: Sequence[Event]) -> None:
-        """Queue events for the flusher (returns at once)."""
+    def publish(self, events: Sequence[Event], fence: int = 0) -> None:
+        """Queue events for the flusher (returns at once).  A driver passes its fence."""
         if not events:
             return
         with self._wake:
-            self._pending.extend(events)
+            self._pending.extend((fence, e) for e in events)
             if self._flusher is None:
                 self._flusher = threading.Thread(
                     target=self._flush_loop, name="parley-deltas", daemon=True
@@ -230,18 +253,19 @@ class RedisCoordinator:
                     return
             self._send_pending()
 
-    def _flush(self, events: list[Event]) -> None:
+    def _flush(self, events: list[tuple[int, Event]]) -> None:
         if not events:
             return
-        by_turn: dict[str, list[Event]] = {}
-        for event in events:
-            by_turn.setdefault(event.turn_id, []).append(event)
+        by_turn: dict[tuple[str, int], list[Event]] = {}
+        for fence, event in events:
+            by_turn.setdefault((event.turn_id, fence), []).append(event)
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for turn_id, batch in by_turn.items():
+            for (turn_id, fence), batch in by_turn.items():
                 args: list[Any] = [
                     "1" if any(e.kind is EventKind.END for e in batch) else "0",
                     c.ENDED_BUFFER_SECONDS,
+                    fence,
                 ]
                 for event in batch:
                     args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
@@ -250,6 +274,7 @@ class RedisCoordinator:
                         c.events_key(turn_id),
                         c.deltas_channel(turn_id),
                         c.interrupt_key(turn_id),
+                        c.owner_key(turn_id),
                     ],
                     args=args,
                     client=pipe,
@@ -262,7 +287,7 @@ class RedisCoordinator:
                 "could not publish %d event(s); readers fall back to the store", len(events)
             )
             return
-        for turn_id, flag in zip(by_turn, flags, strict=True):
+        for (turn_id, _fence), flag in zip(by_turn, flags, strict=True):
             if flag:
                 self._interrupted.add(turn_id)
 
@@ -281,6 +306,21 @@ class RedisCoordinator:
                 time.sleep(timeout)
             return []
         return [Event.from_json(json.loads(fields[b"e"])) for _id, fields in entries]
+
+    def adopt(self, turn_id: str, fence: int) -> int:
+        """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
+        now on a driver with an older fence cannot add to the buffer."""
+        self.flush()  # what this process still holds counts too
+        try:
+            return int(
+                self.scripts.adopt(
+                    keys=[c.owner_key(turn_id), c.events_key(turn_id)],
+                    args=[fence, c.ENDED_BUFFER_SECONDS],
+                )
+            )
+        except redis.RedisError:
+            log.warning("cannot adopt the buffer of %s; numbering from the store", turn_id)
+            return 0
 
     def last_seq(self, turn_id: str) -> int:
         """The newest buffered seq of a turn (0 if none or Redis is unreachable)."""
@@ -318,6 +358,8 @@ class RedisCoordinator:
         now = time.monotonic()
         if now - self._interrupt_checked.get(turn_id, 0.0) < INTERRUPT_RECHECK_SECONDS:
             return False
+        if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
+            self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless
         self._interrupt_checked[turn_id] = now
         try:
             flagged = bool(self.redis.exists(c.interrupt_key(turn_id)))

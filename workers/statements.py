@@ -141,6 +141,8 @@ LOCK_RUN_BY_TURN = RUN_BY_TURN.with_for_update()
 
 LOCK_RUN = select(t.runs.c.id).where(t.runs.c.id == b("run_id")).with_for_update()
 
+SESSION_OF_TURN = select(t.runs.c.session_id).where(t.runs.c.turn_id == b("turn_id"))
+
 RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
 
 RUN_STATUS = select(t.runs.c.status).where(t.runs.c.id == b("run_id"))
@@ -154,7 +156,7 @@ NEXT_RUN = (
     select(t.runs)
     .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
     .where(t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE))
-    .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queued_at, t.turns.c.ordinal)
+    .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queue_position)
     .limit(1)
     .with_for_update(of=t.runs)
 )
@@ -230,6 +232,7 @@ RESUME_RUN = (
     .values(
         status=QUEUED,
         queued_at=b("now"),
+        queue_position=b("position"),
         inbox_open=True,
         error=None,
         reply=None,

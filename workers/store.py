@@ -72,8 +72,9 @@ def validate_ids(*ids: str | None) -> None:
             raise InvalidRequest(f"not a parley id: {value!r}")
 
 
-SeqFloor = Callable[[str], int]
-"""The highest seq a turn's replay buffer already holds (a claim numbers events above it)."""
+SeqFloor = Callable[[str, int], int]
+"""Called with (turn, fence) by a claim: adopts the turn's replay buffer for the fence and
+returns the highest seq it already holds (the claim numbers events above it)."""
 
 
 class IntegrityConflict(StoreError):
@@ -279,9 +280,13 @@ class SqlStore:
             interrupted: list[str] = []
             if if_busy is IfBusy.INTERRUPT:
                 for run in active:
-                    if run.status == q.RUNNING:
+                    if run.status != q.RUNNING:
+                        continue
+                    try:
                         self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
-                        interrupted.append(run.turn_id)
+                    except TurnEnded:
+                        continue  # its inbox closed: it is committing its end already
+                    interrupted.append(run.turn_id)
             record = TurnRecord(
                 turn_id=new_id(),
                 session_id=session_id,
@@ -323,6 +328,7 @@ class SqlStore:
                     "inbox_open": True,
                     "last_seq": 1,
                     "queued_at": now,
+                    "queue_position": ordinal,
                 },
             )
             queued = Event(
@@ -344,18 +350,26 @@ class SqlStore:
         still queued or running is left as it is: resuming it only needs a driver."""
         now = _now()
         with self._tx() as db:
-            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
-            if run is None:
+            session_id = db.execute(q.SESSION_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
+            if session_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
+            # Session row first, then the run: the order every writer locks them in.
+            position = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one()
+            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
             if run.status in q.ACTIVE:
-                return self._turn(db, turn_id), None
+                record = self._turn(db, turn_id)
+                db.rollback()  # nothing to change: it only needs a driver
+                return record, None
             if run.status not in q.RESUMABLE:
                 raise Conflict(
                     f"turn {turn_id!r} ended {run.status}; only a cancelled or failed turn "
                     "can be resumed (branch from it to go on)"
                 )
             seq = max(run.last_seq, seq_floor) + 1
-            db.execute(q.RESUME_RUN, {"b_run_id": run.id, "b_now": now, "b_seq": seq})
+            db.execute(
+                q.RESUME_RUN,
+                {"b_run_id": run.id, "b_now": now, "b_seq": seq, "b_position": position},
+            )
             queued = Event(
                 turn_id=turn_id,
                 seq=seq,
@@ -478,10 +492,11 @@ class SqlStore:
         """Mark a turn running under ``fence`` and read everything needed to run it.
         Returns the claim and its ``started`` event (already stored)."""
         with self._tx() as db:
-            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
-            if run is None:
+            session_id = db.execute(q.SESSION_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
+            if session_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
-            self._check_fence(db, run.session_id, fence)
+            self._check_fence(db, session_id, fence)  # session row first, then the run
+            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
             if run.status not in q.ACTIVE:
                 raise Conflict(f"turn {turn_id!r} is {run.status}, not runnable")
             return self._claim(db, run, worker, seq_floor)
@@ -495,15 +510,15 @@ class SqlStore:
             fence = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
             if fence is None:
                 raise SessionNotFound(f"no session {session_id!r}")
-            return int(fence), self._claim_next(db, session_id, worker, seq_floor)
+            return int(fence), self._claim_next(db, session_id, int(fence), worker, seq_floor)
 
     def _claim_next(
-        self, db: Connection, session_id: str, worker: str, seq_floor: SeqFloor
+        self, db: Connection, session_id: str, fence: int, worker: str, seq_floor: SeqFloor
     ) -> tuple[ClaimedTurn, Event] | None:
         run = db.execute(q.NEXT_RUN, {"b_session_id": session_id}).one_or_none()
         if run is None:
             return None
-        return self._claim(db, run, worker, seq_floor(run.turn_id))
+        return self._claim(db, run, worker, seq_floor(run.turn_id, fence))
 
     def _claim(
         self, db: Connection, run: Any, worker: str, seq_floor: int
@@ -691,7 +706,9 @@ class SqlStore:
             )
             self._insert_events(db, [*events, end], now)
             head = session.head_turn_id
-            following = self._claim_next(db, session_id, worker, claim_next) if claim_next else None
+            following = (
+                self._claim_next(db, session_id, fence, worker, claim_next) if claim_next else None
+            )
         return FinishReceipt(
             end_event=end,
             undelivered=undelivered,
