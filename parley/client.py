@@ -96,7 +96,12 @@ def connect(
         host=None,
         queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
     )
-    return Client(store, RedisCoordinator(redis_url), FleetKicker(settings), host=None)
+    try:
+        fleet_coordinator = RedisCoordinator(redis_url)
+    except ValueError as exc:
+        store.close()
+        raise InvalidRequest(f"not a Redis URL: {redis_url!r} ({exc})") from exc
+    return Client(store, fleet_coordinator, FleetKicker(settings), host=None)
 
 
 class Client:
@@ -299,8 +304,13 @@ class TurnHandle:
         """Every event with seq > ``after``, once each and in order, ending after ``end``."""
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise InvalidRequest("after must be a non-negative integer")
+        client = self._client
         return follow(
-            self.turn_id, after, coordinator=self._client.coordinator, store=self._client.store
+            self.turn_id,
+            after,
+            coordinator=client.coordinator,
+            store=client.store,
+            driver_failure=lambda: client._kicker.failure(self.session_id),
         )
 
     def say(self, text: str) -> None:

@@ -14,8 +14,9 @@ has said nothing for ``PATIENCE_SECONDS``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from schemas.errors import StoreError
 from schemas.events import Event, EventKind
 from workers.ports import Coordinator
 from workers.store import SqlStore
@@ -25,12 +26,18 @@ PATIENCE_SECONDS = 2.0
 
 
 def follow(
-    turn_id: str, after: int, *, coordinator: Coordinator, store: SqlStore
+    turn_id: str,
+    after: int,
+    *,
+    coordinator: Coordinator,
+    store: SqlStore,
+    driver_failure: Callable[[], BaseException | None] = lambda: None,
 ) -> Iterator[Event]:
     """Every event of the turn with seq > ``after``, once each and in order, until its end.
 
     A turn that is resumed after an ``end`` goes on: the iterator stops only at an ``end``
-    that nothing follows while the turn is terminal."""
+    that nothing follows while the turn is terminal.  ``driver_failure`` reports a driver
+    of this process that died (embedded), so a reader is told instead of waiting forever."""
     last = after
     progressed = time.monotonic()
     while True:
@@ -39,6 +46,9 @@ def follow(
         if not batch:
             if _ended(turn_id, last, store):
                 return
+            failure = driver_failure()
+            if failure is not None:
+                raise StoreError(f"the driver of this turn stopped: {failure}") from failure
             coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
             continue
         progressed = time.monotonic()
@@ -62,10 +72,20 @@ def _next_batch(
     if patient and not buffered and coordinator.buffer_covers(turn_id, last):
         return []  # live: what comes next is on its way to the buffer
     stored = store.events_after(turn_id, last)
-    if buffered:
-        stored = [e for e in stored if e.seq < buffered[0].seq]
-        return stored + buffered
-    return stored
+    # Committed up to here: any durable event below this seq is in `stored`.  Above it, a
+    # seq missing from the buffer may be a durable event still uncommitted (its batch was
+    # lost), so the reader does not jump such a gap until the store has settled it.
+    settled = stored[-1].seq if stored else last
+    merged = {e.seq: e for e in buffered}
+    merged.update((e.seq, e) for e in stored)
+    batch: list[Event] = []
+    previous = last
+    for seq in sorted(merged):
+        if seq != previous + 1 and seq - 1 > settled and patient:
+            break
+        batch.append(merged[seq])
+        previous = seq
+    return batch
 
 
 def _contiguous(events: list[Event], last: int) -> list[Event]:

@@ -619,3 +619,64 @@ def test_the_reply_is_the_last_message_or_nothing(
     assert result.reply is None
     assert result.error is not None and "provider down" in result.error
     assert session.head is None  # a failed turn does not become part of the conversation
+
+
+def test_with_no_budget_left_a_late_steer_is_reported_not_a_failure(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    rule = {
+        "when": "last",
+        "steps": [{"text": "final answer " * 30, "chunk_chars": 6, "delay_ms": 5}],
+    }
+    client = make_client([rule])
+    handle = client.open_session(workspace).submit(
+        "the last step", contract=parley.TaskContract(max_steps=1)
+    )
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN:
+            handle.say("one more thing")
+            break
+    result = handle.wait(30)
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert result.reply == "final answer " * 30
+    assert result.undelivered == ("one more thing",)
+
+
+@pytest.mark.embedded_only
+def test_host_code_that_raises_is_the_tools_problem_not_the_turns(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    def broken_access(_arguments: dict[str, object]) -> list[object]:
+        raise ZeroDivisionError("division by zero")
+
+    class BrokenPolicy:
+        def check(self, tool: str, accesses: object, root: str) -> None:
+            if tool == "list_files":
+                raise RuntimeError("policy service unreachable")
+
+    flaky = parley.tools.FunctionTool(
+        name="flaky",
+        description="Declares its accesses badly.",
+        parameters={"type": "object", "properties": {}},
+        function=lambda _args, _ctx: "ran",
+        access=broken_access,  # type: ignore[arg-type]
+    )
+    rule = {
+        "when": ".*",
+        "steps": [
+            {"tool_calls": [{"name": "flaky"}, {"name": "list_files"}]},
+            {"text": "carried on"},
+        ],
+    }
+    host = scripted_host([rule], tools=[flaky, parley.tools.list_files], policy=BrokenPolicy())
+    client = make_client(host=host)
+    events = list(client.open_session(workspace).submit("go").events())
+    results = [e.data for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert results[0]["is_error"] and "ZeroDivisionError" in results[0]["content"]
+    assert results[1]["refusal"] == "policy_error"  # a policy that cannot decide refuses
+    assert events[-1].data == {
+        "outcome": "finished",
+        "reply": "carried on",
+        "error": None,
+        "undelivered": [],
+    }

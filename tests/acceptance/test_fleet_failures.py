@@ -172,6 +172,14 @@ def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> Non
     steps = chaos.client.store.steps_of(handle.turn_id)
     assert [s.index for s in steps] == [0, 1]
     assert steps[0].payload.tool_results[0].content == f"gate opened (pid {fresh})"
+    # The stale driver's events never reached the buffer the new one writes: a reader
+    # sees one gap-free sequence, with the new attempt's start in it.
+    events = list(chaos.client.attach(handle.turn_id).events())
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    starts = [e.data["attempt"] for e in events if e.kind is EventKind.STARTED]
+    assert starts == [1, 2]
+    results = [e.data["content"] for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert results == [f"gate opened (pid {fresh})"]
 
 
 def submit_load(chaos: Chaos, sessions: int, turns: int) -> list[list[parley.TurnHandle]]:

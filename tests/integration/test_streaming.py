@@ -1,0 +1,93 @@
+"""Readers never skip a durable event: a gap in the replay buffer is jumped only once the
+store shows everything below it is committed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from parley.streaming import follow
+from schemas.events import Event, EventKind
+from schemas.messages import StepPayload
+from schemas.records import IfBusy, TurnStatus
+from workers.database import create_database_engine, migrate
+from workers.local_coordinator import LocalCoordinator
+from workers.store import SqlStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    engine = create_database_engine(f"sqlite:///{tmp_path / 'stream.db'}")
+    migrate(engine)
+    store = SqlStore(engine)
+    yield store
+    store.close()
+
+
+def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(store: SqlStore) -> None:
+    coordinator = LocalCoordinator()
+    session = store.create_session(root="/tmp", metadata={}, token_ceiling=None)
+    receipt = store.submit_turn(
+        session_id=session.session_id,
+        prompt="p",
+        request_id=None,
+        contract=None,
+        if_busy=IfBusy.ENQUEUE,
+    )
+    turn_id, run_id = receipt.turn.turn_id, receipt.turn.run_id
+    fence = store.take_fence(session.session_id)
+    _claimed, started = store.claim_turn(turn_id, fence=fence, worker="w", seq_floor=0)
+    assert started.seq == 2
+
+    def event(seq: int, kind: EventKind) -> Event:
+        return Event(turn_id=turn_id, seq=seq, kind=kind, data={"seq": seq})
+
+    # Published: tokens 3 and 4; the tool_call 5 was lost on its way to the buffer;
+    # tokens 6 and 7 made it.  Nothing of the step is committed yet.
+    coordinator.publish(
+        [event(1, EventKind.QUEUED), started, event(3, EventKind.TOKEN), event(4, EventKind.TOKEN)]
+    )
+    coordinator.publish([event(6, EventKind.TOKEN), event(7, EventKind.TOKEN)])
+    seen: list[int] = []
+    reader = threading.Thread(
+        target=lambda: seen.extend(
+            e.seq for e in follow(turn_id, 2, coordinator=coordinator, store=store)
+        )
+    )
+    reader.start()
+    reader.join(0.7)
+    assert seen == [3, 4]  # it waits at the gap rather than jumping to 6
+
+    step = event(8, EventKind.STEP)
+    store.commit_step(
+        run_id=run_id,
+        session_id=session.session_id,
+        fence=fence,
+        index=0,
+        payload=StepPayload(text="t"),
+        steer_cursor=0,
+        events=[event(5, EventKind.TOOL_CALL), step],
+        close_inbox_if_idle=True,
+    )
+    coordinator.publish([step])
+    finished = store.finish_turn(
+        run_id=run_id,
+        turn_id=turn_id,
+        session_id=session.session_id,
+        fence=fence,
+        status=TurnStatus.FINISHED,
+        reply="t",
+        error=None,
+        partial=None,
+        cursor=0,
+        prefix=None,
+        refresh_prefix=False,
+        events=[],
+        end_seq=9,
+    )
+    coordinator.publish([finished.end_event])
+    reader.join(10)
+    assert seen == [3, 4, 5, 6, 7, 8, 9]
