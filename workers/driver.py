@@ -36,7 +36,7 @@ class SessionDriver:
             lock = self.coordinator.try_lock(session_id)
             if lock is None:
                 return ran  # another driver has it; it will see our turn
-            mark = self.coordinator.work_mark(session_id)
+            mark = lock.work_mark
             try:
                 fence, claim = self.store.start_drive(
                     session_id, worker=self.engine.label(), seq_floor=self.coordinator.adopt

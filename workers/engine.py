@@ -166,9 +166,6 @@ class TurnEngine:
         ``claim_next`` the turn's final transaction also claims the session's next
         runnable turn, which is returned."""
         claimed, started = claim
-        # A flag left by an interrupt the claim already read (or an earlier attempt's)
-        # must not stop this attempt: the durable inbox is the truth.
-        self.coordinator.clear_interrupt(claimed.turn.turn_id)
         emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
         emitter.publish(started)
         return _TurnRun(self, claimed, fence, emitter, holding, claim_next).run()

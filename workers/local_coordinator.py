@@ -17,7 +17,8 @@ from the store, without their tokens."""
 class LocalLock:
     """A held in-process session lock."""
 
-    def __init__(self, lock: threading.Lock) -> None:
+    def __init__(self, lock: threading.Lock, work_mark: int) -> None:
+        self.work_mark = work_mark
         self._lock = lock
         self._held = True
 
@@ -51,7 +52,8 @@ class LocalCoordinator:
         """The session's lock if nobody in this process holds it."""
         with self._guard:
             lock = self._locks.setdefault(session_id, threading.Lock())
-        return LocalLock(lock) if lock.acquire(blocking=False) else None
+            mark = self._marks.get(session_id, 0)
+        return LocalLock(lock, mark) if lock.acquire(blocking=False) else None
 
     def mark_work(self, session_id: str) -> None:
         """Bump the session's work mark."""
@@ -107,6 +109,7 @@ class LocalCoordinator:
         """Make ``fence`` the turn's publisher; returns the newest buffered seq."""
         with self._guard:
             self._owners[turn_id] = max(fence, self._owners.get(turn_id, 0))
+            self._interrupts.discard(turn_id)  # the claim read the durable inbox already
             buffer = self._buffers.get(turn_id)
             return buffer[-1].seq if buffer else 0
 
@@ -133,8 +136,3 @@ class LocalCoordinator:
         """Whether an interrupt was signalled since the last clear."""
         with self._guard:
             return turn_id in self._interrupts
-
-    def clear_interrupt(self, turn_id: str) -> None:
-        """Forget a handled interrupt."""
-        with self._guard:
-            self._interrupts.discard(turn_id)

@@ -333,6 +333,11 @@ class Store(Protocol):
 class SessionLock(Protocol):
     """A held session lock."""
 
+    @property
+    def work_mark(self) -> object:
+        """The session's work mark when the lock was taken."""
+        ...
+
     def held(self) -> bool:
         """False once the lock was lost (expired, taken over)."""
         ...
@@ -359,8 +364,9 @@ class Coordinator(Protocol):
     def publish(self, events: Sequence[Event], fence: int = 0) -> None: ...
 
     def adopt(self, turn_id: str, fence: int) -> int:
-        """Make ``fence`` the only driver allowed to publish the turn's events, and return
-        the newest seq already buffered (the claim numbers events above it)."""
+        """Make ``fence`` the only driver allowed to publish the turn's events, drop any
+        interrupt flag (the claim reads the durable inbox), and return the newest seq
+        already buffered (the claim numbers events above it)."""
         ...
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]: ...
@@ -375,8 +381,6 @@ class Coordinator(Protocol):
     def signal_interrupt(self, turn_id: str) -> None: ...
 
     def interrupt_requested(self, turn_id: str) -> bool: ...
-
-    def clear_interrupt(self, turn_id: str) -> None: ...
 
 
 class Clock(Protocol):

@@ -64,14 +64,16 @@ end
 return 0
 """
 
-# Make a driver's fence the turn's publisher (never lowering it) and return the newest
-# seq in its buffer, so the driver numbers its events above everything published.
-# KEYS: owner, stream.  ARGV: fence, ttl.
+# Make a driver's fence the turn's publisher (never lowering it), drop an interrupt flag
+# the claim already read from the durable inbox, and return the newest seq in the buffer,
+# so the driver numbers its events above everything published.
+# KEYS: owner, stream, interrupt flag.  ARGV: fence, ttl.
 ADOPT_TURN = """
 local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > owner then
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 end
+redis.call('DEL', KEYS[3])
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last == 0 then return 0 end
 return tonumber(string.match(last[1][1], '^(%d+)'))
@@ -90,7 +92,10 @@ CHECKED_TURNS_KEPT = 10_000
 class RedisLock:
     """A held session lock, kept alive by a heartbeat thread until released or lost."""
 
-    def __init__(self, coordinator: RedisCoordinator, session_id: str, token: str) -> None:
+    def __init__(
+        self, coordinator: RedisCoordinator, session_id: str, token: str, work_mark: object
+    ) -> None:
+        self.work_mark = work_mark
         self._coordinator = coordinator
         self._key = c.lock_key(session_id)
         self._token = token
@@ -182,11 +187,14 @@ class RedisCoordinator:
         """The session's lock, or None if another driver holds it (or Redis is down)."""
         token = uuid.uuid4().hex
         try:
-            taken = self.redis.set(c.lock_key(session_id), token, nx=True, px=c.LOCK_TTL_MS)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(c.lock_key(session_id), token, nx=True, px=c.LOCK_TTL_MS)
+            pipe.get(c.work_key(session_id))
+            taken, mark = pipe.execute()
         except redis.RedisError:
             log.warning("cannot reach Redis to lock session %s", session_id)
             return None
-        return RedisLock(self, session_id, token) if taken else None
+        return RedisLock(self, session_id, token, mark) if taken else None
 
     def mark_work(self, session_id: str) -> None:
         """Bump the session's work mark (it expires with the lock TTL's order of time; a
@@ -311,10 +319,14 @@ class RedisCoordinator:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
         now on a driver with an older fence cannot add to the buffer."""
         self.flush()  # what this process still holds counts too
+        self._interrupted.discard(turn_id)
+        # Just cleared: the first deltas need not ask Redis again (the flusher's answers
+        # report a new interrupt as soon as one is set).
+        self._interrupt_checked[turn_id] = time.monotonic()
         try:
             return int(
                 self.scripts.adopt(
-                    keys=[c.owner_key(turn_id), c.events_key(turn_id)],
+                    keys=[c.owner_key(turn_id), c.events_key(turn_id), c.interrupt_key(turn_id)],
                     args=[fence, c.ENDED_BUFFER_SECONDS],
                 )
             )
@@ -368,12 +380,3 @@ class RedisCoordinator:
         if flagged:
             self._interrupted.add(turn_id)
         return flagged
-
-    def clear_interrupt(self, turn_id: str) -> None:
-        """Forget a handled interrupt."""
-        self._interrupted.discard(turn_id)
-        self._interrupt_checked.pop(turn_id, None)
-        try:
-            self.redis.delete(c.interrupt_key(turn_id))
-        except redis.RedisError:
-            log.warning("could not clear the interrupt flag of %s", turn_id)

@@ -43,11 +43,12 @@ BUMP_TURN_COUNT = (
     .returning(t.sessions.c.turn_count)
 )
 
+# Returns the whole row: a driver's first claim needs it, and this saves reading it.
 TAKE_FENCE = (
     update(t.sessions)
     .where(t.sessions.c.id == b("session_id"))
     .values(fence=t.sessions.c.fence + 1)
-    .returning(t.sessions.c.fence)
+    .returning(*t.sessions.c)
 )
 
 LOCK_FENCE = select(t.sessions.c.fence).where(t.sessions.c.id == b("session_id")).with_for_update()
@@ -68,7 +69,7 @@ FINISH_SESSION = (
             (b("move_head", type_=Boolean()), b("turn_id")), else_=t.sessions.c.head_turn_id
         )
     )
-    .returning(t.sessions.c.head_turn_id, t.sessions.c.prefix_generation)
+    .returning(*t.sessions.c)
 )
 
 SET_GENERATION = (
@@ -153,7 +154,13 @@ ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
 
 # The run to drive next, locked: a stranded running one first, then the oldest queued.
 NEXT_RUN = (
-    select(t.runs)
+    select(
+        t.runs,
+        t.turns.c.parent_id,
+        t.turns.c.prompt,
+        t.turns.c.request_id,
+        t.turns.c.created_at.label("turn_created_at"),
+    )
     .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
     .where(t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE))
     .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queue_position)

@@ -53,7 +53,7 @@ from schemas.records import (
 from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
 from workers.ports import ClaimedTurn, CommittedStep, PathTurn
-from workers.rows import run_state_of, session_record, turn_record
+from workers.rows import aware, run_state_of, session_record, turn_record
 
 
 def _now() -> datetime:
@@ -465,10 +465,10 @@ class SqlStore:
     def take_fence(self, session_id: str) -> int:
         """A new fencing token for the driver that just took the session's lock."""
         with self._tx() as db:
-            fence = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
-        if fence is None:
+            row = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).one_or_none()
+        if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
-        return int(fence)
+        return int(row.fence)
 
     def next_turn(self, session_id: str) -> str | None:
         """The turn to run next: a stranded running one first, then the oldest queued."""
@@ -499,7 +499,8 @@ class SqlStore:
             run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
             if run.status not in q.ACTIVE:
                 raise Conflict(f"turn {turn_id!r} is {run.status}, not runnable")
-            return self._claim(db, run, worker, seq_floor)
+            session = db.execute(q.SESSION, {"b_session_id": session_id}).one()
+            return self._claim(db, run, worker, seq_floor, session, self._turn(db, turn_id))
 
     def start_drive(
         self, session_id: str, *, worker: str, seq_floor: SeqFloor
@@ -507,27 +508,45 @@ class SqlStore:
         """For a driver that just took the session's lock: a new fencing token and, in the
         same transaction, the claim of the session's next runnable turn (if any)."""
         with self._tx() as db:
-            fence = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
-            if fence is None:
+            session = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).one_or_none()
+            if session is None:
                 raise SessionNotFound(f"no session {session_id!r}")
-            return int(fence), self._claim_next(db, session_id, int(fence), worker, seq_floor)
+            fence = int(session.fence)
+            return fence, self._claim_next(db, session, fence, worker, seq_floor)
 
     def _claim_next(
-        self, db: Connection, session_id: str, fence: int, worker: str, seq_floor: SeqFloor
+        self, db: Connection, session: Any, fence: int, worker: str, seq_floor: SeqFloor
     ) -> tuple[ClaimedTurn, Event] | None:
-        run = db.execute(q.NEXT_RUN, {"b_session_id": session_id}).one_or_none()
+        """Claim the next runnable turn of ``session`` (its current row)."""
+        run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
-        return self._claim(db, run, worker, seq_floor(run.turn_id, fence))
+        turn = TurnRecord(
+            turn_id=run.turn_id,
+            session_id=run.session_id,
+            parent_id=run.parent_id,
+            prompt=run.prompt,
+            status=TurnStatus(run.status),
+            reply=run.reply,
+            run_id=run.id,
+            request_id=run.request_id,
+            created_at=aware(run.turn_created_at),
+        )
+        return self._claim(db, run, worker, seq_floor(run.turn_id, fence), session, turn)
 
     def _claim(
-        self, db: Connection, run: Any, worker: str, seq_floor: int
+        self,
+        db: Connection,
+        run: Any,
+        worker: str,
+        seq_floor: int,
+        row: Any,
+        turn: TurnRecord,
     ) -> tuple[ClaimedTurn, Event]:
+        """Claim ``run`` (its locked row) given its session's current ``row``."""
         now = _now()
         turn_id = run.turn_id
-        row = db.execute(q.SESSION, {"b_session_id": run.session_id}).one()
         session = session_record(row)
-        turn = self._turn(db, turn_id)
         if run.attempts == 0:
             # A queued turn hangs under the head as it is when it starts.
             db.execute(q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id})
@@ -707,7 +726,7 @@ class SqlStore:
             self._insert_events(db, [*events, end], now)
             head = session.head_turn_id
             following = (
-                self._claim_next(db, session_id, fence, worker, claim_next) if claim_next else None
+                self._claim_next(db, session, fence, worker, claim_next) if claim_next else None
             )
         return FinishReceipt(
             end_event=end,

@@ -9,6 +9,7 @@ single-process Celery workers running a noop task with the same broker settings.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -27,7 +28,6 @@ import parley
 from schemas.events import EventKind
 from tests.conftest import PG_ADMIN_URL, fresh_postgres_database
 from tests.fleet import REPO, Fleet, flush_redis
-from tests.helpers import Control
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
@@ -221,12 +221,18 @@ def main() -> int:
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "workspace"
         root.mkdir()
-        Control(root).script(RULES)
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps({"rules": RULES}))
         database = database_url.rsplit("/", 1)[1]
 
         round_trips, noop_rate = noop_floor(database_url, f"bench.noop.{uuid.uuid4().hex[:6]}")
 
-        fleet = Fleet(database_url=database_url, redis_url=REDIS_URL, log_dir=Path(tmp))
+        fleet = Fleet(
+            database_url=database_url,
+            redis_url=REDIS_URL,
+            host=f"scripted:{script}",
+            log_dir=Path(tmp),
+        )
         fleet.start_worker(concurrency=1)
         fleet.start_worker(concurrency=1)
         fleet.start_beat()
