@@ -45,6 +45,7 @@ from workers.ports import (
     PrefixSnapshot,
     Refusal,
     SessionStateView,
+    Store,
     StreamAborted,
     Tool,
     ToolContext,
@@ -52,7 +53,6 @@ from workers.ports import (
     TurnPreparation,
     TurnRequest,
 )
-from workers.store import SqlStore
 
 log = logging.getLogger("parley.engine")
 
@@ -121,7 +121,7 @@ class TurnEngine:
     def __init__(
         self,
         *,
-        store: SqlStore,
+        store: Store,
         coordinator: Coordinator,
         host: Host,
         worker: str | None = None,

@@ -11,7 +11,15 @@ from typing import Any, Literal, Protocol
 
 from schemas.events import Event
 from schemas.messages import Message, Prefix, StepPayload, ToolCall, ToolDeclaration
-from schemas.records import Contract, RunState, SessionRecord, Steer, TurnRecord, Usage
+from schemas.records import (
+    Contract,
+    RunState,
+    SessionRecord,
+    Steer,
+    TurnRecord,
+    TurnStatus,
+    Usage,
+)
 
 # ---------------------------------------------------------------------------- model
 
@@ -213,10 +221,6 @@ class CommitReceipt:
     committed_at: datetime
 
 
-class Hooks(Protocol):
-    """Optional callbacks around a turn (SPEC §4).  Any may be absent on a host's object."""
-
-
 # ---------------------------------------------------------------------------- host
 
 
@@ -280,29 +284,34 @@ class ClaimedTurn:
     next_seq: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class TurnEnding:
-    """The final write of a turn."""
+SeqFloor = Callable[[str, int], int]
+"""Called with (turn, fence) by a claim: adopts the turn's replay buffer for the fence and
+returns the highest seq it already holds (the claim numbers events above it)."""
 
-    status: str
-    reply: str | None
-    error: str | None
-    partial: str | None
-    steer_cursor: int
+Claim = tuple[ClaimedTurn, Event]
+"""A claimed turn and its ``started`` event (already stored, not yet published)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishReceipt:
+    """What a turn's final transaction committed."""
+
+    end_event: Event
     undelivered: tuple[str, ...]
-    prefix: Prefix | None
-    refresh_prefix: bool
-    events: tuple[Event, ...]
+    head_turn_id: str | None
+    prefix_generation: int
+    next_claim: Claim | None = None
 
 
 class Store(Protocol):
-    """Durable state.  Every method is one transaction."""
+    """The durable state the engine and the driver need; every method is one
+    transaction (:class:`workers.store.SqlStore` implements it on SQLite and PostgreSQL)."""
 
-    def take_fence(self, session_id: str) -> int: ...
+    def start_drive(
+        self, session_id: str, *, worker: str, seq_floor: SeqFloor
+    ) -> tuple[int, Claim | None]: ...
 
-    def next_turn(self, session_id: str) -> str | None: ...
-
-    def claim_turn(self, turn_id: str, fence: int, worker: str, seq: int) -> ClaimedTurn: ...
+    def claim_turn(self, turn_id: str, *, fence: int, worker: str, seq_floor: int) -> Claim: ...
 
     def commit_step(
         self,
@@ -314,17 +323,34 @@ class Store(Protocol):
         payload: StepPayload,
         steer_cursor: int,
         events: Sequence[Event],
+        close_inbox_if_idle: bool,
     ) -> tuple[Steer, ...]: ...
 
+    def pending_steers(self, run_id: str, cursor: int) -> tuple[Steer, ...]: ...
+
     def close_inbox(
-        self, run_id: str, fence: int, session_id: str, cursor: int
+        self, *, run_id: str, session_id: str, fence: int, cursor: int
     ) -> tuple[Steer, ...]: ...
 
     def finish_turn(
-        self, *, run_id: str, session_id: str, fence: int, ending: TurnEnding
-    ) -> int: ...
-
-    def events_after(self, turn_id: str, seq: int) -> list[Event]: ...
+        self,
+        *,
+        run_id: str,
+        turn_id: str,
+        session_id: str,
+        fence: int,
+        status: TurnStatus,
+        reply: str | None,
+        error: str | None,
+        partial: str | None,
+        cursor: int,
+        prefix: Prefix | None,
+        refresh_prefix: bool,
+        events: Sequence[Event],
+        end_seq: int,
+        claim_next: SeqFloor | None = None,
+        worker: str = "",
+    ) -> FinishReceipt: ...
 
 
 # ---------------------------------------------------------------------------- coordination
@@ -381,9 +407,3 @@ class Coordinator(Protocol):
     def signal_interrupt(self, turn_id: str) -> None: ...
 
     def interrupt_requested(self, turn_id: str) -> bool: ...
-
-
-class Clock(Protocol):
-    """Wall-clock time for timestamps."""
-
-    def now(self) -> datetime: ...

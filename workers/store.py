@@ -15,7 +15,7 @@ named, in :mod:`workers.statements`.  Concurrency rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -52,7 +52,7 @@ from schemas.records import (
 )
 from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
-from workers.ports import ClaimedTurn, CommittedStep, PathTurn
+from workers.ports import ClaimedTurn, CommittedStep, FinishReceipt, PathTurn, SeqFloor
 from workers.rows import aware, run_state_of, session_record, turn_record
 
 
@@ -72,11 +72,6 @@ def validate_ids(*ids: str | None) -> None:
             raise InvalidRequest(f"not a parley id: {value!r}")
 
 
-SeqFloor = Callable[[str, int], int]
-"""Called with (turn, fence) by a claim: adopts the turn's replay buffer for the fence and
-returns the highest seq it already holds (the claim numbers events above it)."""
-
-
 class IntegrityConflict(StoreError):
     """A write violated a constraint (e.g. two submissions racing on one request_id)."""
 
@@ -89,17 +84,6 @@ class SubmitReceipt:
     created: bool
     queued_event: Event | None
     interrupted_turn_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class FinishReceipt:
-    """What ``finish_turn`` committed."""
-
-    end_event: Event
-    undelivered: tuple[str, ...]
-    head_turn_id: str | None
-    prefix_generation: int
-    next_claim: tuple[ClaimedTurn, Event] | None = None
 
 
 class SqlStore:
@@ -469,12 +453,6 @@ class SqlStore:
         if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
         return int(row.fence)
-
-    def next_turn(self, session_id: str) -> str | None:
-        """The turn to run next: a stranded running one first, then the oldest queued."""
-        with self._tx() as db:
-            run = db.execute(q.NEXT_RUN, {"b_session_id": session_id}).one_or_none()
-        return None if run is None else str(run.turn_id)
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
