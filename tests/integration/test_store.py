@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import inspect
@@ -198,3 +199,54 @@ def test_storage_per_turn_does_not_grow_with_the_session(store: SqlStore) -> Non
         counts.append({k: after[k] - before[k] for k in after})
     assert all(c == counts[0] for c in counts)  # rows written per turn are constant
     assert len(store.history(session.session_id)) == 30
+
+
+def test_interrupting_a_turn_that_is_already_committing_its_end_does_not_fail_the_submit(
+    store: SqlStore,
+) -> None:
+    session_id, turn_id, run_id = queued_turn(store)
+    fence = store.take_fence(session_id)
+    store.claim_turn(turn_id, fence=fence, worker="a", seq_floor=0)
+    # The model stopped: the last step closed the inbox; the turn is not finished yet.
+    store.commit_step(
+        run_id=run_id,
+        session_id=session_id,
+        fence=fence,
+        index=0,
+        payload=StepPayload(text="done"),
+        steer_cursor=0,
+        events=[],
+        close_inbox_if_idle=True,
+    )
+    receipt = store.submit_turn(
+        session_id=session_id,
+        prompt="urgent",
+        request_id=None,
+        contract=None,
+        if_busy=IfBusy.INTERRUPT,
+    )
+    assert receipt.created and receipt.interrupted_turn_ids == ()
+    assert store.pending_steers(run_id, 0) == ()
+
+
+def test_turns_start_in_submission_order_whatever_the_producers_clocks_say(
+    store: SqlStore,
+) -> None:
+    from sqlalchemy import text
+
+    session_id, first_turn, _ = queued_turn(store)
+    second = store.submit_turn(
+        session_id=session_id,
+        prompt="second",
+        request_id=None,
+        contract=None,
+        if_busy=IfBusy.ENQUEUE,
+    )
+    # The second producer's clock runs a minute behind the first's.
+    with store.engine.begin() as db:
+        db.execute(
+            text("UPDATE runs SET queued_at = :t WHERE turn_id = :id"),
+            {"t": datetime(2020, 1, 1, tzinfo=UTC), "id": second.turn.turn_id},
+        )
+    _fence, claim = store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0)
+    assert claim is not None and claim[0].turn.turn_id == first_turn
