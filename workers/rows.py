@@ -63,3 +63,18 @@ def run_state_of(run: Any) -> RunState:
         worker=run.worker,
         undelivered=tuple(run.undelivered or ()),
     )
+
+
+def turn_of_next_run(run: Any) -> TurnRecord:
+    """The turn of a ``NEXT_RUN`` row (a run row carrying its turn's columns)."""
+    return TurnRecord(
+        turn_id=run.turn_id,
+        session_id=run.session_id,
+        parent_id=run.parent_id,
+        prompt=run.prompt,
+        status=TurnStatus(run.status),
+        reply=run.reply,
+        run_id=run.id,
+        request_id=run.request_id,
+        created_at=aware(run.turn_created_at),
+    )

@@ -53,7 +53,7 @@ from schemas.records import (
 from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
 from workers.ports import ClaimedTurn, CommittedStep, FinishReceipt, PathTurn, SeqFloor
-from workers.rows import aware, run_state_of, session_record, turn_record
+from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
 
 
 def _now() -> datetime:
@@ -499,17 +499,7 @@ class SqlStore:
         run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
-        turn = TurnRecord(
-            turn_id=run.turn_id,
-            session_id=run.session_id,
-            parent_id=run.parent_id,
-            prompt=run.prompt,
-            status=TurnStatus(run.status),
-            reply=run.reply,
-            run_id=run.id,
-            request_id=run.request_id,
-            created_at=aware(run.turn_created_at),
-        )
+        turn = turn_of_next_run(run)
         return self._claim(db, run, worker, seq_floor(run.turn_id, fence), session, turn)
 
     def _claim(
