@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
-from schemas.events import Event, EventKind
+from schemas.events import EventKind
 from schemas.messages import (
     Message,
     Prefix,
@@ -35,6 +35,7 @@ from workers.context import assemble, history_messages
 from workers.emitter import Emitter
 from workers.ports import (
     ApprovalRequest,
+    Claim,
     ClaimedTurn,
     CommitReceipt,
     CommittedStep,
@@ -60,6 +61,17 @@ MAX_ATTEMPTS = 10
 """A turn claimed this many times without finishing ends ``failed`` (a crash loop)."""
 
 
+def _always() -> bool:
+    return True
+
+
+def _check_holding(holding: Callable[[], bool], where: str) -> None:
+    """Raise :class:`Fenced` once the session lock is gone: a driver that lost it must
+    neither pay for another model call nor touch the workspace."""
+    if not holding():
+        raise Fenced(f"the session lock was lost {where}")
+
+
 def worker_name() -> str:
     """host:pid:thread, stored on the run so an operator can tell who ran it."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
@@ -82,7 +94,7 @@ class _DeltaSink:
         emitter: Emitter,
         coordinator: Coordinator,
         index: int,
-        holding: Callable[[], bool] | None,
+        holding: Callable[[], bool],
     ) -> None:
         self._emitter = emitter
         self._coordinator = coordinator
@@ -91,8 +103,7 @@ class _DeltaSink:
         self.parts: list[str] = []
 
     def __call__(self, text: str) -> None:
-        if self._holding is not None and not self._holding():
-            raise Fenced("the session lock was lost while the model streamed")
+        _check_holding(self._holding, "while the model streamed")
         if self._coordinator.interrupt_requested(self._emitter.turn_id):
             raise StreamAborted
         if text:
@@ -138,27 +149,14 @@ class TurnEngine:
         """The name stored on the runs this engine claims."""
         return self.worker or worker_name()
 
-    def run(
-        self, turn_id: str, fence: int, *, holding: Callable[[], bool] | None = None
-    ) -> TurnStatus:
-        """Claim ``turn_id`` under ``fence`` and run it to its end (see :meth:`run_claimed`)."""
-        claim = self.store.claim_turn(
-            turn_id,
-            fence=fence,
-            worker=self.label(),
-            seq_floor=self.coordinator.adopt(turn_id, fence),
-        )
-        status, _ = self.run_claimed(claim, fence, holding=holding)
-        return status
-
     def run_claimed(
         self,
-        claim: tuple[ClaimedTurn, Event],
+        claim: Claim,
         fence: int,
         *,
-        holding: Callable[[], bool] | None = None,
+        holding: Callable[[], bool] = _always,
         claim_next: bool = False,
-    ) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
+    ) -> tuple[TurnStatus, Claim | None]:
         """Run a claimed turn to its end.  Raises :class:`Fenced` if another driver took
         over (nothing of this attempt after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
@@ -180,7 +178,7 @@ class _TurnRun:
         claimed: ClaimedTurn,
         fence: int,
         emitter: Emitter,
-        holding: Callable[[], bool] | None,
+        holding: Callable[[], bool],
         claim_next: bool,
     ):
         self.engine = engine
@@ -205,7 +203,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ turn
 
-    def run(self) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
+    def run(self) -> tuple[TurnStatus, Claim | None]:
         claimed = self.claimed
         state = _TurnState(
             steps=list(claimed.steps),
@@ -299,8 +297,7 @@ class _TurnRun:
 
     def _loop(self, state: _TurnState) -> _Ending:
         while True:
-            if self.holding is not None and not self.holding():
-                raise Fenced("the session lock was lost; another driver takes over")
+            _check_holding(self.holding, "at a step boundary")
             interrupt = self._take_interrupt(state)
             if interrupt:
                 return _Ending(status=TurnStatus.CANCELLED)
@@ -454,8 +451,7 @@ class _TurnRun:
     def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
         """Run one tool call through validation, policy and approver.  Raises only
         :class:`Fenced`: a driver that lost its session must not touch the workspace."""
-        if self.holding is not None and not self.holding():
-            raise Fenced("the session lock was lost before a tool call")
+        _check_holding(self.holding, "before a tool call")
         self.emitter.emit(
             EventKind.TOOL_CALL,
             {"step": index, "call_id": call.id, "name": call.name, "arguments": call.arguments},
@@ -528,9 +524,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(
-        self, state: _TurnState, ending: _Ending
-    ) -> tuple[TurnStatus, tuple[ClaimedTurn, Event] | None]:
+    def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, Claim | None]:
         outcome = self._outcome(state, ending)
         hooks = self.host.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)

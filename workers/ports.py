@@ -311,8 +311,6 @@ class Store(Protocol):
         self, session_id: str, *, worker: str, seq_floor: SeqFloor
     ) -> tuple[int, Claim | None]: ...
 
-    def claim_turn(self, turn_id: str, *, fence: int, worker: str, seq_floor: int) -> Claim: ...
-
     def commit_step(
         self,
         *,
