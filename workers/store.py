@@ -52,7 +52,14 @@ from schemas.records import (
 )
 from workers import statements as q
 from workers.database import create_database_engine, transaction_lock
-from workers.ports import ClaimedTurn, CommittedStep, FinishReceipt, PathTurn, SeqFloor
+from workers.ports import (
+    Claim,
+    ClaimedTurn,
+    CommittedStep,
+    FinishReceipt,
+    PathTurn,
+    SeqFloor,
+)
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
 
 
@@ -446,14 +453,6 @@ class SqlStore:
 
     # ------------------------------------------------------------------ driving
 
-    def take_fence(self, session_id: str) -> int:
-        """A new fencing token for the driver that just took the session's lock."""
-        with self._tx() as db:
-            row = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).one_or_none()
-        if row is None:
-            raise SessionNotFound(f"no session {session_id!r}")
-        return int(row.fence)
-
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
         with self._tx() as db:
@@ -464,25 +463,9 @@ class SqlStore:
         if current != fence:
             raise Fenced(f"fence {fence} is stale (now {current})")
 
-    def claim_turn(
-        self, turn_id: str, *, fence: int, worker: str, seq_floor: int
-    ) -> tuple[ClaimedTurn, Event]:
-        """Mark a turn running under ``fence`` and read everything needed to run it.
-        Returns the claim and its ``started`` event (already stored)."""
-        with self._tx() as db:
-            session_id = db.execute(q.SESSION_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
-            if session_id is None:
-                raise TurnNotFound(f"no turn {turn_id!r}")
-            self._check_fence(db, session_id, fence)  # session row first, then the run
-            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
-            if run.status not in q.ACTIVE:
-                raise Conflict(f"turn {turn_id!r} is {run.status}, not runnable")
-            session = db.execute(q.SESSION, {"b_session_id": session_id}).one()
-            return self._claim(db, run, worker, seq_floor, session, self._turn(db, turn_id))
-
     def start_drive(
         self, session_id: str, *, worker: str, seq_floor: SeqFloor
-    ) -> tuple[int, tuple[ClaimedTurn, Event] | None]:
+    ) -> tuple[int, Claim | None]:
         """For a driver that just took the session's lock: a new fencing token and, in the
         same transaction, the claim of the session's next runnable turn (if any)."""
         with self._tx() as db:
@@ -494,7 +477,7 @@ class SqlStore:
 
     def _claim_next(
         self, db: Connection, session: Any, fence: int, worker: str, seq_floor: SeqFloor
-    ) -> tuple[ClaimedTurn, Event] | None:
+    ) -> Claim | None:
         """Claim the next runnable turn of ``session`` (its current row)."""
         run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
@@ -510,7 +493,7 @@ class SqlStore:
         seq_floor: int,
         row: Any,
         turn: TurnRecord,
-    ) -> tuple[ClaimedTurn, Event]:
+    ) -> Claim:
         """Claim ``run`` (its locked row) given its session's current ``row``."""
         now = _now()
         turn_id = run.turn_id

@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import inspect
 
 from parley.errors import Fenced, TurnEnded
-from schemas.events import Event, EventKind
-from schemas.messages import StepPayload
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
+from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.store import SqlStore
 
@@ -27,97 +26,57 @@ def store(db_url: str) -> Iterator[SqlStore]:
     store.close()
 
 
-def queued_turn(store: SqlStore) -> tuple[str, str, str]:
-    session = store.create_session(root="/tmp", metadata={}, token_ceiling=None)
-    receipt = store.submit_turn(
-        session_id=session.session_id,
-        prompt="p",
-        request_id=None,
-        contract=None,
-        if_busy=IfBusy.ENQUEUE,
-    )
-    return session.session_id, receipt.turn.turn_id, receipt.turn.run_id
-
-
-def commit(store: SqlStore, ids: tuple[str, str, str], fence: int, index: int, seq: int) -> None:
-    session_id, turn_id, run_id = ids
-    store.commit_step(
-        run_id=run_id,
-        session_id=session_id,
-        fence=fence,
-        index=index,
-        payload=StepPayload(text=f"step {index}", usage=Usage(input_tokens=3, output_tokens=2)),
-        steer_cursor=0,
-        events=[Event(turn_id=turn_id, seq=seq, kind=EventKind.STEP, data={})],
-        close_inbox_if_idle=False,
-    )
-
-
 def test_a_stale_fence_commits_nothing(store: SqlStore) -> None:
-    session_id, turn_id, run_id = queued_turn(store)
-    old = store.take_fence(session_id)
-    claimed, _ = store.claim_turn(turn_id, fence=old, worker="a", seq_floor=0)
-    new = store.take_fence(session_id)  # another driver took the session over
-    assert new == old + 1
+    session_id = new_session(store)
+    submit(store, session_id)
+    old = start(store, session_id, worker="a")
+    new = start(store, session_id, worker="b")  # another driver took the session over
+    assert new.turn_id == old.turn_id and new.fence == old.fence + 1
 
     with pytest.raises(Fenced):
-        commit(store, (session_id, turn_id, run_id), old, 0, claimed.next_seq)
+        commit(store, old, 0)
     with pytest.raises(Fenced):
-        store.finish_turn(
-            run_id=run_id,
-            turn_id=turn_id,
-            session_id=session_id,
-            fence=old,
-            status=TurnStatus.FINISHED,
-            reply="r",
-            error=None,
-            partial=None,
-            cursor=0,
-            prefix=None,
-            refresh_prefix=False,
-            events=[],
-            end_seq=claimed.next_seq,
-        )
+        finish(store, old, old.next_seq + 1)
     with pytest.raises(Fenced):
-        store.claim_turn(turn_id, fence=old, worker="a", seq_floor=0)
-    assert store.steps_of(turn_id) == []
+        store.close_inbox(run_id=old.run_id, session_id=session_id, fence=old.fence, cursor=0)
+    assert store.steps_of(old.turn_id) == []
     assert store.get_session(session_id).tokens_used == 0
-    assert store.run_state(turn_id).status is TurnStatus.RUNNING
+    assert store.run_state(old.turn_id).status is TurnStatus.RUNNING
+    assert store.run_state(old.turn_id).attempts == 2
 
-    store.claim_turn(turn_id, fence=new, worker="b", seq_floor=0)
-    commit(store, (session_id, turn_id, run_id), new, 0, 10)
-    assert [s.payload.text for s in store.steps_of(turn_id)] == ["step 0"]
+    commit(store, new, 0)
+    assert [s.payload.text for s in store.steps_of(new.turn_id)] == ["step 0"]
 
 
 def test_a_step_is_committed_once_even_if_the_commit_is_replayed(store: SqlStore) -> None:
-    session_id, turn_id, run_id = queued_turn(store)
-    fence = store.take_fence(session_id)
-    store.claim_turn(turn_id, fence=fence, worker="a", seq_floor=0)
-    commit(store, (session_id, turn_id, run_id), fence, 0, 3)
+    session_id = new_session(store)
+    submit(store, session_id)
+    d = start(store, session_id)
+    commit(store, d, 0)
     with pytest.raises(Fenced):
-        commit(store, (session_id, turn_id, run_id), fence, 0, 4)  # the same step again
-    assert len(store.steps_of(turn_id)) == 1
-    assert store.run_state(turn_id).usage == Usage(input_tokens=3, output_tokens=2)
+        commit(store, d, 0)  # the same step again
+    assert len(store.steps_of(d.turn_id)) == 1
+    assert store.run_state(d.turn_id).usage == Usage(input_tokens=3, output_tokens=2)
     assert store.get_session(session_id).tokens_used == 5
 
 
 def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> None:
     for _ in range(20):
-        session_id, turn_id, run_id = queued_turn(store)
-        fence = store.take_fence(session_id)
-        store.claim_turn(turn_id, fence=fence, worker="a", seq_floor=0)
+        session_id = new_session(store)
+        turn_id, run_id = submit(store, session_id)
+        fence = start(store, session_id).fence
         accepted: list[int] = []
         refused: list[int] = []
-        start = threading.Barrier(5)
+        barrier = threading.Barrier(5)
 
         def say(
             n: int,
             turn_id: str = turn_id,
-            start: threading.Barrier = start,
+            barrier: threading.Barrier = barrier,
             accepted: list[int] = accepted,
             refused: list[int] = refused,
         ) -> None:
-            start.wait()
+            barrier.wait()
             try:
                 accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
             except TurnEnded:
@@ -126,7 +85,7 @@ def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> N
         threads = [threading.Thread(target=say, args=(n,)) for n in range(4)]
         for thread in threads:
             thread.start()
-        start.wait()
+        barrier.wait()
         pending = store.close_inbox(run_id=run_id, session_id=session_id, fence=fence, cursor=0)
         for thread in threads:
             thread.join()
@@ -160,64 +119,27 @@ def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: obje
 
 
 def test_storage_per_turn_does_not_grow_with_the_session(store: SqlStore) -> None:
-    session = store.create_session(root="/tmp", metadata={}, token_ceiling=None)
+    session_id = new_session(store)
     counts = []
     for n in range(30):
         before = store.table_counts()
-        receipt = store.submit_turn(
-            session_id=session.session_id,
-            prompt=f"p{n}",
-            request_id=None,
-            contract=None,
-            if_busy=IfBusy.ENQUEUE,
-        )
-        fence = store.take_fence(session.session_id)
-        claimed, _ = store.claim_turn(receipt.turn.turn_id, fence=fence, worker="w", seq_floor=0)
-        commit(
-            store,
-            (session.session_id, receipt.turn.turn_id, receipt.turn.run_id),
-            fence,
-            0,
-            claimed.next_seq,
-        )
-        store.finish_turn(
-            run_id=receipt.turn.run_id,
-            turn_id=receipt.turn.turn_id,
-            session_id=session.session_id,
-            fence=fence,
-            status=TurnStatus.FINISHED,
-            reply="r",
-            error=None,
-            partial=None,
-            cursor=0,
-            prefix=None,
-            refresh_prefix=False,
-            events=[],
-            end_seq=claimed.next_seq + 1,
-        )
+        submit(store, session_id, f"p{n}")
+        d = start(store, session_id)
+        commit(store, d, 0)
+        finish(store, d, d.next_seq + 1)
         after = store.table_counts()
         counts.append({k: after[k] - before[k] for k in after})
     assert all(c == counts[0] for c in counts)  # rows written per turn are constant
-    assert len(store.history(session.session_id)) == 30
+    assert len(store.history(session_id)) == 30
 
 
 def test_interrupting_a_turn_that_is_already_committing_its_end_does_not_fail_the_submit(
     store: SqlStore,
 ) -> None:
-    session_id, turn_id, run_id = queued_turn(store)
-    fence = store.take_fence(session_id)
-    store.claim_turn(turn_id, fence=fence, worker="a", seq_floor=0)
-    # The model stopped: the last step closed the inbox; the turn is not finished yet.
-    store.commit_step(
-        run_id=run_id,
-        session_id=session_id,
-        fence=fence,
-        index=0,
-        payload=StepPayload(text="done"),
-        steer_cursor=0,
-        events=[],
-        close_inbox_if_idle=True,
-    )
+    session_id = new_session(store)
+    submit(store, session_id)
+    d = start(store, session_id)
+    commit(store, d, 0, close=True)  # the model stopped: the inbox closed, no end yet
     receipt = store.submit_turn(
         session_id=session_id,
         prompt="urgent",
@@ -226,7 +148,7 @@ def test_interrupting_a_turn_that_is_already_committing_its_end_does_not_fail_th
         if_busy=IfBusy.INTERRUPT,
     )
     assert receipt.created and receipt.interrupted_turn_ids == ()
-    assert store.pending_steers(run_id, 0) == ()
+    assert store.pending_steers(d.run_id, 0) == ()
 
 
 def test_turns_start_in_submission_order_whatever_the_producers_clocks_say(
@@ -234,19 +156,13 @@ def test_turns_start_in_submission_order_whatever_the_producers_clocks_say(
 ) -> None:
     from sqlalchemy import text
 
-    session_id, first_turn, _ = queued_turn(store)
-    second = store.submit_turn(
-        session_id=session_id,
-        prompt="second",
-        request_id=None,
-        contract=None,
-        if_busy=IfBusy.ENQUEUE,
-    )
+    session_id = new_session(store)
+    first_turn, _ = submit(store, session_id)
+    second_turn, _ = submit(store, session_id, "second")
     # The second producer's clock runs a minute behind the first's.
     with store.engine.begin() as db:
         db.execute(
             text("UPDATE runs SET queued_at = :t WHERE turn_id = :id"),
-            {"t": datetime(2020, 1, 1, tzinfo=UTC), "id": second.turn.turn_id},
+            {"t": datetime(2020, 1, 1, tzinfo=UTC), "id": second_turn},
         )
-    _fence, claim = store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0)
-    assert claim is not None and claim[0].turn.turn_id == first_turn
+    assert start(store, session_id).turn_id == first_turn

@@ -11,8 +11,7 @@ import pytest
 
 from parley.streaming import follow
 from schemas.events import Event, EventKind
-from schemas.messages import StepPayload
-from schemas.records import IfBusy, TurnStatus
+from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.database import create_database_engine, migrate
 from workers.local_coordinator import LocalCoordinator
 from workers.store import SqlStore
@@ -29,18 +28,12 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
 
 def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(store: SqlStore) -> None:
     coordinator = LocalCoordinator()
-    session = store.create_session(root="/tmp", metadata={}, token_ceiling=None)
-    receipt = store.submit_turn(
-        session_id=session.session_id,
-        prompt="p",
-        request_id=None,
-        contract=None,
-        if_busy=IfBusy.ENQUEUE,
-    )
-    turn_id, run_id = receipt.turn.turn_id, receipt.turn.run_id
-    fence = store.take_fence(session.session_id)
-    _claimed, started = store.claim_turn(turn_id, fence=fence, worker="w", seq_floor=0)
-    assert started.seq == 2
+    session_id = new_session(store)
+    submit(store, session_id)
+    d = start(store, session_id)
+    turn_id = d.turn_id
+    started = store.events_after(turn_id, 1)[0]
+    assert started.kind is EventKind.STARTED and started.seq == 2
 
     def event(seq: int, kind: EventKind) -> Event:
         return Event(turn_id=turn_id, seq=seq, kind=kind, data={"seq": seq})
@@ -62,32 +55,9 @@ def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(store: S
     assert seen == [3, 4]  # it waits at the gap rather than jumping to 6
 
     step = event(8, EventKind.STEP)
-    store.commit_step(
-        run_id=run_id,
-        session_id=session.session_id,
-        fence=fence,
-        index=0,
-        payload=StepPayload(text="t"),
-        steer_cursor=0,
-        events=[event(5, EventKind.TOOL_CALL), step],
-        close_inbox_if_idle=True,
-    )
+    commit(store, d, 0, events=[event(5, EventKind.TOOL_CALL), step], close=True)
     coordinator.publish([step])
-    finished = store.finish_turn(
-        run_id=run_id,
-        turn_id=turn_id,
-        session_id=session.session_id,
-        fence=fence,
-        status=TurnStatus.FINISHED,
-        reply="t",
-        error=None,
-        partial=None,
-        cursor=0,
-        prefix=None,
-        refresh_prefix=False,
-        events=[],
-        end_seq=9,
-    )
+    finished = finish(store, d, 9)
     coordinator.publish([finished.end_event])
     reader.join(10)
     assert seen == [3, 4, 5, 6, 7, 8, 9]

@@ -1,0 +1,93 @@
+"""Drive the store the way a driver does, for tests of its concurrency rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas.events import Event, EventKind
+from schemas.messages import StepPayload
+from schemas.records import IfBusy, TurnStatus, Usage
+from workers.ports import FinishReceipt
+from workers.store import SqlStore
+
+
+@dataclass(frozen=True)
+class Driving:
+    """A turn claimed by a driver: its ids, the driver's fence, the next free seq."""
+
+    session_id: str
+    turn_id: str
+    run_id: str
+    fence: int
+    next_seq: int
+
+
+def new_session(store: SqlStore) -> str:
+    return store.create_session(root="/tmp", metadata={}, token_ceiling=None).session_id
+
+
+def submit(store: SqlStore, session_id: str, prompt: str = "p") -> tuple[str, str]:
+    """Queue a turn; returns its turn and run ids."""
+    receipt = store.submit_turn(
+        session_id=session_id, prompt=prompt, request_id=None, contract=None, if_busy=IfBusy.ENQUEUE
+    )
+    return receipt.turn.turn_id, receipt.turn.run_id
+
+
+def start(store: SqlStore, session_id: str, worker: str = "w") -> Driving:
+    """Take the session (a new fence) and claim its next runnable turn."""
+    fence, claim = store.start_drive(session_id, worker=worker, seq_floor=lambda _turn, _fence: 0)
+    assert claim is not None, "nothing to claim"
+    claimed, _started = claim
+    return Driving(
+        session_id=session_id,
+        turn_id=claimed.turn.turn_id,
+        run_id=claimed.run.run_id,
+        fence=fence,
+        next_seq=claimed.next_seq,
+    )
+
+
+def commit(
+    store: SqlStore,
+    d: Driving,
+    index: int,
+    *,
+    fence: int | None = None,
+    events: Sequence[Event] | None = None,
+    close: bool = False,
+) -> None:
+    """Commit step ``index`` (3 input and 2 output tokens) under ``fence`` (default: the
+    driver's own), with a ``step`` event at the next free seq unless ``events`` are given."""
+    store.commit_step(
+        run_id=d.run_id,
+        session_id=d.session_id,
+        fence=d.fence if fence is None else fence,
+        index=index,
+        payload=StepPayload(text=f"step {index}", usage=Usage(input_tokens=3, output_tokens=2)),
+        steer_cursor=0,
+        events=[Event(turn_id=d.turn_id, seq=d.next_seq + index, kind=EventKind.STEP, data={})]
+        if events is None
+        else events,
+        close_inbox_if_idle=close,
+    )
+
+
+def finish(store: SqlStore, d: Driving, end_seq: int, *, fence: int | None = None) -> FinishReceipt:
+    """Finish the turn with reply "r"."""
+    return store.finish_turn(
+        run_id=d.run_id,
+        turn_id=d.turn_id,
+        session_id=d.session_id,
+        fence=d.fence if fence is None else fence,
+        status=TurnStatus.FINISHED,
+        reply="r",
+        error=None,
+        partial=None,
+        cursor=0,
+        prefix=None,
+        refresh_prefix=False,
+        events=[],
+        end_seq=end_seq,
+    )
