@@ -229,7 +229,7 @@ class Session:
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
     ) -> TurnHandle:
         """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
-        text = _check_prompt(prompt)
+        text = _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
         busy = _check_if_busy(if_busy)
         if contract is not None and not isinstance(contract, Contract):
             raise InvalidRequest("contract must be a parley.TaskContract")
@@ -365,10 +365,6 @@ def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:
         if missing is InvalidRequest:
             raise
         raise missing(str(exc)) from exc
-
-
-def _check_prompt(prompt: str | bytes) -> str:
-    return _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
 
 
 def _check_text(value: str | bytes, what: str, limit: int) -> str:

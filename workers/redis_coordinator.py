@@ -341,7 +341,7 @@ class RedisCoordinator:
             last = self.redis.xrevrange(c.events_key(turn_id), count=1)
         except redis.RedisError:
             return 0
-        return int(last[0][0].split(b"-")[0]) if last else 0
+        return _seq_of(last[0][0]) if last else 0
 
     def buffer_covers(self, turn_id: str, seq: int) -> bool:
         """The turn's stream exists and starts at or before ``seq + 1``."""
@@ -349,7 +349,7 @@ class RedisCoordinator:
             first = self.redis.xrange(c.events_key(turn_id), count=1)
         except redis.RedisError:
             return False
-        return bool(first) and int(first[0][0].split(b"-")[0]) <= seq + 1
+        return bool(first) and _seq_of(first[0][0]) <= seq + 1
 
     # ------------------------------------------------------------------ interrupts
 
@@ -380,3 +380,8 @@ class RedisCoordinator:
         if flagged:
             self._interrupted.add(turn_id)
         return flagged
+
+
+def _seq_of(entry_id: bytes) -> int:
+    """The seq of a replay-buffer entry (stream ids are ``<seq>-0``)."""
+    return int(entry_id.split(b"-")[0])
