@@ -110,6 +110,14 @@ class _DeltaSink:
             self.parts.append(text)
             self._emitter.emit(EventKind.TOKEN, {"step": self._index, "text": text})
 
+    def restart(self, reason: str) -> None:
+        _check_holding(self._holding, "while the model restarted its stream")
+        if self.parts:
+            # Only text readers have seen needs retracting; a retry before the first
+            # delta is invisible to them.
+            self._emitter.emit(EventKind.STEP_RESTARTED, {"index": self._index, "reason": reason})
+        self.parts = []
+
     @property
     def text(self) -> str:
         return "".join(self.parts)
@@ -215,7 +223,9 @@ class _TurnRun:
         if claimed.previous_status == TurnStatus.RUNNING or claimed.run.partial:
             # A step of an earlier attempt streamed and never committed: tell readers to
             # drop its provisional text before the redone step's tokens arrive.
-            self.emitter.emit(EventKind.STEP_RESTARTED, {"index": len(state.steps)})
+            self.emitter.emit(
+                EventKind.STEP_RESTARTED, {"index": len(state.steps), "reason": "resumed"}
+            )
         if claimed.run.attempts + 1 > MAX_ATTEMPTS:
             # Something kills every driver of this turn: stop paying for it.
             ending = _Ending(
@@ -444,7 +454,7 @@ class _TurnRun:
         if reply.text.startswith(streamed):
             self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text[len(streamed) :]})
             return
-        self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index})
+        self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index, "reason": "diverged"})
         if reply.text:
             self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text})
 

@@ -53,10 +53,20 @@ class ModelReply:
     model: str = ""
 
 
-DeltaSink = Callable[[str], None]
-"""Receives each text delta as the model streams it.  It raises
-:class:`StreamAborted` when the turn was interrupted while streaming; models must let
-that exception propagate."""
+class DeltaSink(Protocol):
+    """Receives each text delta as the model streams it.  It raises
+    :class:`StreamAborted` when the turn was interrupted while streaming; models must let
+    that exception propagate."""
+
+    def __call__(self, text: str) -> None:
+        """One more piece of the step's text."""
+        ...
+
+    def restart(self, reason: str) -> None:
+        """Forget everything streamed so far in this call: the model is starting the
+        answer over (a retry after a cut stream, or a fallover to another provider).
+        Readers are told with a ``step_restarted`` event and drop the provisional text."""
+        ...
 
 
 class StreamAborted(Exception):
