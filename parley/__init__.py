@@ -12,6 +12,7 @@ from parley.policy import ApproveAll, Policy
 from schemas.events import Event, EventKind
 from schemas.records import Contract as TaskContract
 from schemas.records import IfBusy, TurnRecord, TurnResult, TurnStatus, Usage
+from workers.budget import ContextBudget, estimate_tokens
 from workers.ports import (
     ApprovalRequest,
     CommitReceipt,
@@ -25,6 +26,7 @@ __all__ = [
     "ApproveAll",
     "Client",
     "CommitReceipt",
+    "ContextBudget",
     "Event",
     "EventKind",
     "Host",
@@ -42,6 +44,7 @@ __all__ = [
     "Usage",
     "connect",
     "errors",
+    "estimate_tokens",
     "load_host",
     "models",
     "tools",

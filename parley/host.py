@@ -11,6 +11,7 @@ from parley.errors import InvalidRequest
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
+from workers.budget import ContextBudget
 from workers.ports import Approver, Model, Tool
 from workers.ports import Policy as PolicyPort
 
@@ -32,6 +33,7 @@ class Host:
     approver: Approver = field(default_factory=ApproveAll)
     hooks: object | None = None
     tool_output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT
+    context_budget: ContextBudget | None = None
 
     def __post_init__(self) -> None:
         tools = tuple(self.tools)
@@ -47,6 +49,8 @@ class Host:
             validate_tools(names)
         if self.tool_output_limit < 1:
             raise InvalidRequest("tool_output_limit must be positive")
+        if self.context_budget is not None and not isinstance(self.context_budget, ContextBudget):
+            raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
 
 
 def load_host(spec: str) -> Host:

@@ -7,7 +7,7 @@ messages to a provider.  Interrupted partial text is display-only and never appe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from schemas.errors import CodecError
 from schemas.messages import AssistantMessage, Message, StepInput, ToolMessage, UserMessage
@@ -58,13 +58,20 @@ def assemble(
     prompt: str,
     steps: Sequence[CommittedStep],
     inputs: Sequence[StepInput],
+    fit: Callable[[tuple[Message, ...], tuple[Message, ...]], tuple[Message, ...]] | None = None,
 ) -> tuple[Message, ...]:
     """The messages of the next request: the history (from :func:`history_messages`),
     this turn so far, and the input entering at this boundary.  The history was checked
-    and ends with complete rounds, so checking this turn's part checks the whole."""
+    and ends with complete rounds, so checking this turn's part checks the whole.
+
+    ``fit(past, current)`` (a context budget) may elide parts of both; what it returns
+    is checked again, since that is what the provider will see."""
     current: list[Message] = turn_messages(prompt, steps)
     current.extend(UserMessage(text=i.text, origin=i.origin) for i in inputs)
-    return past + check_replay(current)
+    checked = check_replay(current)
+    if fit is None:
+        return past + checked
+    return check_replay(fit(past, checked))
 
 
 def check_replay(messages: Sequence[Message]) -> tuple[Message, ...]:

@@ -389,7 +389,15 @@ class _TurnRun:
         assert self.prefix is not None
         if self.history is None:
             self.history = history_messages(self.claimed.history)
-        messages = assemble(self.history, self.turn.prompt, state.steps, inputs)
+        budget = self.host.context_budget
+        prefix = self.prefix
+        messages = assemble(
+            self.history,
+            self.turn.prompt,
+            state.steps,
+            inputs,
+            fit=(lambda past, current: budget.fit(prefix, past, current)) if budget else None,
+        )
         request = ModelRequest(prefix=self.prefix, messages=messages, context=self.context)
         sink = _DeltaSink(self.emitter, self.engine.coordinator, index, self.holding)
         try:

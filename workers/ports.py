@@ -20,6 +20,7 @@ from schemas.records import (
     TurnStatus,
     Usage,
 )
+from workers.budget import ContextBudget
 
 # ---------------------------------------------------------------------------- model
 
@@ -257,6 +258,9 @@ class Host(Protocol):
 
     @property
     def tool_output_limit(self) -> int: ...
+
+    @property
+    def context_budget(self) -> ContextBudget | None: ...
 
 
 # ---------------------------------------------------------------------------- store
