@@ -20,6 +20,8 @@ from parley.errors import ParleyError
 from parley.render import EventPrinter, tree_of, turn_line
 from workers.database import create_database_engine, migrate
 
+CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status."""
@@ -94,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("session_id")
     history.set_defaults(command=_history)
 
+    chat = commands.add_parser(
+        "chat",
+        help="talk to an agent in this terminal: type to steer, Ctrl-C interrupts",
+    )
+    chat.add_argument("session_id", nargs="?", help="reopen this session (default: a new one)")
+    chat.add_argument(
+        "--root", type=Path, default=Path.cwd(), help="workspace of a new session (default: .)"
+    )
+    chat.set_defaults(command=_chat)
+
     tree = commands.add_parser("tree", help="every turn of every branch")
     tree.add_argument("session_id")
     tree.set_defaults(command=_tree)
@@ -163,6 +175,20 @@ def _submit(args: argparse.Namespace, console: Console) -> int:
         )
         console.print(f"[dim]turn {result.turn_id}[/]")
     return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
+
+
+def _chat(args: argparse.Namespace, console: Console) -> int:
+    from parley.chat import Chat
+
+    if not args.host:
+        # Offline by default: a scripted agent, so the command works with nothing set up.
+        args.host = f"scripted:{CHAT_SCRIPT}"
+    with _client(args, runs_turns=True) as client:
+        if args.session_id:
+            session = client.session(args.session_id)
+        else:
+            session = client.open_session(args.root)
+        return Chat(session, console).run()
 
 
 def _follow(args: argparse.Namespace, console: Console) -> int:

@@ -1,0 +1,200 @@
+"""``parley chat``: an interactive conversation in the terminal.
+
+The main thread reads lines; a follower thread prints the running turn's events as they
+arrive.  A line typed while a turn runs is a steer (``say``) for its next step boundary;
+Ctrl-C interrupts the running turn, and a second Ctrl-C (or one with nothing running)
+quits.  Slash commands work at any time: ``/history``, ``/tree``, ``/branch N``,
+``/resume``, ``/help``, ``/quit``.  Every turn is durable: ``parley chat SESSION_ID``
+reopens the conversation where it was left.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from rich.console import Console
+
+import parley
+from parley.errors import ParleyError
+from parley.render import EventPrinter, tree_of, turn_line
+
+HELP = (
+    "type a message and press Enter; while the agent works, a line steers it.\n"
+    "Ctrl-C interrupts the turn (twice quits).  /history  /tree  /branch N  /resume  "
+    "/help  /quit"
+)
+PROMPT = "[bold cyan]you>[/] "
+
+
+class Chat:
+    """One terminal conversation on one session."""
+
+    def __init__(
+        self, session: parley.Session, console: Console, read_line: Callable[[], str] = input
+    ) -> None:
+        self.session = session
+        self.console = console
+        self.read_line = read_line
+        self._handle: parley.TurnHandle | None = None
+        self._follower: threading.Thread | None = None
+        self._interrupted = False
+        self._guard = threading.Lock()
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> int:
+        """Read and act on lines until /quit, end of input, or a second Ctrl-C."""
+        self.console.print(f"[bold]session {self.session.id}[/]  (reopen: parley chat <id>)")
+        self.console.print(f"[dim]{HELP}[/]")
+        self._prompt()
+        while True:
+            try:
+                line = self.read_line()
+            except EOFError:
+                self._wait_for_turn()
+                return 0
+            except KeyboardInterrupt:
+                if not self._on_ctrl_c():
+                    return 0
+                continue
+            if not self._on_line(line.strip()):
+                return 0
+
+    def _on_ctrl_c(self) -> bool:
+        """Interrupt the running turn; False (quit) if none runs or it was already asked."""
+        handle = self._running()
+        if handle is None or self._interrupted:
+            self.console.print("\n[dim]bye[/]")
+            return False
+        self._interrupted = True
+        self.console.print("\n[magenta]interrupting… (Ctrl-C again quits)[/]")
+        try:
+            handle.interrupt()
+        except ParleyError as exc:  # it ended meanwhile
+            self.console.print(f"[dim]{exc}[/]")
+        return True
+
+    def _on_line(self, line: str) -> bool:
+        """Act on one line; False to quit."""
+        if not line:
+            if self._running() is None:
+                self._prompt()
+            return True
+        if line.startswith("/"):
+            return self._command(line)
+        handle = self._running()
+        try:
+            if handle is not None:
+                handle.say(line)
+                self.console.print("[yellow]✎ steer sent: it reaches the agent at the next step[/]")
+            else:
+                self._start(self.session.submit(line))
+        except ParleyError as exc:
+            self.console.print(f"[red]{type(exc).__name__}:[/] {exc}")
+            if self._running() is None:
+                self._prompt()
+        return True
+
+    # ------------------------------------------------------------------ commands
+
+    def _command(self, line: str) -> bool:
+        name, _, argument = line.partition(" ")
+        argument = argument.strip()
+        try:
+            match name:
+                case "/quit" | "/exit":
+                    self._wait_for_turn()
+                    return False
+                case "/help":
+                    self.console.print(HELP)
+                case "/history":
+                    self._history()
+                case "/tree":
+                    session = self.session
+                    self.console.print(
+                        tree_of(session.tree(), head=session.head, label=f"session {session.id}")
+                    )
+                case "/branch":
+                    self._branch(argument)
+                case "/resume":
+                    self._resume()
+                case _:
+                    self.console.print(f"[red]unknown command {name}[/]  {HELP}")
+        except ParleyError as exc:
+            self.console.print(f"[red]{type(exc).__name__}:[/] {exc}")
+        if self._running() is None:
+            self._prompt()
+        return True
+
+    def _history(self) -> None:
+        turns = self.session.history()
+        if not turns:
+            self.console.print("[dim](no turns yet)[/]")
+        for number, turn in enumerate(turns, start=1):
+            self.console.print(f"{number:>3} ", turn_line(turn), end="\n")
+
+    def _branch(self, argument: str) -> None:
+        """Move the head to turn N of /history: the next message continues from there."""
+        if self._running() is not None:
+            self.console.print("[red]a turn is running: interrupt it (Ctrl-C) first[/]")
+            return
+        turns = self.session.history()
+        if not argument.isdigit() or not 1 <= int(argument) <= len(turns):
+            self.console.print(f"[red]/branch takes a turn number from /history (1–{len(turns)})")
+            return
+        turn = turns[int(argument) - 1]
+        self.session.branch_from(turn.turn_id)
+        self.console.print(f"[cyan]branched: the next message follows turn {argument}[/]")
+        self.console.print(turn_line(turn))
+
+    def _resume(self) -> None:
+        """Continue the last turn if it was interrupted, failed or stranded."""
+        if self._running() is not None:
+            self.console.print("[red]a turn is already running[/]")
+            return
+        tree = self.session.tree()
+        resumable = [t for t in tree if t.status.value in ("cancelled", "failed", "running")]
+        if not resumable:
+            self.console.print("[dim]nothing to resume[/]")
+            return
+        turn = resumable[-1]
+        self.console.print(f"[cyan]resuming[/] {turn_line(turn)}")
+        self._start(self.session.resume(turn.turn_id))
+
+    # ------------------------------------------------------------------ turns
+
+    def _start(self, handle: parley.TurnHandle) -> None:
+        with self._guard:
+            self._handle = handle
+            self._interrupted = False
+        self.console.print("[bold green]agent>[/] ", end="")
+        self._follower = threading.Thread(
+            target=self._follow, args=(handle,), name="parley-chat-follow", daemon=True
+        )
+        self._follower.start()
+
+    def _follow(self, handle: parley.TurnHandle) -> None:
+        printer = EventPrinter(self.console)
+        try:
+            for event in handle.events():
+                printer(event)
+        except ParleyError as exc:
+            self.console.print(f"\n[red]{type(exc).__name__}:[/] {exc}")
+        finally:
+            with self._guard:
+                if self._handle is handle:
+                    self._handle = None
+            self._prompt()
+
+    def _running(self) -> parley.TurnHandle | None:
+        with self._guard:
+            return self._handle
+
+    def _wait_for_turn(self) -> None:
+        follower = self._follower
+        if follower is not None:
+            follower.join()
+
+    def _prompt(self) -> None:
+        self.console.print(PROMPT, end="")

@@ -1,0 +1,164 @@
+"""``parley chat`` driven in a real terminal (tmux): tokens live, a typed line steers the
+running turn, Ctrl-C interrupts it and a second Ctrl-C quits, ``/resume``, ``/history``,
+``/branch N``, ``/tree``, and a second process reopens the conversation by its id."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import parley
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+PARLEY = str(Path(sys.executable).parent / "parley")
+
+
+class Terminal:
+    """One tmux pane running a command, on a private tmux server."""
+
+    def __init__(self, socket: str, command: list[str], cwd: Path) -> None:
+        self.socket = socket
+        self.name = f"chat-{uuid.uuid4().hex[:8]}"
+        self._tmux(
+            "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50", "-c", str(cwd),
+            # Keep the pane after the program exits so its last words can be read.
+            " ".join(command) + "; echo '[exited]'; sleep 60",
+        )  # fmt: skip
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True
+        )
+        return done.stdout
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-t", self.name, "-l", text)
+        self._tmux("send-keys", "-t", self.name, "Enter")
+
+    def ctrl_c(self) -> None:
+        self._tmux("send-keys", "-t", self.name, "C-c")
+
+    def screen(self) -> str:
+        # The whole scrollback, joined where tmux wrapped long lines.
+        return self._tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name)
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 20) -> str:
+        """Wait until ``pattern`` (a regex) appears ``count`` times on the screen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if len(re.findall(pattern, screen)) >= count:
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} ×{count} never appeared; screen:\n{screen}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-session", "-t", self.name], check=False)
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.kill()
+    if opened:
+        subprocess.run(["tmux", "-L", opened[0].socket, "kill-server"], check=False)
+
+
+def test_a_conversation_in_the_terminal(tmp_path: Path, terminals: list[Terminal]) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("hello\n")
+    db = f"sqlite:///{tmp_path / 'chat.db'}"
+    socket = f"parley-test-{uuid.uuid4().hex[:8]}"
+    chat = [PARLEY, "--db", db, "chat", "--root", str(workspace)]
+    term = Terminal(socket, chat, tmp_path)
+    terminals.append(term)
+
+    screen = term.wait_for(r"you> ")
+    session_id = re.search(r"session ([0-9a-f-]{36})", screen).group(1)  # type: ignore[union-attr]
+
+    # A plain turn: its tokens arrive and it finishes.
+    term.type("hello there")
+    term.wait_for(r"You said: hello there")
+    term.wait_for(r"■ finished", 1)
+
+    # A line typed while the agent works is a steer, delivered at the next step.
+    term.type("tell me a long story")
+    term.wait_for(r"Here is a long story")
+    term.type("make it about cats")
+    term.wait_for(r"steer sent")
+    term.wait_for(r"steer delivered: make it about cats")
+    term.wait_for(r'Latest word from you: "make it about cats"')
+    term.wait_for(r"■ finished", 2)
+
+    # Ctrl-C interrupts the running turn; the chat stays; /resume continues the turn.
+    term.type("another long story please")
+    term.wait_for(r"Here is a long story", 2)
+    term.ctrl_c()
+    term.wait_for(r"interrupting")
+    term.wait_for(r"■ cancelled")
+    term.type("/resume")
+    term.wait_for(r"resuming")
+    term.wait_for(r"■ finished", 3)
+
+    # /history numbers the turns; /branch 1 makes the next message follow turn 1.
+    term.type("/history")
+    term.wait_for(r"  3 .*another long story please")
+    term.type("/branch 1")
+    term.wait_for(r"branched: the next message follows turn 1")
+    term.type("after the branch")
+    term.wait_for(r"You said: after the branch")
+    term.wait_for(r"■ finished", 4)
+    term.type("/tree")
+    term.wait_for(r"session " + session_id)
+
+    # Ctrl-C with nothing running quits.
+    term.ctrl_c()
+    term.wait_for(r"bye")
+    term.wait_for(r"\[exited\]")
+
+    with parley.connect(db) as client:
+        history = client.session(session_id).history()
+        assert [t.prompt for t in history] == ["hello there", "after the branch"]
+        assert len(client.session(session_id).tree()) == 4
+
+    # Another process reopens the conversation by its id and carries on.
+    again = Terminal(socket, [PARLEY, "--db", db, "chat", session_id], tmp_path)
+    terminals.append(again)
+    again.wait_for(r"session " + session_id)
+    again.type("/history")
+    again.wait_for(r"  2 .*after the branch")
+    again.type("still there?")
+    again.wait_for(r"You said: still there\?")
+    again.wait_for(r"■ finished")
+    again.type("/quit")
+    again.wait_for(r"\[exited\]")
+
+
+def test_a_second_ctrl_c_quits_while_the_turn_is_being_interrupted(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'chat.db'}"
+    socket = f"parley-test-{uuid.uuid4().hex[:8]}"
+    term = Terminal(socket, [PARLEY, "--db", db, "chat", "--root", str(tmp_path)], tmp_path)
+    terminals.append(term)
+    term.wait_for(r"you> ")
+    term.type("a long story")
+    term.wait_for(r"Here is a long story")
+    term.ctrl_c()
+    term.wait_for(r"interrupting")
+    term.ctrl_c()
+    term.wait_for(r"bye")
+    term.wait_for(r"\[exited\]")
