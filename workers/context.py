@@ -44,13 +44,21 @@ def turn_messages(prompt: str, steps: Iterable[CommittedStep]) -> list[Message]:
     return messages
 
 
+def turn_replay(prompt: str, steps: Iterable[CommittedStep]) -> tuple[Message, ...]:
+    """One past turn as checked messages.  A turn ends with complete tool rounds, so a
+    history made of checked turns is checked as a whole."""
+    return check_replay(turn_messages(prompt, steps))
+
+
 def history_messages(history: Sequence[PathTurn]) -> tuple[Message, ...]:
     """The history path as messages, checked.  It does not change during a turn, so the
     engine builds it once per turn rather than once per step."""
     messages: list[Message] = []
     for node in history:
-        messages.extend(turn_messages(node.turn.prompt, node.steps))
-    return check_replay(messages)
+        if node.steps is None:
+            raise CodecError(f"turn {node.turn.turn_id}: its steps were not loaded")
+        messages.extend(turn_replay(node.turn.prompt, node.steps))
+    return tuple(messages)
 
 
 def assemble(

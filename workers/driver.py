@@ -39,7 +39,10 @@ class SessionDriver:
             mark = lock.work_mark
             try:
                 fence, claim = self.store.start_drive(
-                    session_id, worker=self.engine.label(), seq_floor=self.coordinator.adopt
+                    session_id,
+                    worker=self.engine.label(),
+                    seq_floor=self.coordinator.adopt,
+                    known=self.engine.replay_cache.knows,
                 )
                 while claim is not None and lock.held():
                     _status, claim = self.engine.run_claimed(

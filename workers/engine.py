@@ -31,7 +31,7 @@ from schemas.messages import (
 )
 from schemas.records import Contract, SteerKind, TurnStatus, Usage
 from workers.checks import run_check
-from workers.context import assemble, history_messages
+from workers.context import assemble, turn_replay
 from workers.emitter import Emitter
 from workers.ports import (
     ApprovalRequest,
@@ -54,6 +54,7 @@ from workers.ports import (
     TurnPreparation,
     TurnRequest,
 )
+from workers.replay_cache import ReplayCache, settled
 
 log = logging.getLogger("parley.engine")
 
@@ -150,6 +151,7 @@ class TurnEngine:
         self.coordinator = coordinator
         self.host = host
         self.worker = worker
+        self.replay_cache = ReplayCache()
 
     # ------------------------------------------------------------------ entry
 
@@ -388,7 +390,7 @@ class _TurnRun:
         cursor = max([state.cursor] + [s.position for s in state.pending])
         assert self.prefix is not None
         if self.history is None:
-            self.history = history_messages(self.claimed.history)
+            self.history = self._replay_history()
         budget = self.host.context_budget
         prefix = self.prefix
         messages = assemble(
@@ -452,6 +454,21 @@ class _TurnRun:
         state.session_tokens += reply.usage.total
         state.inbox_closed = idle and not pending
         return None
+
+    def _replay_history(self) -> tuple[Message, ...]:
+        """The history path as checked messages, from the replay cache where it can."""
+        cache = self.engine.replay_cache
+        messages: list[Message] = []
+        for node in self.claimed.history:
+            turn = node.turn
+            replay = cache.get(turn.turn_id) if node.steps is None else None
+            if replay is None:
+                # Not loaded with the claim (cached then) or evicted since: load it now.
+                steps = node.steps if node.steps is not None else self.store.steps_of(turn.turn_id)
+                replay = turn_replay(turn.prompt, steps)
+                cache.put(turn.turn_id, turn.status, replay)
+            messages.extend(replay)
+        return tuple(messages)
 
     def _settle_stream(self, sink: _DeltaSink, reply: ModelReply, index: int) -> None:
         """Make the step's tokens concatenate to exactly its committed text, whatever the
@@ -558,6 +575,14 @@ class _TurnRun:
                     )
                     completed = False
                     outcome = self._outcome(state, ending)
+        cache = self.engine.replay_cache
+        turn_id, settles = self.turn.turn_id, settled(ending.status)
+
+        def known(candidate: str) -> bool:
+            # The turn finishing now heads the next turn's history; it is cached below,
+            # once its final transaction has committed.
+            return (settles and candidate == turn_id) or cache.knows(candidate)
+
         receipt = self.store.finish_turn(
             run_id=self.run_id,
             turn_id=self.turn.turn_id,
@@ -573,8 +598,11 @@ class _TurnRun:
             events=self.emitter.take_unstored(),
             end_seq=self.emitter.allocate(EventKind.END, {}).seq,
             claim_next=self.engine.coordinator.adopt if self.claim_next else None,
+            known=known,
             worker=self.engine.label(),
         )
+        if settles:
+            cache.put(turn_id, ending.status, turn_replay(self.turn.prompt, state.steps))
         self.emitter.publish(receipt.end_event)
         if completed:
             _observe(

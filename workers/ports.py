@@ -276,10 +276,12 @@ class CommittedStep:
 
 @dataclass(frozen=True, kw_only=True)
 class PathTurn:
-    """A turn on the history path, with its committed steps, for context assembly."""
+    """A turn on the history path, with its committed steps, for context assembly.
+    ``steps`` is None when the claimant said it already knows the turn (it holds the
+    turn's replayed messages), so the store did not load them."""
 
     turn: TurnRecord
-    steps: tuple[CommittedStep, ...]
+    steps: tuple[CommittedStep, ...] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,13 +319,20 @@ class FinishReceipt:
     next_claim: Claim | None = None
 
 
+KnownTurns = Callable[[str], bool]
+"""Turn ids whose replayed messages a claimant already holds: the store skips loading
+their steps when it hands over a claim's history."""
+
+
 class Store(Protocol):
     """The durable state the engine and the driver need; every method is one
     transaction (:class:`workers.store.SqlStore` implements it on SQLite and PostgreSQL)."""
 
     def start_drive(
-        self, session_id: str, *, worker: str, seq_floor: SeqFloor
+        self, session_id: str, *, worker: str, seq_floor: SeqFloor, known: KnownTurns | None = None
     ) -> tuple[int, Claim | None]: ...
+
+    def steps_of(self, turn_id: str) -> list[CommittedStep]: ...
 
     def commit_step(
         self,
@@ -361,6 +370,7 @@ class Store(Protocol):
         events: Sequence[Event],
         end_seq: int,
         claim_next: SeqFloor | None = None,
+        known: KnownTurns | None = None,
         worker: str = "",
     ) -> FinishReceipt: ...
 

@@ -57,6 +57,7 @@ from workers.ports import (
     ClaimedTurn,
     CommittedStep,
     FinishReceipt,
+    KnownTurns,
     PathTurn,
     SeqFloor,
 )
@@ -464,7 +465,7 @@ class SqlStore:
             raise Fenced(f"fence {fence} is stale (now {current})")
 
     def start_drive(
-        self, session_id: str, *, worker: str, seq_floor: SeqFloor
+        self, session_id: str, *, worker: str, seq_floor: SeqFloor, known: KnownTurns | None = None
     ) -> tuple[int, Claim | None]:
         """For a driver that just took the session's lock: a new fencing token and, in the
         same transaction, the claim of the session's next runnable turn (if any)."""
@@ -473,17 +474,23 @@ class SqlStore:
             if session is None:
                 raise SessionNotFound(f"no session {session_id!r}")
             fence = int(session.fence)
-            return fence, self._claim_next(db, session, fence, worker, seq_floor)
+            return fence, self._claim_next(db, session, fence, worker, seq_floor, known)
 
     def _claim_next(
-        self, db: Connection, session: Any, fence: int, worker: str, seq_floor: SeqFloor
+        self,
+        db: Connection,
+        session: Any,
+        fence: int,
+        worker: str,
+        seq_floor: SeqFloor,
+        known: KnownTurns | None,
     ) -> Claim | None:
         """Claim the next runnable turn of ``session`` (its current row)."""
         run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
         turn = turn_of_next_run(run)
-        return self._claim(db, run, worker, seq_floor(run.turn_id, fence), session, turn)
+        return self._claim(db, run, worker, seq_floor(run.turn_id, fence), session, turn, known)
 
     def _claim(
         self,
@@ -493,8 +500,10 @@ class SqlStore:
         seq_floor: int,
         row: Any,
         turn: TurnRecord,
+        known: KnownTurns | None,
     ) -> Claim:
-        """Claim ``run`` (its locked row) given its session's current ``row``."""
+        """Claim ``run`` (its locked row) given its session's current ``row``.  The
+        steps of history turns ``known`` to the claimant are not loaded."""
         now = _now()
         turn_id = run.turn_id
         session = session_record(row)
@@ -515,15 +524,22 @@ class SqlStore:
         self._insert_events(db, [started], now)
         generation = int(row.prefix_generation)
         path = self._path(db, turn.parent_id)
-        run_ids = [p.run_id for p in path] + ([run.id] if run.steps else [])
-        steps = self._steps(db, run_ids)
+        skipped = {p.turn_id for p in path if known(p.turn_id)} if known else set()
+        run_ids = [p.run_id for p in path if p.turn_id not in skipped]
+        steps = self._steps(db, run_ids + ([run.id] if run.steps else []))
         claimed = ClaimedTurn(
             session=session,
             turn=turn,
             run=run_state_of(run),
             prefix=self._prefix(db, session.session_id, generation),
             prefix_generation=generation,
-            history=tuple(PathTurn(turn=p, steps=tuple(steps.get(p.run_id, ()))) for p in path),
+            history=tuple(
+                PathTurn(
+                    turn=p,
+                    steps=None if p.turn_id in skipped else tuple(steps.get(p.run_id, ())),
+                )
+                for p in path
+            ),
             steps=tuple(steps.get(run.id, ())),
             pending=self._pending(db, run.id, run.steer_cursor)
             if run.steer_count > run.steer_cursor
@@ -623,6 +639,7 @@ class SqlStore:
         events: Sequence[Event],
         end_seq: int,
         claim_next: SeqFloor | None = None,
+        known: KnownTurns | None = None,
         worker: str = "",
     ) -> FinishReceipt:
         """Commit a turn's outcome, reply, head and prefix in one fenced transaction.
@@ -677,7 +694,9 @@ class SqlStore:
             self._insert_events(db, [*events, end], now)
             head = session.head_turn_id
             following = (
-                self._claim_next(db, session, fence, worker, claim_next) if claim_next else None
+                self._claim_next(db, session, fence, worker, claim_next, known)
+                if claim_next
+                else None
             )
         return FinishReceipt(
             end_event=end,

@@ -81,7 +81,7 @@ def test_a_turn_killed_mid_step_resumes_in_another_process(
     kinds = [e.kind for e in events]
     assert kinds.count(EventKind.STARTED) == 2
     restarted = kinds.index(EventKind.STEP_RESTARTED)
-    assert events[restarted].data == {"index": 1}
+    assert events[restarted].data == {"index": 1, "reason": "resumed"}
     tokens = [i for i, e in enumerate(events) if e.kind is EventKind.TOKEN]
     assert tokens and min(tokens) > restarted
     assert "".join(events[i].data["text"] for i in tokens) == SLOW_TEXT

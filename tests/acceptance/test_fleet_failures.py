@@ -112,7 +112,7 @@ def test_a_worker_killed_during_a_tool_call_is_replaced_and_the_step_redone(chao
     assert chaos.control.gate_calls == 2  # the uncommitted step ran its tool again
     events = list(handle.events())
     restarts = [e.data for e in events if e.kind is EventKind.STEP_RESTARTED]
-    assert restarts == [{"index": 1}]
+    assert restarts == [{"index": 1, "reason": "resumed"}]
     assert recovered_in < 15, f"took {recovered_in:.1f}s to resume"
 
 
@@ -142,7 +142,7 @@ def test_a_worker_killed_while_streaming_is_replaced_and_readers_are_told(chaos:
     events = list(handle.events())
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # once each, in order
     restarted = max(i for i, e in enumerate(events) if e.kind is EventKind.STEP_RESTARTED)
-    assert events[restarted].data == {"index": 1}
+    assert events[restarted].data == {"index": 1, "reason": "resumed"}
     redone = [e.data["text"] for e in events[restarted:] if e.kind is EventKind.TOKEN]
     assert "".join(redone) == text  # after the restart, the tokens are the committed text
 
