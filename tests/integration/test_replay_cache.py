@@ -1,0 +1,124 @@
+"""The replay cache changes what is loaded, never what is sent: requests built from cached
+turns equal requests built from the store, across processes that share a session, and a
+cancelled turn that is resumed later is never replayed from a stale copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import parley
+from tests.helpers import RecordingModel
+from workers.replay_cache import ReplayCache
+from workers.store import SqlStore
+
+RULES = [
+    {
+        "when": "^read",
+        "steps": [
+            {"text": "reading ", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "read: {last_message}"},
+        ],
+    },
+    {
+        "when": "^slow",
+        "steps": [
+            {"text": "first ", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "second part, slowly", "chunk_chars": 1, "delay_ms": 30},
+        ],
+    },
+    {"when": ".*", "steps": [{"text": "heard: {last_message}"}]},
+]
+
+
+def client_for(db: str) -> tuple[parley.Client, RecordingModel]:
+    model = RecordingModel(parley.models.ScriptedModel({"rules": RULES}))
+    return parley.connect(db, host=parley.Host(model=model)), model
+
+
+class CountingSteps:
+    """Counts which runs' steps a store loads."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.loaded: list[str] = []
+        original = store._steps
+
+        def counting(db: Any, run_ids: Any) -> Any:
+            self.loaded.extend(run_ids)
+            return original(db, run_ids)
+
+        store._steps = counting  # type: ignore[method-assign]
+
+
+def test_cached_turns_are_not_loaded_and_requests_are_unchanged(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    warm, warm_model = client_for(db)
+    with warm:
+        session = warm.open_session(str(tmp_path))
+        for n in range(5):
+            session.turn(f"read round {n}")
+        counter = CountingSteps(warm.store)
+        session.turn("read once more")
+        history_runs = {t.run_id for t in session.history()[:-1]}
+        assert not history_runs & set(counter.loaded), "cached turns were loaded again"
+
+        # A process with an empty cache builds exactly the same request.
+        cold, cold_model = client_for(db)
+        with cold:
+            cold.session(session.id).turn("read once more")
+        warm_request = warm_model.requests[-1]
+        cold_request = cold_model.requests[-1]
+        # The warm request is the cold one's start: the cold one has one more turn.
+        assert cold_request.messages[: len(warm_request.messages)] == warm_request.messages
+        assert len(cold_request.messages) == len(warm_request.messages) + 4
+
+
+def test_processes_taking_turns_on_one_session_send_complete_histories(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    first, _ = client_for(db)
+    second, second_model = client_for(db)
+    with first, second:
+        session_id = first.open_session(str(tmp_path)).id
+        for n in range(6):
+            client = first if n % 2 == 0 else second
+            client.session(session_id).turn(f"read round {n}")
+        reference, reference_model = client_for(db)
+        with reference:
+            reference.session(session_id).turn("hello")
+        truth = reference_model.requests[-1].messages[:-1]  # the history, from the store
+        last = second_model.requests[-1].messages  # the sixth turn ran in the second
+        # Its final request is the history the store holds, up to that point.
+        assert len(last) == len(truth) - 1
+        assert last == truth[: len(last)]
+
+
+def test_a_cancelled_turn_resumed_elsewhere_is_replayed_whole(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    client, model = client_for(db)
+    other, _ = client_for(db)
+    with client, other:
+        session = client.open_session(str(tmp_path))
+        handle = session.submit("slow turn")
+        for event in handle.events():
+            if event.kind is parley.EventKind.TOKEN and event.data["step"] == 1:
+                handle.interrupt()
+                break
+        assert handle.wait(timeout=30).outcome == parley.TurnStatus.CANCELLED
+        session.turn("between")  # replays the cancelled turn here, as it was then
+        session.branch_from(handle.turn_id)
+        # Another process continues the cancelled turn: it now has one more step.
+        resumed = other.session(session.id).resume(handle.turn_id)
+        assert resumed.wait(timeout=30).outcome == parley.TurnStatus.FINISHED
+        session.turn("after")
+        texts = [getattr(m, "text", "") for m in model.requests[-1].messages]
+        assert "second part, slowly" in texts, "a stale copy of the resumed turn was replayed"
+
+
+def test_the_cache_keeps_only_settled_turns_and_stays_bounded() -> None:
+    cache = ReplayCache(capacity=2)
+    cache.put("cancelled", parley.TurnStatus.CANCELLED, ())
+    cache.put("failed", parley.TurnStatus.FAILED, ())
+    assert len(cache) == 0
+    for name in ("a", "b", "c"):
+        cache.put(name, parley.TurnStatus.FINISHED, ())
+    assert not cache.knows("a") and cache.knows("b") and cache.knows("c")
