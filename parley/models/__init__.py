@@ -1,9 +1,62 @@
-"""Models a host can run: the offline scripted model and function-backed models.
+"""Models a host can run: the offline scripted model, function-backed models, and the
+streaming network providers (OpenAI-compatible chat completions, Anthropic Messages) with
+retry and fallover.
 
-Any object with a ``name`` and ``stream(request, on_delta) -> ModelReply`` is a model."""
+Any object with a ``name`` and ``stream(request, on_delta) -> ModelReply`` is a model.
 
+The network providers load on first use: their client libraries take seconds to import,
+which every ``import parley`` (the CLI, each worker) would otherwise pay."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from parley.models.completion import CompletionModel
+from parley.models.errors import ProviderError
+from parley.models.fallover import Backoff, Fallover
 from parley.models.function import FunctionModel
 from parley.models.scripted import ScriptedModel
 from workers.ports import ModelReply, ModelRequest, StreamAborted
 
-__all__ = ["FunctionModel", "ModelReply", "ModelRequest", "ScriptedModel", "StreamAborted"]
+if TYPE_CHECKING:
+    from parley.models.anthropic_messages import AnthropicModel
+    from parley.models.openai_chat import OpenAIChatModel
+    from parley.models.openai_chat import OpenAIChatModel as OpenAICompatible
+    from parley.models.selection import model_from_spec
+
+_LAZY = {
+    "AnthropicModel": "parley.models.anthropic_messages",
+    "OpenAIChatModel": "parley.models.openai_chat",
+    "OpenAICompatible": "parley.models.openai_chat",  # the name SPEC §4's example uses
+    "model_from_spec": "parley.models.selection",
+}
+
+__all__ = [
+    "AnthropicModel",
+    "Backoff",
+    "CompletionModel",
+    "Fallover",
+    "FunctionModel",
+    "ModelReply",
+    "ModelRequest",
+    "OpenAIChatModel",
+    "OpenAICompatible",
+    "ProviderError",
+    "ScriptedModel",
+    "StreamAborted",
+    "model_from_spec",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

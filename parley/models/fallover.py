@@ -1,0 +1,158 @@
+"""Retrying a cut stream, then falling over to the next provider.
+
+The retry work is split by phase (see :mod:`parley.models.errors`).  Failures before a
+stream starts are the official clients' business: they retry 408/409/429/5xx and
+connection errors with exponential backoff and jitter, honouring ``Retry-After``, up to
+their ``max_retries``.  What they give up on reaches :class:`Fallover` as a non-retriable
+:class:`~parley.models.errors.ProviderError`, and so does a request the provider rejected
+(400, 401, 403, 404, 422 …): retrying the same provider would not help (or would multiply
+the client's own retries), so ``Fallover`` moves straight on to the next provider, which
+may well accept it (another key, a larger context, a model that exists there).
+
+Once a stream has started the clients cannot retry, so a stream cut mid-way, stalled past
+the timeout, or carrying a malformed chunk is ``retriable``: ``Fallover`` asks the same
+provider again, ``retries_per_model`` times with backoff and jitter, before moving on.
+Before every new attempt it calls ``on_delta.restart("retry")`` or
+``on_delta.restart("fallover")`` so readers drop the provisional text of the failed one.
+
+Only :class:`ProviderError` is handled.  Anything else — an interrupt
+(:class:`~workers.ports.StreamAborted`) or a lost session lock raised by the sink, a bug —
+propagates at once and is never retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from parley.errors import InvalidRequest
+from parley.models.errors import ProviderError
+from workers.ports import DeltaSink, Model, ModelReply, ModelRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """Exponential backoff with jitter between retries of the same provider: attempt
+    ``n`` (from 0) waits ``min(initial * multiplier**n, maximum)``, less up to ``jitter``
+    of it at random (so that many workers cut off at once do not return in lockstep)."""
+
+    initial: float = 0.5
+    maximum: float = 8.0
+    multiplier: float = 2.0
+    jitter: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.initial < 0 or self.maximum < 0 or self.multiplier < 1:
+            raise InvalidRequest("backoff: initial and maximum >= 0, multiplier >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise InvalidRequest("backoff: jitter is a fraction between 0 and 1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt + 1``."""
+        base = min(self.initial * self.multiplier ** min(attempt, 64), self.maximum)
+        return base * (1 - self.jitter * random.random())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """One failed attempt, as the final error reports it."""
+
+    provider: str
+    attempt: int
+    error: ProviderError
+
+
+class Fallover:
+    """Tries ``models`` in order: each up to ``1 + retries_per_model`` times while its
+    failures are retriable (stream cut, stalled, malformed), at once to the next on any
+    other provider failure.  The reply's ``model`` names the provider that answered.
+    When every provider failed, raises a :class:`ProviderError` naming each provider tried
+    and why."""
+
+    def __init__(
+        self,
+        models: Sequence[Model],
+        *,
+        retries_per_model: int = 2,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not models:
+            raise InvalidRequest("Fallover needs at least one model")
+        if retries_per_model < 0:
+            raise InvalidRequest("retries_per_model must be non-negative")
+        self._models = tuple(models)
+        self._retries = retries_per_model
+        self._backoff = backoff or Backoff()
+        self._sleep = sleep
+        self._name = name or ",".join(m.name for m in self._models)
+
+    @property
+    def name(self) -> str:
+        """The label of the whole chain (each step stores the provider that answered)."""
+        return self._name
+
+    @property
+    def models(self) -> tuple[Model, ...]:
+        """The providers, in the order they are tried."""
+        return self._models
+
+    def close(self) -> None:
+        """Close every provider that has connections to close."""
+        for model in self._models:
+            close = getattr(model, "close", None)
+            if callable(close):
+                close()
+
+    def __repr__(self) -> str:
+        return f"Fallover({list(self._models)!r}, retries_per_model={self._retries})"
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        """Answer from the first provider that can, restarting the sink between attempts."""
+        failures: list[Failure] = []
+        for position, model in enumerate(self._models):
+            for attempt in range(self._retries + 1):
+                if attempt:
+                    on_delta.restart("retry")
+                elif position:
+                    on_delta.restart("fallover")
+                try:
+                    reply = model.stream(request, on_delta)
+                except ProviderError as exc:
+                    failures.append(Failure(provider=model.name, attempt=attempt + 1, error=exc))
+                    log.warning("model %s failed (attempt %d): %s", model.name, attempt + 1, exc)
+                    if not exc.retriable or attempt == self._retries:
+                        break
+                    self._sleep(self._backoff.delay(attempt))
+                    continue
+                if not reply.model:
+                    reply = replace(reply, model=model.name)
+                return reply
+        raise _exhausted(failures)
+
+
+def _exhausted(failures: list[Failure]) -> ProviderError:
+    """One error naming every provider tried, each with its attempts and last reason."""
+    by_provider: dict[str, list[Failure]] = {}
+    for failure in failures:
+        by_provider.setdefault(failure.provider, []).append(failure)
+    parts = []
+    for provider, tried in by_provider.items():
+        reason = str(tried[-1].error).removeprefix(f"{provider}: ")
+        attempts = "1 attempt" if len(tried) == 1 else f"{len(tried)} attempts"
+        parts.append(f"{provider} ({attempts}): {reason}")
+    last_error = failures[-1].error
+    return ProviderError(
+        "every model provider failed: " + "; ".join(parts),
+        provider=",".join(by_provider),
+        # Transient if any provider failed transiently: trying later again may work.
+        retriable=any(f.error.retriable for f in failures),
+        phase=last_error.phase,
+        status=last_error.status,
+    )

@@ -1,0 +1,371 @@
+"""A streaming model over the OpenAI chat-completions API, through the official ``openai``
+client: OpenAI itself and every server that speaks the same protocol (OpenRouter, vLLM,
+Ollama, LM Studio …), chosen by ``base_url``.
+
+Each text delta is published as its SSE chunk arrives; tool calls streamed in fragments
+(keyed by ``index``) are assembled into whole calls; usage, including cached prompt
+tokens, is read from the final chunk (``stream_options.include_usage``).
+
+Retries are split by phase (see :mod:`parley.models.errors`): the client retries failures
+before the stream starts (``max_retries``, exponential backoff with jitter, honouring
+``Retry-After`` up to two minutes); a failure once streaming has begun is raised as a
+``retriable`` :class:`~parley.models.errors.ProviderError` for
+:class:`~parley.models.fallover.Fallover` to retry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from parley.errors import InvalidRequest
+from parley.models._wire import cause_text, public_url
+from parley.models.completion import estimate_usage
+from parley.models.errors import ProviderError, redact
+from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
+from schemas.records import Usage
+from workers.ports import DeltaSink, ModelReply, ModelRequest
+
+# Statuses the client retries by itself before giving up (see openai._base_client).
+_CLIENT_RETRIED = frozenset({408, 409, 429})
+
+
+class OpenAIChatModel:
+    """A model served over chat completions.
+
+    ``timeout`` (seconds) bounds each HTTP attempt's connect and every read: the longest
+    the server may stay silent, before the first byte or between chunks.  ``max_retries``
+    is the client's own retry budget for failures before the stream starts.
+    ``extra_headers`` are sent with every request (e.g. OpenRouter's ``HTTP-Referer``);
+    ``extra_body`` adds request fields (``temperature``, ``max_tokens`` …).  With no
+    ``api_key`` the client reads ``OPENAI_API_KEY``; a local server that needs no key
+    accepts any placeholder.  The key is held by the client only: it is not an attribute
+    of this object, never in its repr, and redacted from every error text.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        name: str | None = None,
+    ) -> None:
+        if not model:
+            raise InvalidRequest("OpenAIChatModel needs a model name")
+        if timeout <= 0 or max_retries < 0:
+            raise InvalidRequest("timeout must be positive and max_retries non-negative")
+        self._model = model
+        self._name = name or f"openai:{model}"
+        self._timeout = timeout
+        self._max_retries = max_retries
+        self._extra_body = dict(extra_body) if extra_body else None
+        try:
+            self._client = openai.OpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=max_retries,
+                default_headers=dict(extra_headers) if extra_headers else None,
+            )
+        except openai.OpenAIError as exc:
+            raise InvalidRequest(
+                f"{self._name}: {redact(str(exc), api_key)} "
+                "(a local server that needs no key accepts any placeholder)"
+            ) from None
+
+    @property
+    def name(self) -> str:
+        """The label stored with each step, naming the provider and model."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The model name sent to the provider."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint, without any credentials embedded in the URL."""
+        return public_url(str(self._client.base_url))
+
+    def close(self) -> None:
+        """Close the client's HTTP connections (the model must not be used after)."""
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(name={self._name!r}, base_url={self.base_url!r})"
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's ``messages`` and ``tools`` in the chat-completions wire form.  The
+        prefix part (system message and tools) depends on the prefix alone and is
+        canonical, so equal prefixes are byte-identical on the wire and prompt caches hit."""
+        body: dict[str, Any] = {"messages": encode_messages(request)}
+        tools = encode_tools(request.prefix)
+        if tools:
+            body["tools"] = tools
+        return body
+
+    # ------------------------------------------------------------------ streaming
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        """Stream one answer: each text delta to ``on_delta`` as its chunk arrives.
+
+        Raises :class:`ProviderError` when the provider fails (``retriable`` once the
+        stream has started); whatever ``on_delta`` raises (an interrupt) propagates, after
+        the HTTP stream is closed."""
+        body = self.encode(request)
+        failure: ProviderError | None = None
+        try:
+            chunks = self._client.chat.completions.create(
+                model=self._model,
+                messages=cast(Any, body["messages"]),
+                tools=cast(Any, body.get("tools", openai.omit)),
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=self._extra_body,
+            )
+        except openai.OpenAIError as exc:
+            failure = self._request_error(exc)
+        if failure is not None:
+            # Raised outside the handler: the client's exception (whose text may hold the
+            # key) must not ride along as the context.
+            raise failure
+        assembly = _Assembly()
+        with chunks:
+            iterator: Iterator[ChatCompletionChunk] = iter(chunks)
+            while True:
+                try:
+                    chunk = next(iterator)
+                    piece = assembly.absorb(chunk)
+                except StopIteration:
+                    break
+                # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
+                except (
+                    openai.OpenAIError,
+                    httpx2.HTTPError,
+                    ValueError,
+                    TypeError,
+                    AttributeError,
+                ) as exc:
+                    failure = self._stream_error(exc)
+                if failure is not None:
+                    raise failure
+                # Outside the try: what the sink raises (an interrupt, a lost lock) is not
+                # a provider failure and must reach the engine untouched.
+                if piece:
+                    on_delta(piece)
+        if not assembly.finished:
+            raise ProviderError(
+                f"{self._name}: the stream ended before the answer was finished (no finish_reason)",
+                provider=self._name,
+                retriable=True,
+                phase="stream",
+            )
+        return assembly.reply(request, self._name)
+
+    # ------------------------------------------------------------------ errors
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._client.api_key)
+
+    def _request_error(self, exc: openai.OpenAIError) -> ProviderError:
+        """A failure before the stream started: the client has already retried it as far
+        as it would, so it is final for this provider."""
+        retried = f"after the client's {self._max_retries} retries"
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            transient = status in _CLIENT_RETRIED or status >= 500
+            detail = self._redact(_api_message(exc))
+            message = f"{self._name}: HTTP {status}: {detail}"
+            if transient:
+                message += f" ({retried})"
+            return ProviderError(
+                message, provider=self._name, retriable=False, phase="request", status=status
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            message = f"{self._name}: no response within {self._timeout}s ({retried})"
+        elif isinstance(exc, openai.APIConnectionError):
+            message = f"{self._name}: cannot connect: {self._redact(cause_text(exc))} ({retried})"
+        else:
+            message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
+        return ProviderError(message, provider=self._name, retriable=False, phase="request")
+
+    def _stream_error(self, exc: Exception) -> ProviderError:
+        """A failure once streaming had begun: the client cannot retry it, a new attempt
+        against the same provider usually works."""
+        if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
+            what = f"the stream stalled for more than {self._timeout}s"
+        elif isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
+            what = f"the stream was cut: {cause_text(exc)}"
+        elif isinstance(exc, openai.APIError):
+            what = f"the provider reported an error mid-stream: {_api_message(exc)}"
+        else:
+            what = f"malformed chunk: {type(exc).__name__}: {exc}"
+        return ProviderError(
+            f"{self._name}: {self._redact(what)}",
+            provider=self._name,
+            retriable=True,
+            phase="stream",
+        )
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def encode_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """Parley messages as chat-completions messages: the system prompt first, assistant
+    tool calls as ``tool_calls``, tool results as ``tool`` messages with their call id."""
+    encoded: list[dict[str, Any]] = []
+    system_prompt = request.prefix.system_prompt
+    if system_prompt:
+        encoded.append({"role": "system", "content": system_prompt})
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            encoded.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            item: dict[str, Any] = {
+                "role": "assistant",
+                # null rather than "" beside tool calls: what the API itself returns.
+                "content": message.text if message.text or not message.tool_calls else None,
+            }
+            if message.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in message.tool_calls
+                ]
+            encoded.append(item)
+        elif isinstance(message, ToolMessage):
+            encoded.append(
+                {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+            )
+    return encoded
+
+
+def encode_tools(prefix: Prefix) -> list[dict[str, Any]]:
+    """The prefix's tools as function tools, built from its canonical bytes: key order in
+    the declared schemas (which differs between a host's code and a database round trip)
+    cannot change the bytes sent, so equal prefixes keep hitting the provider's cache."""
+    canonical = json.loads(prefix.canonical_bytes())
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool["description"],
+                "parameters": tool["parameters"],
+            },
+        }
+        for tool in canonical["tools"]
+    ]
+
+
+# ---------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Assembly:
+    """Accumulates one streamed answer."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    usage: Usage | None = None
+    finished: bool = False
+
+    def absorb(self, chunk: ChatCompletionChunk) -> str:
+        """Take one chunk in; return its text delta."""
+        if chunk.usage is not None:
+            details = chunk.usage.prompt_tokens_details
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
+                cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
+            )
+        pieces: list[str] = []
+        for choice in chunk.choices or ():
+            if choice.index:  # only the first choice is ours (n is never set)
+                continue
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    pieces.append(delta.content)
+                if delta.refusal:
+                    pieces.append(delta.refusal)
+                for fragment in delta.tool_calls or ():
+                    self._absorb_call(fragment)
+            if choice.finish_reason:
+                self.finished = True
+        piece = "".join(pieces)
+        if piece:
+            self.text.append(piece)
+        return piece
+
+    def _absorb_call(self, fragment: Any) -> None:
+        index = getattr(fragment, "index", None)
+        if not isinstance(index, int):
+            # Some servers omit the index and send each call whole: a new call each time.
+            index = len(self.calls)
+        call = self.calls.setdefault(index, _PartialCall())
+        if fragment.id and not call.id:
+            call.id = fragment.id
+        function = fragment.function
+        if function is not None:
+            if function.name and not call.name:
+                call.name = function.name
+            if function.arguments:
+                call.arguments.append(function.arguments)
+
+    def reply(self, request: ModelRequest, model: str) -> ModelReply:
+        """The finished answer."""
+        text = "".join(self.text)
+        calls = tuple(
+            ToolCall(
+                id=partial.id or f"call_{index}",
+                name=partial.name,
+                # A call without arguments is an empty object, not an empty string, so the
+                # tool's parser and a later replay both see valid JSON.
+                arguments="".join(partial.arguments) or "{}",
+            )
+            for index, partial in sorted(self.calls.items())
+        )
+        usage = self.usage if self.usage is not None else estimate_usage(request, text, calls)
+        return ModelReply(text=text, tool_calls=calls, usage=usage, model=model)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _api_message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    return exc.message
+
+
+OpenAICompatible = OpenAIChatModel
+"""The same model under the name SPEC §4 uses for any OpenAI-compatible server."""

@@ -1,0 +1,1 @@
+"""Loopback HTTP servers speaking the model providers' protocols, and a recording sink."""

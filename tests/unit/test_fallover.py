@@ -1,0 +1,289 @@
+"""Fallover: retrying a cut stream on the same provider, then falling over to the next, with
+the sink restarted before every new attempt.  Providers are real clients against loopback
+servers; a few cases use small in-process models to pin down the control flow."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from parley.errors import InvalidRequest
+from parley.models import (
+    AnthropicModel,
+    Backoff,
+    CompletionModel,
+    Fallover,
+    FunctionModel,
+    OpenAIChatModel,
+    ProviderError,
+)
+from schemas.messages import Prefix, UserMessage
+from tests.providers.servers import (
+    ProviderServer,
+    Reply,
+    anthropic_message,
+    anthropic_server,
+    openai_server,
+    openai_text,
+)
+from tests.providers.sink import RecordingSink
+from workers.ports import DeltaSink, ModelReply, ModelRequest, StreamAborted
+
+OPENAI_KEY = "sk-test-123456"
+ANTHROPIC_KEY = "sk-ant-123456"
+FAST = Backoff(initial=0.01, maximum=0.02)
+REQUEST = ModelRequest(
+    prefix=Prefix(system_prompt="s", tools=()), messages=(UserMessage(text="hi"),)
+)
+
+
+@pytest.fixture
+def oa_server() -> Iterator[ProviderServer]:
+    with openai_server() as running:
+        yield running
+
+
+@pytest.fixture
+def an_server() -> Iterator[ProviderServer]:
+    with anthropic_server() as running:
+        yield running
+
+
+@pytest.fixture
+def openai_model(oa_server: ProviderServer) -> Iterator[OpenAIChatModel]:
+    model = OpenAIChatModel(
+        "gpt-test",
+        base_url=oa_server.base_url,
+        api_key=OPENAI_KEY,
+        timeout=2.0,
+        max_retries=0,
+    )
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def anthropic_model(an_server: ProviderServer) -> Iterator[AnthropicModel]:
+    model = AnthropicModel(
+        "claude-test",
+        base_url=an_server.base_url,
+        api_key="sk-ant-123456",
+        timeout=2.0,
+        max_retries=0,
+    )
+    yield model
+    model.close()
+
+
+def test_a_cut_stream_is_retried_on_the_same_provider_after_a_restart(
+    oa_server: ProviderServer, openai_model: OpenAIChatModel
+) -> None:
+    oa_server.plan(
+        Reply(frames=openai_text("Partial ", "answ", "er"), cut_after=3),
+        Reply(frames=openai_text("Whole ", "answer.")),
+    )
+    sink = RecordingSink()
+    reply = Fallover([openai_model], backoff=FAST).stream(REQUEST, sink)
+    assert reply.text == "Whole answer." and reply.model == "openai:gpt-test"
+    assert sink.log == [
+        ("delta", "Partial "),
+        ("delta", "answ"),
+        ("restart", "retry"),
+        ("delta", "Whole "),
+        ("delta", "answer."),
+    ]
+    assert sink.text == "Whole answer."
+
+
+def test_a_malformed_chunk_is_retried(
+    oa_server: ProviderServer, openai_model: OpenAIChatModel
+) -> None:
+    oa_server.plan(
+        Reply(frames=[*openai_text("bad")[:2], b"data: {nope\n\n"]),
+        Reply(frames=openai_text("good")),
+    )
+    sink = RecordingSink()
+    assert Fallover([openai_model], backoff=FAST).stream(REQUEST, sink).text == "good"
+    assert sink.restarts == ["retry"]
+
+
+def test_after_its_retries_a_provider_falls_over_to_the_next(
+    oa_server: ProviderServer,
+    an_server: ProviderServer,
+    openai_model: OpenAIChatModel,
+    anthropic_model: AnthropicModel,
+) -> None:
+    cut = Reply(frames=openai_text("Hal", "f"), cut_after=2)
+    oa_server.plan(cut, cut)
+    an_server.plan(Reply(frames=anthropic_message("From ", "Claude.")))
+    sink = RecordingSink()
+    chain = Fallover([openai_model, anthropic_model], retries_per_model=1, backoff=FAST)
+    reply = chain.stream(REQUEST, sink)
+    assert reply.text == "From Claude."
+    assert reply.model == "anthropic:claude-test"
+    assert sink.restarts == ["retry", "fallover"]
+    assert sink.text == "From Claude."
+    assert len(oa_server.received) == 2 and len(an_server.received) == 1
+    assert chain.name == "openai:gpt-test,anthropic:claude-test"
+
+
+def test_a_rejected_request_falls_over_at_once(
+    oa_server: ProviderServer,
+    an_server: ProviderServer,
+    anthropic_model: AnthropicModel,
+) -> None:
+    retrying_client = OpenAIChatModel(
+        "gpt-test", base_url=oa_server.base_url, api_key=OPENAI_KEY, max_retries=2
+    )
+    oa_server.plan(Reply(status=401, body={"error": {"message": "invalid key"}}))
+    an_server.plan(Reply(frames=anthropic_message("ok")))
+    sink = RecordingSink()
+    try:
+        reply = Fallover([retrying_client, anthropic_model], backoff=FAST).stream(REQUEST, sink)
+    finally:
+        retrying_client.close()
+    assert reply.model == "anthropic:claude-test"
+    assert len(oa_server.received) == 1  # neither the client nor Fallover retried a 401
+    assert sink.restarts == ["fallover"]
+
+
+def test_a_provider_slower_than_its_timeout_falls_over(
+    oa_server: ProviderServer, an_server: ProviderServer, anthropic_model: AnthropicModel
+) -> None:
+    slow = OpenAIChatModel(
+        "gpt-test",
+        base_url=oa_server.base_url,
+        api_key=OPENAI_KEY,
+        timeout=0.3,
+        max_retries=0,
+    )
+    oa_server.plan(Reply(delay=3.0, frames=openai_text("late")))
+    an_server.plan(Reply(frames=anthropic_message("on time")))
+    started = time.monotonic()
+    try:
+        reply = Fallover([slow, anthropic_model], backoff=FAST).stream(REQUEST, RecordingSink())
+    finally:
+        slow.close()
+    assert reply.text == "on time" and reply.model == "anthropic:claude-test"
+    assert time.monotonic() - started < 2.0  # the timeout is per attempt, not waited out
+
+
+def test_when_every_provider_fails_the_error_names_each_and_why(
+    oa_server: ProviderServer,
+    an_server: ProviderServer,
+    openai_model: OpenAIChatModel,
+    anthropic_model: AnthropicModel,
+) -> None:
+    cut = Reply(frames=openai_text("Hal", "f"), cut_after=2)
+    oa_server.plan(cut, cut, cut)
+    an_server.plan(
+        Reply(
+            status=404,
+            body={"type": "error", "error": {"type": "not_found_error", "message": "no model"}},
+        )
+    )
+    sink = RecordingSink()
+    chain = Fallover([openai_model, anthropic_model], retries_per_model=2, backoff=FAST)
+    with pytest.raises(ProviderError) as caught:
+        chain.stream(REQUEST, sink)
+    message = str(caught.value)
+    assert message.startswith("every model provider failed: ")
+    assert "openai:gpt-test (3 attempts): the stream was cut" in message
+    assert "anthropic:claude-test (1 attempt): HTTP 404: no model" in message
+    assert caught.value.provider == "openai:gpt-test,anthropic:claude-test"
+    assert sink.restarts == ["retry", "retry", "fallover"]
+
+
+# ---------------------------------------------------------------------------- control flow
+
+
+class Failing:
+    """A model that raises the given errors in turn, then answers."""
+
+    def __init__(self, name: str, *errors: BaseException, text: str = "ok") -> None:
+        self.name = name
+        self.errors = list(errors)
+        self.calls = 0
+        self.text = text
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        self.calls += 1
+        on_delta(f"attempt {self.calls} ")
+        if self.errors:
+            raise self.errors.pop(0)
+        on_delta(self.text)
+        return ModelReply(text=self.text)
+
+
+def cut(name: str) -> ProviderError:
+    return ProviderError(f"{name}: cut", provider=name, retriable=True, phase="stream")
+
+
+def test_retries_back_off_with_jitter() -> None:
+    waits: list[float] = []
+    model = Failing("m", cut("m"), cut("m"), cut("m"))
+    backoff = Backoff(initial=1.0, multiplier=2.0, maximum=3.0, jitter=0.25)
+    reply = Fallover([model], retries_per_model=3, backoff=backoff, sleep=waits.append).stream(
+        REQUEST, RecordingSink()
+    )
+    assert reply.model == "m"  # filled in with the provider's name
+    assert len(waits) == 3
+    for wait, base in zip(waits, [1.0, 2.0, 3.0], strict=True):
+        assert base * 0.75 <= wait <= base
+
+
+def test_an_interrupt_is_never_retried_nor_fallen_over() -> None:
+    first = Failing("first", StreamAborted())
+    second = Failing("second")
+    sink = RecordingSink()
+    with pytest.raises(StreamAborted):
+        Fallover([first, second], backoff=FAST).stream(REQUEST, sink)
+    assert (first.calls, second.calls) == (1, 0)
+    assert sink.restarts == []
+
+
+def test_errors_that_are_not_provider_failures_propagate() -> None:
+    first = Failing("first", RuntimeError("a bug"))
+    second = Failing("second")
+    with pytest.raises(RuntimeError, match="a bug"):
+        Fallover([first, second], backoff=FAST).stream(REQUEST, RecordingSink())
+    assert second.calls == 0
+
+
+def test_a_reply_keeps_the_model_name_its_provider_gave() -> None:
+    model = FunctionModel(lambda request: ModelReply(text="hi", model="exact-model-v2"))
+    assert Fallover([model]).stream(REQUEST, RecordingSink()).model == "exact-model-v2"
+
+
+def test_construction_is_checked() -> None:
+    with pytest.raises(InvalidRequest):
+        Fallover([])
+    with pytest.raises(InvalidRequest):
+        Fallover([Failing("m")], retries_per_model=-1)
+    with pytest.raises(InvalidRequest):
+        Backoff(jitter=2.0)
+
+
+class FlakyCompletion(CompletionModel):
+    """A provider without streaming: fails once (as if its response was cut), then
+    answers in one piece."""
+
+    def __init__(self) -> None:
+        super().__init__(name="batch:model")
+        self.calls = 0
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        self.calls += 1
+        if self.calls == 1:
+            raise cut(self.name)
+        return ModelReply(text="all at once")
+
+
+def test_a_completion_model_streams_its_answer_as_one_delta_and_can_be_retried() -> None:
+    model = FlakyCompletion()
+    sink = RecordingSink()
+    reply = Fallover([model], backoff=FAST).stream(REQUEST, sink)
+    assert (reply.text, reply.model) == ("all at once", "batch:model")
+    assert sink.log == [("restart", "retry"), ("delta", "all at once")]

@@ -1,0 +1,525 @@
+"""OpenAIChatModel against a real OpenAI-compatible HTTP server on loopback: streaming,
+tool-call assembly, usage, the client's own retries, mid-stream failures, encoding, and
+one whole parley turn over it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import parley
+from parley.errors import InvalidRequest
+from parley.models import Backoff, Fallover, OpenAIChatModel, ProviderError
+from schemas.events import Event, EventKind
+from schemas.messages import (
+    AssistantMessage,
+    Message,
+    Prefix,
+    ToolCall,
+    ToolDeclaration,
+    ToolMessage,
+    UserMessage,
+)
+from schemas.records import Usage
+from tests.providers.servers import (
+    ProviderServer,
+    Reply,
+    openai_chunk,
+    openai_server,
+    openai_text,
+    openai_tool_calls,
+    sse,
+)
+from tests.providers.sink import RecordingSink
+from workers.ports import ModelRequest, StreamAborted
+
+KEY = "sk-test-0123456789abcdef"
+
+READ_FILE = ToolDeclaration(
+    name="read_file",
+    description="Read a file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+)
+PREFIX = Prefix(system_prompt="You are terse.", tools=(READ_FILE,))
+
+
+def request(*messages: Message, prefix: Prefix = PREFIX) -> ModelRequest:
+    return ModelRequest(prefix=prefix, messages=messages or (UserMessage(text="hi"),))
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with openai_server() as running:
+        yield running
+
+
+ModelFactory = Callable[..., OpenAIChatModel]
+
+
+@pytest.fixture
+def make_model(server: ProviderServer) -> Iterator[ModelFactory]:
+    made: list[OpenAIChatModel] = []
+
+    def make(**options: Any) -> OpenAIChatModel:
+        settings: dict[str, Any] = {
+            "base_url": server.base_url,
+            "api_key": KEY,
+            "timeout": 2.0,
+            "max_retries": 0,
+        }
+        settings.update(options)
+        model = OpenAIChatModel("gpt-test", **settings)
+        made.append(model)
+        return model
+
+    yield make
+    for model in made:
+        model.close()
+
+
+# ---------------------------------------------------------------------------- streaming
+
+
+def test_text_arrives_delta_by_delta_before_the_stream_ends(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    # The server holds the rest of the stream until the sink has seen the first delta: if
+    # deltas were buffered to the end, the gate would never open and the server cuts.
+    gate = threading.Event()
+    frames = openai_text("Hel", "lo, ", "wor", "ld")
+    server.plan(Reply(frames=frames, gate=gate, gate_at=2, gate_timeout=5.0))
+    arrivals: list[tuple[str, bool]] = []
+
+    def arrived(text: str) -> None:
+        arrivals.append((text, gate.is_set()))
+        gate.set()
+
+    sink = RecordingSink(on_delta=arrived)
+
+    reply = make_model().stream(request(), sink)
+
+    assert sink.deltas == ["Hel", "lo, ", "wor", "ld"]
+    assert arrivals[0] == ("Hel", False)  # delivered while the server was still waiting
+    assert reply.text == "Hello, world"
+    assert reply.model == "openai:gpt-test"
+    assert sink.restarts == []
+
+
+def test_usage_is_recorded_with_cached_tokens(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=openai_text("ok", usage=(1200, 7, 1024))))
+    reply = make_model().stream(request(), RecordingSink())
+    assert reply.usage == Usage(input_tokens=1200, output_tokens=7, cached_tokens=1024)
+    sent = server.received[0].json()
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+
+
+def test_a_server_that_reports_no_usage_gets_an_estimate(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=openai_text("some answer", usage=None)))
+    reply = make_model().stream(request(), RecordingSink())
+    assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0
+
+
+def test_tool_calls_split_across_chunks_are_assembled(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(
+            frames=openai_tool_calls(
+                [
+                    ("call_a", "read_file", ['{"pa', 'th": "RE', 'ADME.md"}']),
+                    ("call_b", "list_files", ["{", '"path"', ': "sr', 'c"}']),
+                    ("call_c", "list_files", []),
+                ],
+                text=["Looking", " around."],
+            )
+        )
+    )
+    sink = RecordingSink()
+    reply = make_model().stream(request(), sink)
+    assert sink.deltas == ["Looking", " around."]
+    assert reply.text == "Looking around."
+    assert reply.tool_calls == (
+        ToolCall(id="call_a", name="read_file", arguments='{"path": "README.md"}'),
+        ToolCall(id="call_b", name="list_files", arguments='{"path": "src"}'),
+        ToolCall(id="call_c", name="list_files", arguments="{}"),
+    )
+    assert reply.usage == Usage(input_tokens=30, output_tokens=9)
+
+
+def test_tool_calls_interleaved_by_index_are_kept_apart(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    def fragment(index: int, **function: str) -> dict[str, Any]:
+        return {"index": index, "function": function}
+
+    frames = [
+        openai_chunk(
+            tool_calls=[
+                {"index": 0, "id": "c0", "type": "function", "function": {"name": "read_file"}},
+                {"index": 1, "id": "c1", "type": "function", "function": {"name": "read_file"}},
+            ]
+        ),
+        openai_chunk(tool_calls=[fragment(1, arguments='{"path":')]),
+        openai_chunk(tool_calls=[fragment(0, arguments='{"path":')]),
+        openai_chunk(tool_calls=[fragment(0, arguments=' "a"}'), fragment(1, arguments=' "b"}')]),
+        openai_chunk(finish="tool_calls"),
+        sse("[DONE]"),
+    ]
+    server.plan(Reply(frames=frames))
+    reply = make_model().stream(request(), RecordingSink())
+    assert [(c.id, c.arguments) for c in reply.tool_calls] == [
+        ("c0", '{"path": "a"}'),
+        ("c1", '{"path": "b"}'),
+    ]
+
+
+# ---------------------------------------------------------------------------- the client's retries
+
+
+def test_a_429_is_retried_by_the_client_honouring_retry_after(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(
+            status=429,
+            headers={"Retry-After": "1"},
+            body={"error": {"message": "slow down", "type": "rate_limit"}},
+        ),
+        Reply(frames=openai_text("fine")),
+    )
+    started = time.monotonic()
+    reply = make_model(max_retries=2).stream(request(), RecordingSink())
+    elapsed = time.monotonic() - started
+    assert reply.text == "fine"
+    assert elapsed >= 1.0  # the header's second, not the client's 0.5 s default backoff
+    assert [r.headers["x-stainless-retry-count"] for r in server.received] == ["0", "1"]
+
+
+def test_a_server_error_that_outlasts_the_client_retries_is_final_for_the_provider(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    busy = Reply(
+        status=503, headers={"retry-after-ms": "10"}, body={"error": {"message": "overloaded"}}
+    )
+    server.plan(busy, busy, busy)
+    with pytest.raises(ProviderError) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    error = caught.value
+    assert (error.status, error.phase, error.retriable) == (503, "request", False)
+    assert "HTTP 503: overloaded" in str(error) and "2 retries" in str(error)
+    assert len(server.received) == 3
+
+
+def test_a_rejected_request_is_not_retried(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(status=400, body={"error": {"message": "context too long"}}))
+    with pytest.raises(ProviderError) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    assert (caught.value.status, caught.value.retriable) == (400, False)
+    assert "context too long" in str(caught.value)
+    assert len(server.received) == 1
+
+
+def test_a_server_too_slow_to_answer_hits_the_timeout(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(delay=3.0, frames=openai_text("late")))
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as caught:
+        make_model(timeout=0.3).stream(request(), RecordingSink())
+    assert time.monotonic() - started < 2.0
+    assert (caught.value.phase, caught.value.retriable) == ("request", False)
+    assert "no response within 0.3s" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------- mid-stream failures
+
+
+def test_a_stream_cut_mid_way_is_a_retriable_error(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=openai_text("Hel", "lo"), cut_after=2))
+    sink = RecordingSink()
+    with pytest.raises(ProviderError) as caught:
+        make_model().stream(request(), sink)
+    assert sink.deltas == ["Hel"]
+    assert (caught.value.phase, caught.value.retriable) == ("stream", True)
+    assert "the stream was cut" in str(caught.value)
+
+
+def test_a_stream_that_ends_without_finishing_is_a_retriable_error(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    # A clean end of the body, but no finish_reason: the answer is incomplete.
+    server.plan(Reply(frames=[openai_chunk(content="Hel")]))
+    with pytest.raises(ProviderError) as caught:
+        make_model().stream(request(), RecordingSink())
+    assert caught.value.retriable and "before the answer was finished" in str(caught.value)
+
+
+def test_a_malformed_chunk_is_a_retriable_error(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=[openai_chunk(content="Hel"), b"data: {not json\n\n"]))
+    sink = RecordingSink()
+    with pytest.raises(ProviderError) as caught:
+        make_model().stream(request(), sink)
+    assert sink.deltas == ["Hel"]
+    assert (caught.value.phase, caught.value.retriable) == ("stream", True)
+    assert "malformed chunk" in str(caught.value)
+
+
+def test_an_error_chunk_mid_stream_is_a_retriable_error(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(frames=[openai_chunk(content="Hel"), sse({"error": {"message": "upstream died"}})])
+    )
+    with pytest.raises(ProviderError) as caught:
+        make_model().stream(request(), RecordingSink())
+    assert caught.value.retriable and "upstream died" in str(caught.value)
+
+
+def test_a_stream_that_stalls_past_the_timeout_is_a_retriable_error(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=openai_text("Hel", "lo"), gaps={2: 3.0}))
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as caught:
+        make_model(timeout=0.3).stream(request(), RecordingSink())
+    assert time.monotonic() - started < 2.0
+    assert (caught.value.phase, caught.value.retriable) == ("stream", True)
+    assert "stalled" in str(caught.value)
+
+
+def test_an_interrupt_from_the_sink_propagates_and_is_not_retried(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=openai_text("one", "two", "three")), Reply(frames=openai_text("x")))
+    model = Fallover([make_model()], backoff=Backoff(initial=0.01))
+    sink = RecordingSink(abort_after=1)
+    with pytest.raises(StreamAborted):
+        model.stream(request(), sink)
+    assert sink.deltas == ["one"] and sink.restarts == []
+    assert len(server.received) == 1
+    # The aborted stream was closed: the model still answers the next call.
+    assert model.stream(request(), RecordingSink()).text == "x"
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def test_messages_are_encoded_natively(server: ProviderServer, make_model: ModelFactory) -> None:
+    server.plan(Reply(frames=openai_text("done")))
+    calls = (
+        ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}'),
+        ToolCall(id="call_2", name="read_file", arguments='{"path": "secret"}'),
+    )
+    make_model().stream(
+        request(
+            UserMessage(text="read both"),
+            AssistantMessage(text="Reading.", tool_calls=calls),
+            ToolMessage(call_id="call_1", name="read_file", content="A"),
+            ToolMessage(call_id="call_2", name="read_file", content="denied", is_error=True),
+            UserMessage(text="only the first", origin="steer"),
+            AssistantMessage(text="", tool_calls=calls[:1]),
+            ToolMessage(call_id="call_1", name="read_file", content="A"),
+        ),
+        RecordingSink(),
+    )
+    body = server.received[0].json()
+    assert body["model"] == "gpt-test"
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "read both"},
+        {
+            "role": "assistant",
+            "content": "Reading.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "secret"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "A"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "denied"},
+        {"role": "user", "content": "only the first"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "A"},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file.",
+                "parameters": {"properties": {"path": {"type": "string"}}, "type": "object"},
+            },
+        }
+    ]
+
+
+def test_equal_prefixes_are_byte_identical_on_the_wire(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    # The same prefix built twice, its schema keys in another order (as after a round trip
+    # through a database): the bytes sent must not differ, or the prompt cache misses.
+    reordered = Prefix(
+        system_prompt="You are terse.",
+        tools=(
+            ToolDeclaration(
+                name="read_file",
+                description="Read a file.",
+                parameters={"properties": {"path": {"type": "string"}}, "type": "object"},
+            ),
+        ),
+    )
+    server.plan(*(Reply(frames=openai_text("ok")) for _ in range(3)))
+    model = make_model()
+    first = (UserMessage(text="hi"),)
+    model.stream(request(*first), RecordingSink())
+    model.stream(request(*first, prefix=reordered), RecordingSink())
+    longer = (*first, AssistantMessage(text="ok"), UserMessage(text="more"))
+    model.stream(request(*longer, prefix=reordered), RecordingSink())
+    bodies = [r.body for r in server.received]
+    assert bodies[0] == bodies[1]
+
+    def prefix_bytes(body: bytes) -> tuple[bytes, bytes]:
+        system = body[body.index(b'"messages":[') :].split(b"},", 1)[0]
+        return system, body[body.index(b'"tools":') :]
+
+    assert prefix_bytes(bodies[0]) == prefix_bytes(bodies[2])
+    assert b'"content":"You are terse."' in prefix_bytes(bodies[2])[0]
+
+
+# ---------------------------------------------------------------------------- credentials
+
+
+def test_the_key_is_never_shown(server: ProviderServer, make_model: ModelFactory) -> None:
+    server.plan(Reply(status=401, echo_key=True))
+    model = make_model()
+    assert KEY not in repr(model) and KEY not in str(model)
+    with pytest.raises(ProviderError) as caught:
+        model.stream(request(), RecordingSink())
+    assert caught.value.status == 401
+    assert "bad key" in str(caught.value)
+    assert KEY not in str(caught.value) and "[redacted]" in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    assert server.received[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_a_missing_key_is_refused_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(InvalidRequest, match="api_key"):
+        OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1")
+
+
+def test_credentials_in_the_base_url_are_not_shown() -> None:
+    model = OpenAIChatModel("gpt-test", api_key=KEY, base_url="http://user:hunter22@127.0.0.1:9/v1")
+    try:
+        assert "hunter22" not in repr(model) and "127.0.0.1:9" in repr(model)
+    finally:
+        model.close()
+
+
+# ---------------------------------------------------------------------------- a whole turn
+
+
+def test_a_parley_turn_streams_calls_a_tool_and_survives_a_cut_stream(
+    server: ProviderServer, make_model: ModelFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "a.txt").write_text("A\n")
+    (root / "b.txt").write_text("B\n")
+    server.plan(
+        # Step 0: a little text, then a list_files call split mid-JSON.
+        Reply(
+            frames=openai_tool_calls(
+                [("call_ls", "list_files", ['{"pa', 'th": "."}'])], text=["Let me ", "look."]
+            )
+        ),
+        # Step 1: cut after two text deltas, then the whole answer on the retry.
+        Reply(frames=openai_text("There ", "might ", "be"), cut_after=3),
+        Reply(frames=openai_text("There are ", "two files.")),
+    )
+    model = Fallover([make_model()], backoff=Backoff(initial=0.01))
+    client = parley.connect(
+        "sqlite:///" + str(tmp_path / "db.sqlite"), host=parley.Host(model=model)
+    )
+    try:
+        session = client.open_session(root=str(root))
+        events: list[Event] = []
+        result = session.turn("what is here?", on_event=events.append, timeout=30)
+    finally:
+        client.close()
+
+    assert result.outcome == "finished", result
+    assert result.reply == "There are two files."
+    kinds = [e.kind for e in events]
+    assert kinds[0] is EventKind.QUEUED and kinds[-1] is EventKind.END
+    step0 = [e.data["text"] for e in events if e.kind is EventKind.TOKEN and e.data["step"] == 0]
+    assert step0 == ["Let me ", "look."]
+    (call,) = [e.data for e in events if e.kind is EventKind.TOOL_CALL]
+    assert (call["name"], call["arguments"]) == ("list_files", '{"path": "."}')
+    (result_event,) = [e.data for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert "a.txt" in result_event["content"] and "b.txt" in result_event["content"]
+    assert not result_event["is_error"]
+
+    # Step 1: the cut attempt's tokens, then step_restarted, then only the redone tokens.
+    step1 = [
+        e
+        for e in events
+        if (e.kind is EventKind.TOKEN and e.data["step"] == 1) or e.kind is EventKind.STEP_RESTARTED
+    ]
+    assert [(e.kind, e.data.get("text")) for e in step1] == [
+        (EventKind.TOKEN, "There "),
+        (EventKind.TOKEN, "might "),
+        (EventKind.STEP_RESTARTED, None),
+        (EventKind.TOKEN, "There are "),
+        (EventKind.TOKEN, "two files."),
+    ]
+    restarted = next(e for e in step1 if e.kind is EventKind.STEP_RESTARTED)
+    assert restarted.data["index"] == 1 and restarted.data["reason"] == "retry"
+    steps = [e.data for e in events if e.kind is EventKind.STEP]
+    assert [s["text"] for s in steps] == ["Let me look.", "There are two files."]
+    assert steps[0]["tool_calls"][0]["id"] == "call_ls"
+    assert [r.headers.get("x-stainless-retry-count") for r in server.received] == ["0"] * 3
+
+    # The second request replays the tool round natively.
+    replay = server.received[1].json()["messages"]
+    assert replay[-2]["tool_calls"][0]["function"] == {
+        "name": "list_files",
+        "arguments": '{"path": "."}',
+    }
+    assert replay[-1]["role"] == "tool" and replay[-1]["tool_call_id"] == "call_ls"
+    assert json.loads(server.received[2].body) == json.loads(server.received[1].body)
