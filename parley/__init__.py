@@ -9,6 +9,7 @@ from parley import errors, models, tools
 from parley.client import Client, Session, TurnHandle, connect
 from parley.host import Host, load_host
 from parley.policy import ApproveAll, Policy
+from parley.tools.decorator import tool
 from schemas.events import Event, EventKind
 from schemas.records import Contract as TaskContract
 from schemas.records import IfBusy, TurnRecord, TurnResult, TurnStatus, Usage
@@ -47,5 +48,6 @@ __all__ = [
     "estimate_tokens",
     "load_host",
     "models",
+    "tool",
     "tools",
 ]

@@ -3,13 +3,17 @@ approver that has the last word.  Steers never change any of it (SPEC §2.10).""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
-from parley.workspace import relative
+from parley.workspace import confine, relative
 from workers.ports import Access, ApprovalRequest, Refusal
+
+GLOB_CHARS = ("*", "?")
+MAX_GLOB_FILES = 50_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +23,16 @@ class Policy:
     a path outside the root is always refused (rule ``root``).
 
     The default allows reading and writing anywhere inside the root and executes nothing.
+
+    An ``execute`` access names a command line (``shlex.join`` of the argv for
+    ``run_command``); ``allow_execute`` globs match it in the same dialect as paths, so
+    ``*`` stops at a ``/`` and ``**`` does not: ``["pytest", "pytest **", "git status"]``.
+
+    A ``read`` access whose path holds ``*`` or ``?`` (``search_files`` declares one) is a
+    glob: it reads every file below the root that matches it, and each of those that
+    exists now is judged like a read of that file (files reachable only through a symlink
+    out of the root are skipped: no confined tool reads them).  A glob over more than
+    ``MAX_GLOB_FILES`` files is refused when anything could be denied.
     """
 
     allow_read: Sequence[str] = ("**",)
@@ -60,22 +74,80 @@ class Policy:
                 rule="allow_execute",
                 reason=f"executing {access.path!r} is not allowed by the policy",
             )
+        if access.mode == "read" and any(c in access.path for c in GLOB_CHARS):
+            return self._check_read_glob(access.path, root)
+        return self._check_path(access.mode, access.path, root)
+
+    def _check_path(self, mode: str, given: str, root: str) -> Refusal | None:
         try:
-            path = relative(root, access.path)
+            path = relative(root, given)
         except InvalidRequest as exc:
             return Refusal(rule="root", reason=str(exc))
-        deny = self.deny_read if access.mode == "read" else self.deny_write
-        allow = self.allow_read if access.mode == "read" else self.allow_write
+        return self._judge(mode, path)
+
+    def _judge(self, mode: str, path: str) -> Refusal | None:
+        """The rules for ``path``, already confined and relative to the root."""
+        deny = self.deny_read if mode == "read" else self.deny_write
+        allow = self.allow_read if mode == "read" else self.allow_write
         for pattern in deny:
             if glob_match(pattern, path):
                 return Refusal(
-                    rule=f"deny_{access.mode}:{pattern}",
-                    reason=f"{access.mode} of {path!r} is denied by {pattern!r}",
+                    rule=f"deny_{mode}:{pattern}",
+                    reason=f"{mode} of {path!r} is denied by {pattern!r}",
                 )
         if not any(glob_match(pattern, path) for pattern in allow):
-            return Refusal(
-                rule=f"allow_{access.mode}", reason=f"{access.mode} of {path!r} is not allowed"
-            )
+            return Refusal(rule=f"allow_{mode}", reason=f"{mode} of {path!r} is not allowed")
+        return None
+
+    def _check_read_glob(self, given: str, root: str) -> Refusal | None:
+        """Judge a read of every existing file matching the glob ``given``."""
+        segments = [s for s in given.split("/") if s not in ("", ".")]
+        if given.startswith("/") or ".." in segments:
+            return Refusal(rule="root", reason=f"the glob {given!r} leaves the session root")
+        literal: list[str] = []
+        for segment in segments:
+            if any(c in segment for c in GLOB_CHARS):
+                break
+            literal.append(segment)
+        prefix = "/".join(literal)
+        try:
+            start = confine(root, prefix or ".")
+        except InvalidRequest as exc:
+            return Refusal(rule="root", reason=str(exc))
+        if not self.deny_read and "**" in self.allow_read:
+            return None  # every file inside the root is readable: nothing to enumerate
+        pattern = "/".join(segments)
+        base = confine(root, ".")
+        walked = 0
+        # A file is matched under the name the call used (through the glob's literal
+        # prefix, which may be a symlinked directory) and judged under its real name.
+        # os.walk from the resolved start follows no symlinked directory, so the real
+        # name is the walked one, unless the file itself is a symlink.
+        for directory, subdirs, files in os.walk(start):
+            subdirs.sort()
+            below = os.path.relpath(directory, start).replace(os.sep, "/")
+            real_directory = os.path.relpath(directory, base).replace(os.sep, "/")
+            for name in sorted(files):
+                walked += 1
+                if walked > MAX_GLOB_FILES:
+                    return Refusal(
+                        rule="read_glob_limit",
+                        reason=f"the read of {given!r} covers more than {MAX_GLOB_FILES} "
+                        "files to check; narrow it",
+                    )
+                path = "/".join(p for p in (prefix, below, name) if p not in ("", "."))
+                if not glob_match(pattern, path):
+                    continue
+                if os.path.islink(os.path.join(directory, name)):
+                    try:
+                        real = relative(root, path)
+                    except InvalidRequest:
+                        continue  # out of the root: no confined tool reads it
+                else:
+                    real = name if real_directory == "." else f"{real_directory}/{name}"
+                refusal = self._judge("read", real)
+                if refusal is not None:
+                    return refusal
         return None
 
 

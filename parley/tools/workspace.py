@@ -89,5 +89,3 @@ list_files = FunctionTool(
     function=_list,
     access=lambda args: (Access(mode="read", path=args.get("path") or "."),),
 )
-
-WORKSPACE_TOOLS = (read_file, write_file, list_files)

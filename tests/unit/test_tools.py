@@ -175,11 +175,12 @@ def test_accesses_default_to_none_and_use_the_declared_function() -> None:
 # ---------------------------------------------------------------------------- built-in tools
 
 
-def test_workspace_tools_are_the_three_built_ins() -> None:
+def test_workspace_tools_are_the_four_built_ins() -> None:
     assert [t.declaration.name for t in WORKSPACE_TOOLS] == [
         "read_file",
         "write_file",
         "list_files",
+        "search_files",
     ]
 
 
