@@ -54,3 +54,9 @@ class StoreError(ParleyError):
 
 class WaitTimeout(ParleyError, TimeoutError):
     """``TurnHandle.wait`` ran out of time; the turn goes on."""
+
+
+class McpError(ParleyError):
+    """An MCP server could not be started, reached or initialised, a call to it failed or
+    timed out, or it answered a tool call with an error result.  The message names the
+    server and the cause."""
