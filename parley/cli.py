@@ -17,6 +17,7 @@ from rich.console import Console
 import parley
 from parley.client import DEFAULT_DATABASE_URL
 from parley.errors import ParleyError
+from parley.host import host_from_environment
 from parley.render import EventPrinter, tree_of, turn_line
 from workers.database import create_database_engine, migrate
 
@@ -104,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--root", type=Path, default=Path.cwd(), help="workspace of a new session (default: .)"
     )
+    chat.add_argument(
+        "--model",
+        help="openai:<model>, anthropic:<model>, scripted:<path> or a comma-separated "
+        "fallover list (default: PARLEY_MODEL, else an offline scripted agent); keys come "
+        "from OPENAI_API_KEY / ANTHROPIC_API_KEY",
+    )
     chat.set_defaults(command=_chat)
 
     tree = commands.add_parser("tree", help="every turn of every branch")
@@ -113,9 +120,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
-    host = parley.load_host(args.host) if args.host else None
+    host: parley.Host | None
+    if args.host:
+        host = parley.load_host(args.host)
+    elif getattr(args, "model", None):
+        host = parley.Host(model=parley.models.model_from_spec(args.model))
+    else:
+        host = host_from_environment()
     if runs_turns and host is None:
-        raise parley.errors.InvalidRequest("no host: pass --host or set PARLEY_HOST")
+        raise parley.errors.InvalidRequest(
+            "no host: pass --host, set PARLEY_HOST, or name a model in PARLEY_MODEL"
+        )
     return parley.connect(args.db, host=host)
 
 
@@ -180,7 +195,7 @@ def _submit(args: argparse.Namespace, console: Console) -> int:
 def _chat(args: argparse.Namespace, console: Console) -> int:
     from parley.chat import Chat
 
-    if not args.host:
+    if not (args.host or args.model or os.environ.get("PARLEY_MODEL")):
         # Offline by default: a scripted agent, so the command works with nothing set up.
         args.host = f"scripted:{CHAT_SCRIPT}"
     with _client(args, runs_turns=True) as client:

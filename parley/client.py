@@ -23,8 +23,9 @@ from parley.errors import (
     StoreError,
     WaitTimeout,
 )
-from parley.host import Host, load_host
+from parley.host import Host, host_from_environment
 from parley.kickers import EmbeddedKicker, FleetKicker
+from parley.mcp.spec import McpServer
 from parley.streaming import follow
 from schemas.events import Event, EventKind
 from schemas.records import (
@@ -65,7 +66,8 @@ def connect(
     ``sqlite:///parley.db``).
 
     Without ``redis_url`` (or ``PARLEY_REDIS_URL``) the client is **embedded**: it runs
-    turns in this process with ``host`` (or ``PARLEY_HOST``); without a host it can read
+    turns in this process with ``host`` (or ``PARLEY_HOST``, or a default host around
+    ``PARLEY_MODEL``'s model); without a host it can read
     but not run.  With it the client is a **fleet** producer: turns are enqueued for the
     Celery workers (broker: ``broker_url``, ``PARLEY_BROKER_URL``, else the Redis URL),
     which hold the host.
@@ -74,8 +76,8 @@ def connect(
     databases must be migrated with ``parley migrate`` (or ``migrate_schema=True``)."""
     url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
     redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
-    if host is None and redis_url is None and os.environ.get("PARLEY_HOST"):
-        host = load_host(os.environ["PARLEY_HOST"])
+    if host is None and redis_url is None:
+        host = host_from_environment()
     engine = create_database_engine(url)
     if migrate_schema is None:
         migrate_schema = engine.dialect.name == "sqlite"
@@ -233,6 +235,9 @@ class Session:
         busy = _check_if_busy(if_busy)
         if contract is not None and not isinstance(contract, Contract):
             raise InvalidRequest("contract must be a parley.TaskContract")
+        if contract is not None:
+            for server in contract.mcp_servers:
+                McpServer.from_json(server)  # a malformed server is refused before any write
         if request_id is not None and (
             not isinstance(request_id, str) or not request_id or len(request_id) > MAX_REQUEST_ID
         ):

@@ -1,41 +1,60 @@
 """What the application supplies to run turns, and how workers load it from the
-environment (``PARLEY_HOST=package.module:attribute`` or ``scripted:path.json``)."""
+environment: ``PARLEY_HOST=package.module:attribute`` or ``scripted:path.json``, or, with
+no ``PARLEY_HOST``, a default host around the model ``PARLEY_MODEL`` names."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+import os
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from parley.errors import InvalidRequest
+from parley.errors import InvalidRequest, McpError
+from parley.mcp.spec import McpServer
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
+from schemas.records import Contract
 from workers.budget import ContextBudget
-from workers.ports import Approver, Model, Tool
+from workers.ports import Access, Approver, Model, Tool, Toolset
 from workers.ports import Policy as PolicyPort
 
+if TYPE_CHECKING:
+    from parley.mcp.pool import McpPool
+
 DEFAULT_TOOL_OUTPUT_LIMIT = 20_000
+MCP_SERVER_TOOL = "mcp_server"
+"""The tool name a contract's MCP server is checked under (``deny_tools`` can name it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    """Model, system prompt, tools, policy, approver and hooks (SPEC §4).
+    """Model, system prompt, tools, MCP servers, policy, approver and hooks (SPEC §4).
 
-    ``hooks`` is any object with some of ``before_turn``, ``before_commit``,
-    ``after_commit`` and ``on_terminal``.  parley is not a policy layer: prompts, model
-    choice, authorization, tool admission and credentials stay the host's."""
+    ``model`` defaults to the one ``PARLEY_MODEL`` names (``openai:<model>``,
+    ``anthropic:<model>``, ``scripted:<path>``, or a comma-separated fallover list).
+    ``mcp_servers`` are started on first use in each process and kept open; their tools
+    join ``tools`` under the same policy.  ``hooks`` is any object with some of
+    ``before_turn``, ``before_commit``, ``after_commit`` and ``on_terminal``.  parley is
+    not a policy layer: prompts, model choice, authorization, tool admission and
+    credentials stay the host's."""
 
-    model: Model
+    model: Model = None  # type: ignore[assignment]  # filled from PARLEY_MODEL
     system_prompt: str = "You are a careful assistant working in a code workspace."
     tools: Sequence[Tool] = WORKSPACE_TOOLS
+    mcp_servers: Sequence[McpServer] = ()
     policy: PolicyPort = field(default_factory=Policy)
     approver: Approver = field(default_factory=ApproveAll)
     hooks: object | None = None
     tool_output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT
     context_budget: ContextBudget | None = None
+    _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.model is None:
+            object.__setattr__(self, "model", model_from_environment())
         tools = tuple(self.tools)
         object.__setattr__(self, "tools", tools)
         names = [t.declaration.name for t in tools]
@@ -45,12 +64,74 @@ class Host:
         if not callable(getattr(self.model, "stream", None)):
             raise InvalidRequest("Host.model must have a stream(request, on_delta) method")
         validate_tools = getattr(self.model, "validate_tools", None)
-        if validate_tools is not None:
+        if validate_tools is not None and not self.mcp_servers:
+            # With MCP servers the full toolbox is known only once they have started.
             validate_tools(names)
         if self.tool_output_limit < 1:
             raise InvalidRequest("tool_output_limit must be positive")
         if self.context_budget is not None and not isinstance(self.context_budget, ContextBudget):
             raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
+        servers = tuple(self.mcp_servers)
+        if not all(isinstance(s, McpServer) for s in servers):
+            raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")
+        object.__setattr__(self, "mcp_servers", servers)
+
+    def toolset(self, contract: Contract | None, root: str) -> Toolset:
+        """The tools of one turn: the host's own, its MCP servers' (kept open across
+        turns), and those of the MCP servers the turn's contract names (started now, if
+        the policy allows starting each, and stopped when the turn ends).  Raises
+        :class:`~parley.errors.McpError` if a server cannot be started or is refused."""
+        stable = (*self.tools, *self._host_mcp_tools())
+        specs = [McpServer.from_json(s) for s in contract.mcp_servers] if contract else []
+        if not specs:
+            return Toolset(stable=stable)
+        for spec in specs:
+            self._admit(spec, root)
+        from parley.mcp.toolbox import open_toolbox
+
+        toolbox = open_toolbox(specs, reserved=[t.declaration.name for t in stable])
+        return Toolset(stable=stable, extra=tuple(toolbox.tools), close=toolbox.close)
+
+    def close(self) -> None:
+        """Stop this process's host MCP servers (they start again on next use)."""
+        if self._mcp_pool is not None:
+            self._mcp_pool.close()
+
+    def _host_mcp_tools(self) -> tuple[Tool, ...]:
+        if not self.mcp_servers:
+            return ()
+        pool = self._mcp_pool
+        if pool is None:
+            from parley.mcp.pool import McpPool
+
+            pool = McpPool(self.mcp_servers)
+            object.__setattr__(self, "_mcp_pool", pool)
+        return pool.tools(reserved=[t.declaration.name for t in self.tools])
+
+    def _admit(self, spec: McpServer, root: str) -> None:
+        """A contract comes from whoever submits the turn: starting its server (a program
+        on this machine, or a connection out) is an ``execute`` the policy must allow, of
+        the server's command line or URL."""
+        target = shlex.join(spec.command) if spec.command else str(spec.url)
+        refusal = self.policy.check(MCP_SERVER_TOOL, [Access(mode="execute", path=target)], root)
+        if refusal is not None:
+            raise McpError(
+                f"MCP server {spec.name!r} of the turn's contract is refused by policy rule "
+                f"{refusal.rule}: {refusal.reason}"
+            )
+
+
+def model_from_environment(env: Mapping[str, str] = os.environ) -> Model:
+    """The model ``PARLEY_MODEL`` names; a clear error when it is not set."""
+    spec = env.get("PARLEY_MODEL", "").strip()
+    if not spec:
+        raise InvalidRequest(
+            "no model: pass Host(model=...) or set PARLEY_MODEL "
+            "(openai:<model>, anthropic:<model> or scripted:<path.json>)"
+        )
+    from parley.models.selection import model_from_spec
+
+    return model_from_spec(spec, env)
 
 
 def load_host(spec: str) -> Host:
@@ -71,3 +152,13 @@ def load_host(spec: str) -> Host:
     if not isinstance(host, Host):
         raise InvalidRequest(f"{spec!r} is a {type(host).__name__}, not a parley.Host")
     return host
+
+
+def host_from_environment(env: Mapping[str, str] = os.environ) -> Host | None:
+    """The host ``PARLEY_HOST`` names, else a default host around ``PARLEY_MODEL``'s
+    model, else None (a client that only reads)."""
+    if env.get("PARLEY_HOST"):
+        return load_host(env["PARLEY_HOST"])
+    if env.get("PARLEY_MODEL", "").strip():
+        return Host(model=model_from_environment(env))
+    return None

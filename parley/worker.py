@@ -17,7 +17,7 @@ from celery.signals import worker_process_init
 
 from broker_config.app import create_app, send_kick
 from broker_config.settings import FleetSettings
-from parley.host import load_host
+from parley.host import host_from_environment, load_host
 from workers import constants as c
 from workers.store import validate_ids
 from workers.tasks import FleetRuntime, drive_session, sweep
@@ -33,7 +33,7 @@ def runtime() -> FleetRuntime:
     """This process's runtime, built on first use in each process."""
     global _runtime
     if _runtime is None or _runtime.pid != os.getpid():
-        host = load_host(settings.host) if settings.host else None
+        host = load_host(settings.host) if settings.host else host_from_environment()
         _runtime = FleetRuntime.build(
             database_url=settings.database_url, redis_url=settings.redis_url, host=host
         )

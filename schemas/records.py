@@ -165,8 +165,18 @@ class Contract:
     max_tokens: int | None = None
     check: str | None = None
     check_timeout: float = 300.0
+    mcp_servers: tuple[dict[str, Any], ...] = ()
+    """MCP servers for this turn only, in their stored form (``parley.mcp.McpServer``
+    objects are accepted and stored as such); the host's policy must allow starting each."""
 
     def __post_init__(self) -> None:
+        servers = self.mcp_servers
+        if isinstance(servers, dict | str) or not isinstance(servers, list | tuple):
+            raise InvalidRequest("mcp_servers must be a list of MCP servers")
+        stored = tuple(_stored_form(s) for s in servers)
+        if not all(isinstance(s, dict) for s in stored):
+            raise InvalidRequest("each of mcp_servers must be an McpServer or its JSON form")
+        object.__setattr__(self, "mcp_servers", stored)
         for name in ("max_steps", "max_tokens"):
             value = getattr(self, name)
             if value is not None and (
@@ -194,6 +204,7 @@ class Contract:
             "max_tokens": self.max_tokens,
             "check": self.check,
             "check_timeout": self.check_timeout,
+            **({"mcp_servers": list(self.mcp_servers)} if self.mcp_servers else {}),
         }
 
     @classmethod
@@ -206,7 +217,14 @@ class Contract:
             max_tokens=data.get("max_tokens"),
             check=data.get("check"),
             check_timeout=float(data.get("check_timeout", 300.0)),
+            mcp_servers=tuple(data.get("mcp_servers", ())),
         )
+
+
+def _stored_form(server: Any) -> Any:
+    """An MCP server spec as stored: its JSON form (schemas cannot import parley)."""
+    to_json = getattr(server, "to_json", None)
+    return to_json() if callable(to_json) else server
 
 
 @dataclass(frozen=True, kw_only=True)

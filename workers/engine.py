@@ -66,6 +66,10 @@ def _always() -> bool:
     return True
 
 
+def _nothing() -> None:
+    return None
+
+
 def _check_holding(holding: Callable[[], bool], where: str) -> None:
     """Raise :class:`Fenced` once the session lock is gone: a driver that lost it must
     neither pay for another model call nor touch the workspace."""
@@ -208,6 +212,8 @@ class _TurnRun:
         )
         self.tools: dict[str, Tool] = {}
         self.prefix: Prefix | None = None
+        self.request_prefix: Prefix | None = None
+        self._close_tools: Callable[[], None] = _nothing
         self.refresh_prefix = False
         self.history: tuple[Message, ...] | None = None
 
@@ -236,8 +242,11 @@ class _TurnRun:
             )
             return self._finish(state, ending)
         try:
-            self._prepare()
-            ending = self._loop(state)
+            try:
+                self._prepare()
+                ending = self._loop(state)
+            finally:
+                self._close_tools()
         except (Fenced, StoreError):
             # Lost the session, or the database failed: leave the turn running for the
             # next driver, which continues it from its last committed step.
@@ -251,7 +260,9 @@ class _TurnRun:
     def _prepare(self) -> None:
         """Settle the prefix and the tools for this turn (``before_turn`` may change both)."""
         host = self.host
-        tools = tuple(host.tools)
+        toolset = host.toolset(self.contract, self.root)
+        self._close_tools = toolset.close
+        tools = toolset.stable
         candidate = Prefix(
             system_prompt=host.system_prompt, tools=tuple(t.declaration for t in tools)
         )
@@ -276,7 +287,16 @@ class _TurnRun:
             )
         else:
             self.prefix = frozen
-        self.tools = {t.declaration.name: t for t in tools}
+        self.tools = {t.declaration.name: t for t in (*tools, *toolset.extra)}
+        if toolset.extra:
+            # This turn's own tools come after the frozen declarations: what providers
+            # cache (system prompt and the session's tools) stays byte-identical.
+            self.request_prefix = Prefix(
+                system_prompt=self.prefix.system_prompt,
+                tools=(*self.prefix.tools, *(t.declaration for t in toolset.extra)),
+            )
+        else:
+            self.request_prefix = self.prefix
 
     def _before_turn(self) -> TurnPreparation | None:
         hook = getattr(self.host.hooks, "before_turn", None)
@@ -388,11 +408,11 @@ class _TurnRun:
         for steer in says:
             self.emitter.emit(EventKind.STEER, {"position": steer.position, "text": steer.text})
         cursor = max([state.cursor] + [s.position for s in state.pending])
-        assert self.prefix is not None
+        prefix = self.request_prefix
+        assert prefix is not None
         if self.history is None:
             self.history = self._replay_history()
         budget = self.host.context_budget
-        prefix = self.prefix
         messages = assemble(
             self.history,
             self.turn.prompt,
@@ -400,7 +420,7 @@ class _TurnRun:
             inputs,
             fit=(lambda past, current: budget.fit(prefix, past, current)) if budget else None,
         )
-        request = ModelRequest(prefix=self.prefix, messages=messages, context=self.context)
+        request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
         sink = _DeltaSink(self.emitter, self.engine.coordinator, index, self.holding)
         try:
             reply = self.host.model.stream(request, sink)
@@ -422,7 +442,7 @@ class _TurnRun:
             tool_calls=calls,
             tool_results=tuple(results),
             usage=reply.usage,
-            request_digest=request_digest(self.prefix, messages),
+            request_digest=request_digest(prefix, messages),
             model=reply.model or self.host.model.name,
         )
         idle = not calls and not (self.contract and self.contract.check)

@@ -156,6 +156,18 @@ class Approver(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class Toolset:
+    """The tools one turn runs with.  ``stable`` tools (the host's own and its MCP
+    servers') are declared in the session's frozen prefix; ``extra`` tools (MCP servers
+    named by the turn's contract) are declared after it, for this turn only, so the
+    prefix stays byte-identical.  ``close`` releases what the turn opened."""
+
+    stable: tuple[Tool, ...]
+    extra: tuple[Tool, ...] = ()
+    close: Callable[[], None] = field(default=lambda: None)
+
+
 # ---------------------------------------------------------------------------- hooks
 
 
@@ -261,6 +273,10 @@ class Host(Protocol):
 
     @property
     def context_budget(self) -> ContextBudget | None: ...
+
+    def toolset(self, contract: Contract | None, root: str) -> Toolset:
+        """The tools of one turn (opening MCP servers as needed); closed at its end."""
+        ...
 
 
 # ---------------------------------------------------------------------------- store

@@ -32,15 +32,35 @@ with open_toolbox(servers) as toolbox:
   turns into an error result for the model.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from parley.errors import McpError
-from parley.mcp.connection import McpConnection
 from parley.mcp.spec import McpServer
-from parley.mcp.tool import McpTool, render_result
-from parley.mcp.toolbox import McpToolbox, exposed_name, open_toolbox
+
+if TYPE_CHECKING:
+    from parley.mcp.connection import McpConnection
+    from parley.mcp.pool import McpPool
+    from parley.mcp.tool import McpTool, render_result
+    from parley.mcp.toolbox import McpToolbox, exposed_name, open_toolbox
+
+# The SDK takes over a second to import: a host that names no server should not pay it.
+_LAZY = {
+    "McpConnection": "parley.mcp.connection",
+    "McpPool": "parley.mcp.pool",
+    "McpTool": "parley.mcp.tool",
+    "McpToolbox": "parley.mcp.toolbox",
+    "exposed_name": "parley.mcp.toolbox",
+    "open_toolbox": "parley.mcp.toolbox",
+    "render_result": "parley.mcp.tool",
+}
 
 __all__ = [
     "McpConnection",
     "McpError",
+    "McpPool",
     "McpServer",
     "McpTool",
     "McpToolbox",
@@ -48,3 +68,16 @@ __all__ = [
     "open_toolbox",
     "render_result",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
