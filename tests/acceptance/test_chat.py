@@ -5,6 +5,7 @@ running turn, Ctrl-C interrupts it and a second Ctrl-C quits, ``/resume``, ``/hi
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import parley
+from tests.providers.servers import Reply, openai_server, openai_text
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -25,13 +27,16 @@ PARLEY = str(Path(sys.executable).parent / "parley")
 class Terminal:
     """One tmux pane running a command, on a private tmux server."""
 
-    def __init__(self, socket: str, command: list[str], cwd: Path) -> None:
+    def __init__(
+        self, socket: str, command: list[str], cwd: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.socket = socket
         self.name = f"chat-{uuid.uuid4().hex[:8]}"
+        settings = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
         self._tmux(
             "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50", "-c", str(cwd),
             # Keep the pane after the program exits so its last words can be read.
-            " ".join(command) + "; echo '[exited]'; sleep 60",
+            " ".join(["env", *settings, *command]) + "; echo '[exited]'; sleep 60",
         )  # fmt: skip
 
     def _tmux(self, *args: str) -> str:
@@ -162,3 +167,29 @@ def test_a_second_ctrl_c_quits_while_the_turn_is_being_interrupted(
     term.ctrl_c()
     term.wait_for(r"bye")
     term.wait_for(r"\[exited\]")
+
+
+def test_chat_streams_from_a_real_provider_protocol(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    """``--model openai:…`` against an OpenAI-compatible server on loopback: the key and
+    the endpoint come from the environment, tokens appear as the server streams them."""
+    with openai_server() as server:
+        server.plan(Reply(frames=openai_text("Hello ", "from ", "the ", "wire."), gaps={3: 0.5}))
+        db = f"sqlite:///{tmp_path / 'chat.db'}"
+        env = {"OPENAI_API_KEY": "sk-test-key-123456", "OPENAI_BASE_URL": server.base_url}
+        command = [PARLEY, "--db", db, "chat", "--root", str(tmp_path), "--model", "openai:gpt-t"]
+        term = Terminal(f"parley-test-{uuid.uuid4().hex[:8]}", command, tmp_path, env)
+        terminals.append(term)
+        term.wait_for(r"you> ")
+        term.type("hi")
+        screen = term.wait_for(r"agent> Hello from")
+        assert "wire." not in screen  # the server is still pausing: tokens arrive live
+        term.wait_for(r"Hello from the wire\.")
+        term.wait_for(r"■ finished")
+        term.type("/quit")
+        term.wait_for(r"\[exited\]")
+        [request] = server.received
+        assert request.json()["model"] == "gpt-t"
+        assert request.json()["messages"][-1] == {"role": "user", "content": "hi"}
+        assert "sk-test-key" not in term.screen()
