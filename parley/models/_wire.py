@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+from parley.models.errors import ProviderError
+from workers.ports import DeltaSink
+
+Item = TypeVar("Item")
 
 
 def cause_text(exc: BaseException) -> str:
@@ -18,3 +25,32 @@ def public_url(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def pump(
+    stream: Iterable[Item],
+    absorb: Callable[[Item], str],
+    failures: tuple[type[Exception], ...],
+    classify: Callable[[Exception], ProviderError],
+    on_delta: DeltaSink,
+) -> None:
+    """Read a provider's stream to its end: ``absorb`` each item (returning its text
+    delta), hand each delta to ``on_delta`` as it arrives, and turn the ``failures`` of
+    reading or absorbing into the provider's :class:`ProviderError`."""
+    iterator = iter(stream)
+    while True:
+        failure: ProviderError | None = None
+        try:
+            piece = absorb(next(iterator))
+        except StopIteration:
+            return
+        except failures as exc:
+            failure = classify(exc)
+        if failure is not None:
+            # Raised outside the handler: the client's exception (whose text may hold the
+            # key) must not ride along as the context.
+            raise failure
+        # Outside the try: what the sink raises (an interrupt, a lost lock) is not a
+        # provider failure and must reach the engine untouched.
+        if piece:
+            on_delta(piece)

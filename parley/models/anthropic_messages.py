@@ -20,7 +20,7 @@ Retries are split by phase as for every provider (see :mod:`parley.models.errors
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +28,7 @@ import anthropic
 import httpx2
 
 from parley.errors import InvalidRequest
-from parley.models._wire import cause_text, public_url
+from parley.models._wire import cause_text, public_url, pump
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -41,6 +41,14 @@ from workers.ports import DeltaSink, ModelReply, ModelRequest
 MAX_RETRY_AFTER = 120.0
 
 # Error types an ``error`` event may carry mid-stream that a new attempt can get past.
+# ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
+_STREAM_FAILURES = (
+    anthropic.AnthropicError,
+    httpx2.HTTPError,
+    ValueError,
+    TypeError,
+    AttributeError,
+)
 _TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 _EPHEMERAL = {"type": "ephemeral"}
@@ -168,28 +176,7 @@ class AnthropicModel:
             raise failure
         assembly = _Assembly()
         with events:
-            iterator: Iterator[Any] = iter(events)
-            while True:
-                try:
-                    event = next(iterator)
-                    piece = assembly.absorb(event)
-                except StopIteration:
-                    break
-                # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
-                except (
-                    anthropic.AnthropicError,
-                    httpx2.HTTPError,
-                    ValueError,
-                    TypeError,
-                    AttributeError,
-                ) as exc:
-                    failure = self._stream_error(exc)
-                if failure is not None:
-                    raise failure
-                # Outside the try: what the sink raises (an interrupt, a lost lock) is not
-                # a provider failure and must reach the engine untouched.
-                if piece:
-                    on_delta(piece)
+            pump(events, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
         if not assembly.finished:
             raise ProviderError(
                 f"{self._name}: the stream ended before the answer was finished (no message_stop)",

@@ -16,7 +16,7 @@ before the stream starts (``max_retries``, exponential backoff with jitter, hono
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,12 +25,15 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from parley.errors import InvalidRequest
-from parley.models._wire import cause_text, public_url
+from parley.models._wire import cause_text, public_url, pump
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
 from schemas.records import Usage
 from workers.ports import DeltaSink, ModelReply, ModelRequest
+
+# ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
+_STREAM_FAILURES = (openai.OpenAIError, httpx2.HTTPError, ValueError, TypeError, AttributeError)
 
 # Statuses the client retries by itself before giving up (see openai._base_client).
 _CLIENT_RETRIED = frozenset({408, 409, 429})
@@ -145,28 +148,7 @@ class OpenAIChatModel:
             raise failure
         assembly = _Assembly()
         with chunks:
-            iterator: Iterator[ChatCompletionChunk] = iter(chunks)
-            while True:
-                try:
-                    chunk = next(iterator)
-                    piece = assembly.absorb(chunk)
-                except StopIteration:
-                    break
-                # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
-                except (
-                    openai.OpenAIError,
-                    httpx2.HTTPError,
-                    ValueError,
-                    TypeError,
-                    AttributeError,
-                ) as exc:
-                    failure = self._stream_error(exc)
-                if failure is not None:
-                    raise failure
-                # Outside the try: what the sink raises (an interrupt, a lost lock) is not
-                # a provider failure and must reach the engine untouched.
-                if piece:
-                    on_delta(piece)
+            pump(chunks, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
         if not assembly.finished:
             raise ProviderError(
                 f"{self._name}: the stream ended before the answer was finished (no finish_reason)",
