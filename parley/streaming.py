@@ -8,7 +8,9 @@ fill is then made only of tokens, which are allowed to age out of the replay win
 A driver commits before it publishes, so the store can be ahead of a live buffer by the
 events still on their way.  While the buffer covers the reader's position the reader
 waits for it; it turns to the store only for what the buffer lost, or once the buffer
-has said nothing for ``PATIENCE_SECONDS``.
+has said nothing for ``PATIENCE_SECONDS``.  While the buffer is live the reader blocks on
+it and takes what the blocking read returns (one round trip per batch); the store is
+asked whether the turn is over only after a poll of silence.
 """
 
 from __future__ import annotations
@@ -40,17 +42,27 @@ def follow(
     of this process that died (embedded), so a reader is told instead of waiting forever."""
     last = after
     progressed = time.monotonic()
+    # While the buffer is live and covers the reader, the reader blocks on it and takes
+    # what the blocking read returns: one round trip per batch, and the store is asked
+    # only after a poll's worth of silence.
+    live = False
     while True:
-        patient = time.monotonic() - progressed < PATIENCE_SECONDS
-        batch = _next_batch(turn_id, last, coordinator, store, patient=patient)
-        if not batch:
-            if _ended(turn_id, last, store):
+        batch: list[Event] = []
+        if live:
+            fresh = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+            if fresh and fresh[0].seq == last + 1:
+                batch = _contiguous(fresh, last)
+            elif not fresh and _over(turn_id, last, store, driver_failure):
                 return
-            failure = driver_failure()
-            if failure is not None:
-                raise StoreError(f"the driver of this turn stopped: {failure}") from failure
-            coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
-            continue
+        if not batch:
+            patient = time.monotonic() - progressed < PATIENCE_SECONDS
+            batch, live = _next_batch(turn_id, last, coordinator, store, patient=patient)
+            if not batch:
+                if not live:
+                    if _over(turn_id, last, store, driver_failure):
+                        return
+                    coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+                continue
         progressed = time.monotonic()
         for event in batch:
             yield event
@@ -63,14 +75,32 @@ def follow(
             return
 
 
+def _over(
+    turn_id: str,
+    last: int,
+    store: SqlStore,
+    driver_failure: Callable[[], BaseException | None],
+) -> bool:
+    """Whether the turn is over for this reader; ``StoreError`` if the driver of this
+    process died (embedded), so the reader is told instead of waiting forever."""
+    if _ended(turn_id, last, store):
+        return True
+    failure = driver_failure()
+    if failure is not None:
+        raise StoreError(f"the driver of this turn stopped: {failure}") from failure
+    return False
+
+
 def _next_batch(
     turn_id: str, last: int, coordinator: Coordinator, store: SqlStore, *, patient: bool
-) -> list[Event]:
+) -> tuple[list[Event], bool]:
+    """The next events after ``last``, and whether the buffer is live for this reader
+    (it supplied them, or it covers ``last`` and what comes next is on its way)."""
     buffered = coordinator.read_events(turn_id, last, timeout=0)
     if buffered and buffered[0].seq == last + 1:
-        return _contiguous(buffered, last)
+        return _contiguous(buffered, last), True
     if patient and not buffered and coordinator.buffer_covers(turn_id, last):
-        return []  # live: what comes next is on its way to the buffer
+        return [], True
     stored = store.events_after(turn_id, last)
     # Committed up to here: any durable event below this seq is in `stored`.  Above it, a
     # seq missing from the buffer may be a durable event still uncommitted (its batch was
@@ -85,7 +115,7 @@ def _next_batch(
             break
         batch.append(merged[seq])
         previous = seq
-    return batch
+    return batch, False
 
 
 def _contiguous(events: list[Event], last: int) -> list[Event]:
