@@ -8,7 +8,7 @@ import importlib
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from parley.errors import InvalidRequest, McpError
@@ -18,7 +18,7 @@ from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
 from schemas.records import Contract
 from workers.budget import ContextBudget
-from workers.ports import Access, Approver, Model, Tool, Toolset
+from workers.ports import Access, ApprovalRequest, Approver, Model, Tool, ToolContext, Toolset
 from workers.ports import Policy as PolicyPort
 
 if TYPE_CHECKING:
@@ -76,17 +76,17 @@ class Host:
             raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")
         object.__setattr__(self, "mcp_servers", servers)
 
-    def toolset(self, contract: Contract | None, root: str) -> Toolset:
+    def toolset(self, contract: Contract | None, context: ToolContext) -> Toolset:
         """The tools of one turn: the host's own, its MCP servers' (kept open across
-        turns), and those of the MCP servers the turn's contract names (started now, if
-        the policy allows starting each, and stopped when the turn ends).  Raises
-        :class:`~parley.errors.McpError` if a server cannot be started or is refused."""
+        turns), and those of the MCP servers the turn's contract names (started now, in
+        the session root, if the policy and the approver allow starting each, and
+        stopped when the turn ends).  Raises :class:`~parley.errors.McpError` if a server
+        cannot be started or is refused."""
         stable = (*self.tools, *self._host_mcp_tools())
         specs = [McpServer.from_json(s) for s in contract.mcp_servers] if contract else []
         if not specs:
             return Toolset(stable=stable)
-        for spec in specs:
-            self._admit(spec, root)
+        specs = [self._admit(spec, context) for spec in specs]
         from parley.mcp.toolbox import open_toolbox
 
         toolbox = open_toolbox(specs, reserved=[t.declaration.name for t in stable])
@@ -108,17 +108,34 @@ class Host:
             object.__setattr__(self, "_mcp_pool", pool)
         return pool.tools(reserved=[t.declaration.name for t in self.tools])
 
-    def _admit(self, spec: McpServer, root: str) -> None:
-        """A contract comes from whoever submits the turn: starting its server (a program
-        on this machine, or a connection out) is an ``execute`` the policy must allow, of
-        the server's command line or URL."""
+    def _admit(self, spec: McpServer, context: ToolContext) -> McpServer:
+        """A contract comes from whoever submits the turn, so starting its server (a
+        program on this machine, or a connection out) must be allowed by the policy
+        (``allow_mcp_servers``, matched against its command line or URL) and by the
+        approver.  A stdio server runs in the session root with the SDK's minimal
+        environment: a submitter may not set ``env`` or ``cwd``, which could turn an
+        allowed command into another one (``PATH``, ``LD_PRELOAD``, a hook in a config
+        file).  Returns the spec as it will run."""
+        where = f"MCP server {spec.name!r} of the turn's contract"
+        if spec.command:
+            if spec.env or spec.cwd is not None:
+                raise McpError(f"{where} may not set env or cwd: it runs in the session root")
+            spec = replace(spec, cwd=context.root)
         target = shlex.join(spec.command) if spec.command else str(spec.url)
-        refusal = self.policy.check(MCP_SERVER_TOOL, [Access(mode="execute", path=target)], root)
+        access = Access(mode="mcp_server", path=target)
+        refusal = self.policy.check(MCP_SERVER_TOOL, [access], context.root)
         if refusal is not None:
-            raise McpError(
-                f"MCP server {spec.name!r} of the turn's contract is refused by policy rule "
-                f"{refusal.rule}: {refusal.reason}"
-            )
+            raise McpError(f"{where} is refused by policy rule {refusal.rule}: {refusal.reason}")
+        request = ApprovalRequest(
+            session_id=context.session_id,
+            turn_id=context.turn_id,
+            tool=MCP_SERVER_TOOL,
+            arguments=spec.to_json(),
+            accesses=(access,),
+        )
+        if not self.approver.approve(request):
+            raise McpError(f"{where} was declined by the host's approver")
+        return spec
 
 
 def model_from_environment(env: Mapping[str, str] = os.environ) -> Model:

@@ -13,6 +13,12 @@ from parley.workspace import confine, relative
 from workers.ports import Access, ApprovalRequest, Refusal
 
 GLOB_CHARS = ("*", "?")
+_NAMED_RULES = {
+    "execute": ("allow_execute", "executing"),
+    "mcp": ("allow_mcp", "calling the MCP tool"),
+    "mcp_server": ("allow_mcp_servers", "starting the MCP server"),
+}
+"""Access modes judged by one allow-list of globs each (not by path rules)."""
 MAX_GLOB_FILES = 50_000
 
 
@@ -22,11 +28,17 @@ class Policy:
     that may be executed, and tools denied outright.  Deny rules win over allow rules;
     a path outside the root is always refused (rule ``root``).
 
-    The default allows reading and writing anywhere inside the root and executes nothing.
+    The default allows reading and writing anywhere inside the root, executes nothing,
+    calls no MCP tool and starts no MCP server a contract names.
 
     An ``execute`` access names a command line (``shlex.join`` of the argv for
     ``run_command``); ``allow_execute`` globs match it in the same dialect as paths, so
     ``*`` stops at a ``/`` and ``**`` does not: ``["pytest", "pytest **", "git status"]``.
+
+    An ``mcp`` access names a server's tool as ``<server>/<tool>`` (``allow_mcp``:
+    ``["github/*", "search/query"]``); an ``mcp_server`` access names the command line or
+    URL of a server a turn's contract asks to start (``allow_mcp_servers``).  Each has its
+    own rule so that no glob meant for one kind of thing admits another.
 
     A ``read`` access whose path holds ``*`` or ``?`` (``search_files`` declares one) is a
     glob: it reads every file below the root that matches it, and each of those that
@@ -40,6 +52,8 @@ class Policy:
     allow_write: Sequence[str] = ("**",)
     deny_write: Sequence[str] = ()
     allow_execute: Sequence[str] = ()
+    allow_mcp: Sequence[str] = ()
+    allow_mcp_servers: Sequence[str] = ()
     deny_tools: Sequence[str] = ()
 
     def __post_init__(self) -> None:
@@ -49,6 +63,8 @@ class Policy:
             "allow_write",
             "deny_write",
             "allow_execute",
+            "allow_mcp",
+            "allow_mcp_servers",
             "deny_tools",
         ):
             value = getattr(self, name)
@@ -67,13 +83,12 @@ class Policy:
         return None
 
     def _check_access(self, access: Access, root: str) -> Refusal | None:
-        if access.mode == "execute":
-            if any(glob_match(g, access.path) for g in self.allow_execute):
+        allowed = _NAMED_RULES.get(access.mode)
+        if allowed is not None:
+            rule, verb = allowed
+            if any(glob_match(g, access.path) for g in getattr(self, rule)):
                 return None
-            return Refusal(
-                rule="allow_execute",
-                reason=f"executing {access.path!r} is not allowed by the policy",
-            )
+            return Refusal(rule=rule, reason=f"{verb} {access.path!r} is not allowed by the policy")
         if access.mode == "read" and any(c in access.path for c in GLOB_CHARS):
             return self._check_read_glob(access.path, root)
         return self._check_path(access.mode, access.path, root)

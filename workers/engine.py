@@ -260,7 +260,7 @@ class _TurnRun:
     def _prepare(self) -> None:
         """Settle the prefix and the tools for this turn (``before_turn`` may change both)."""
         host = self.host
-        toolset = host.toolset(self.contract, self.root)
+        toolset = host.toolset(self.contract, self.context)
         self._close_tools = toolset.close
         tools = toolset.stable
         candidate = Prefix(

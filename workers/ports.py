@@ -89,7 +89,10 @@ class Model(Protocol):
 
 # ---------------------------------------------------------------------------- tools
 
-AccessMode = Literal["read", "write", "execute"]
+AccessMode = Literal["read", "write", "execute", "mcp", "mcp_server"]
+"""``read``/``write`` a path in the root; ``execute`` a command line; ``mcp`` call a tool
+of an MCP server (``<server>/<tool>``); ``mcp_server`` start a server a turn's contract
+names (its command line or URL)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,7 +277,7 @@ class Host(Protocol):
     @property
     def context_budget(self) -> ContextBudget | None: ...
 
-    def toolset(self, contract: Contract | None, root: str) -> Toolset:
+    def toolset(self, contract: Contract | None, context: ToolContext) -> Toolset:
         """The tools of one turn (opening MCP servers as needed); closed at its end."""
         ...
 

@@ -22,10 +22,10 @@ with open_toolbox(servers) as toolbox:
 - **Names.** A tool keeps the server's name (with the server's ``tool_prefix``, and
   characters providers refuse replaced by ``_``); two tools on one name, or an MCP tool
   shadowing a ``reserved`` host tool, fail the open with :class:`McpError`.
-- **Policy.** Each call is the access ``execute`` of ``mcp:<server>/<tool>``: the default
-  :class:`parley.Policy` executes nothing, so it refuses MCP tools (rule
-  ``allow_execute``) until ``allow_execute`` names them, e.g. ``["mcp:**"]`` or
-  ``["mcp:github/*"]``; ``deny_tools`` denies one by the name the model sees.
+- **Policy.** Each call is the access ``mcp`` of ``<server>/<tool>``: the default
+  :class:`parley.Policy` calls no MCP tool (rule ``allow_mcp``) until ``allow_mcp``
+  names them, e.g. ``["**"]`` or ``["github/*"]``; ``deny_tools`` denies one by the name
+  the model sees.
 - **Errors.** A server that cannot start raises :class:`~parley.errors.McpError` naming it
   and the cause (and the end of its stderr), with nothing left running; at call time an
   error result, a timeout or a lost connection raise ``McpError`` too, which the engine

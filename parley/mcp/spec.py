@@ -26,7 +26,7 @@ class McpServer:
     """One MCP server: a command to run over stdio, or a streamable-HTTP URL.
 
     - ``name`` identifies the server in errors and in policy paths: each of its tools is
-      checked as the access ``execute`` of ``mcp:<name>/<tool>`` (see :mod:`parley.mcp`).
+      checked as the access ``mcp`` of ``<name>/<tool>`` (see :mod:`parley.mcp`).
     - ``command`` (argv), ``env`` (added to the small inherited environment the ``mcp``
       SDK passes on: ``HOME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``, ``LOGNAME``) and
       ``cwd`` describe a stdio server; ``url`` and ``headers`` a streamable-HTTP one.

@@ -29,10 +29,10 @@ class McpTool:
     - The declaration is the server's own (description and input schema), under
       ``name``, which is the server's tool name with the spec's ``tool_prefix`` and any
       character a model provider would refuse replaced by ``_``.
-    - ``accesses`` is one ``execute`` of ``mcp:<server>/<tool>`` (the server's tool name),
-      so a :class:`parley.Policy` allows MCP tools through ``allow_execute`` globs (e.g.
-      ``"mcp:**"`` or ``"mcp:github/*"``) and refuses them by default, like commands;
-      ``deny_tools`` denies one by its exposed name.
+    - ``accesses`` is one ``mcp`` access of ``<server>/<tool>`` (the server's tool name),
+      so a :class:`parley.Policy` allows MCP tools through ``allow_mcp`` globs (e.g.
+      ``"**"`` or ``"github/*"``) and refuses them by default; ``deny_tools`` denies one
+      by its exposed name.
     - A result the server marks ``is_error``, a timeout or a lost connection raises
       :class:`McpError` with the server's message, so the engine reports an error result
       to the model and the turn goes on.
@@ -74,8 +74,8 @@ class McpTool:
 
     @property
     def policy_path(self) -> str:
-        """The path of the ``execute`` access the policy checks: ``mcp:<server>/<tool>``."""
-        return f"mcp:{self.server}/{self.remote.name}"
+        """The path of the ``mcp`` access the policy checks: ``<server>/<tool>``."""
+        return f"{self.server}/{self.remote.name}"
 
     def parse(self, arguments: str) -> dict[str, Any]:
         """Decode the model's argument text and check it against the schema's plain
@@ -90,8 +90,9 @@ class McpTool:
         return value
 
     def accesses(self, arguments: dict[str, Any]) -> Sequence[Access]:
-        """One ``execute`` of ``mcp:<server>/<tool>``: the call runs outside the workspace."""
-        return (Access(mode="execute", path=self.policy_path),)
+        """One ``mcp`` access of ``<server>/<tool>``: the call runs outside the workspace,
+        under its own rule (not ``allow_execute``, whose globs match command lines)."""
+        return (Access(mode="mcp", path=self.policy_path),)
 
     def run(self, arguments: dict[str, Any], context: ToolContext) -> str:
         """Call the tool on its server; raise :class:`McpError` on an error result."""

@@ -55,7 +55,7 @@ def tool_results(client: parley.Client, turn_id: str) -> list[dict[str, Any]]:
 
 def test_host_servers_join_the_toolbox_and_stay_open(tmp_path: Path) -> None:
     client, model = make_client(
-        tmp_path, mcp_servers=[STDIO], policy=parley.Policy(allow_execute=["mcp:calc/*"])
+        tmp_path, mcp_servers=[STDIO], policy=parley.Policy(allow_mcp=["calc/*"])
     )
     with client:
         session = client.open_session(str(tmp_path))
@@ -75,13 +75,13 @@ def test_the_policy_governs_mcp_tools(tmp_path: Path) -> None:
     with client:
         result = client.open_session(str(tmp_path)).turn("add two numbers")
         [refused] = tool_results(client, result.turn_id)
-        assert refused["refusal"] == "allow_execute"
+        assert refused["refusal"] == "allow_mcp"
         client.host.close()  # type: ignore[union-attr]
 
 
 def test_a_contract_server_serves_its_turn_only_and_needs_the_policy(tmp_path: Path) -> None:
     command_line = " ".join([sys.executable, SERVER_SCRIPT, "stdio"])
-    policy = parley.Policy(allow_execute=["mcp:**", command_line])
+    policy = parley.Policy(allow_mcp=["**"], allow_mcp_servers=[command_line])
     client, model = make_client(tmp_path, policy=policy)
     with client:
         session = client.open_session(str(tmp_path))
@@ -130,3 +130,47 @@ def test_a_malformed_contract_server_is_refused_before_anything_is_stored(
         with pytest.raises(InvalidRequest):
             parley.TaskContract(mcp_servers="not a list")  # type: ignore[arg-type]
         assert session.tree() == []
+
+
+@pytest.mark.parametrize(
+    "options", [{"env": {"PATH": "/tmp/evil"}}, {"cwd": "/"}], ids=["env", "cwd"]
+)
+def test_a_contract_server_may_not_change_its_environment_or_directory(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """An allowed command line must not become another program through the variables or
+    the directory it runs with."""
+    command_line = " ".join([sys.executable, SERVER_SCRIPT, "stdio"])
+    policy = parley.Policy(allow_mcp=["**"], allow_mcp_servers=[command_line])
+    client, model = make_client(tmp_path, policy=policy)
+    spec = McpServer.stdio("calc", [sys.executable, SERVER_SCRIPT, "stdio"], **options)
+    with client:
+        ended = client.open_session(str(tmp_path)).turn(
+            "add", contract=parley.TaskContract(mcp_servers=[spec])
+        )
+        assert ended.outcome == parley.TurnStatus.FAILED
+        assert "may not set env or cwd" in (ended.error or "")
+        assert model.requests == []
+
+
+def test_the_approver_has_the_last_word_on_a_contract_server(tmp_path: Path) -> None:
+    class Declines:
+        def __init__(self) -> None:
+            self.asked: list[parley.ApprovalRequest] = []
+
+        def approve(self, request: parley.ApprovalRequest) -> bool:
+            self.asked.append(request)
+            return False
+
+    approver = Declines()
+    command_line = " ".join([sys.executable, SERVER_SCRIPT, "stdio"])
+    policy = parley.Policy(allow_mcp=["**"], allow_mcp_servers=[command_line])
+    client, _ = make_client(tmp_path, policy=policy, approver=approver)
+    with client:
+        ended = client.open_session(str(tmp_path)).turn(
+            "add", contract=parley.TaskContract(mcp_servers=[STDIO])
+        )
+        assert ended.outcome == parley.TurnStatus.FAILED
+        assert "declined by the host's approver" in (ended.error or "")
+        [asked] = approver.asked
+        assert asked.tool == "mcp_server" and asked.accesses[0].mode == "mcp_server"

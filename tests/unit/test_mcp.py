@@ -213,17 +213,21 @@ def test_declaration_and_policy_accesses() -> None:
     assert tool.declaration.name == "lookup"
     assert tool.declaration.description == "Look up."
     assert tool.declaration.parameters == {"type": "object", "properties": {}}
-    assert tool.accesses({}) == (Access(mode="execute", path="mcp:srv/lookup"),)
+    assert tool.accesses({}) == (Access(mode="mcp", path="srv/lookup"),)
     with pytest.raises(McpError, match="JSON object"):
         offline_tool({"type": "string"})
 
     accesses = tool.accesses({})
-    refusal = Policy().check("lookup", accesses, "/tmp")  # executes nothing by default
-    assert refusal is not None and refusal.rule == "allow_execute"
-    assert Policy(allow_execute=["mcp:**"]).check("lookup", accesses, "/tmp") is None
-    assert Policy(allow_execute=["mcp:srv/*"]).check("lookup", accesses, "/tmp") is None
-    assert Policy(allow_execute=["mcp:other/*"]).check("lookup", accesses, "/tmp") is not None
-    denied = Policy(allow_execute=["mcp:**"], deny_tools=["lookup"]).check("lookup", accesses, "/")
+    refusal = Policy().check("lookup", accesses, "/tmp")  # calls no MCP tool by default
+    assert refusal is not None and refusal.rule == "allow_mcp"
+    assert Policy(allow_mcp=["**"]).check("lookup", accesses, "/tmp") is None
+    assert Policy(allow_mcp=["srv/*"]).check("lookup", accesses, "/tmp") is None
+    assert Policy(allow_mcp=["other/*"]).check("lookup", accesses, "/tmp") is not None
+    # Globs for command lines admit no MCP tool, and the other way round.
+    assert Policy(allow_execute=["**"]).check("lookup", accesses, "/tmp") is not None
+    command = [Access(mode="execute", path="mcp:/../../bin/sh -c true")]
+    assert Policy(allow_mcp=["**"]).check("run_command", command, "/tmp") is not None
+    denied = Policy(allow_mcp=["**"], deny_tools=["lookup"]).check("lookup", accesses, "/")
     assert denied is not None and denied.rule == "deny_tools:lookup"
 
 
@@ -241,7 +245,7 @@ def test_names_prefix_sanitise_and_refuse_collisions() -> None:
 
     named = _name_tools([connection("a", "add", "x.y"), connection("b", "add", prefix="b_")], ())
     assert [tool.name for tool in named] == ["add", "x_y", "b_add"]
-    assert named[2].accesses({}) == (Access(mode="execute", path="mcp:b/add"),)
+    assert named[2].accesses({}) == (Access(mode="mcp", path="b/add"),)
     with pytest.raises(McpError, match=r"'add' is taken twice.*tool_prefix"):
         _name_tools([connection("a", "add"), connection("b", "add")], ())
     with pytest.raises(McpError, match="a tool of the host"):
@@ -351,7 +355,7 @@ def test_servers_open_together_die_alone_and_close_together(http_url: str) -> No
     toolbox = open_toolbox(specs)
     assert toolbox.servers == tuple(specs)
     assert toolbox.tool("one_add").run({"a": 1, "b": 2}, CONTEXT) == "3"
-    assert toolbox.tool("web_echo").accesses({}) == (Access(mode="execute", path="mcp:web/echo"),)
+    assert toolbox.tool("web_echo").accesses({}) == (Access(mode="mcp", path="web/echo"),)
     pids = [int(toolbox.tool(f"{name}_pid").run({}, CONTEXT)) for name in ("one", "two")]
     assert not any(process_gone(pid) for pid in pids)
 
