@@ -108,12 +108,15 @@ class _DeltaSink:
         self.parts: list[str] = []
 
     def __call__(self, text: str) -> None:
-        _check_holding(self._holding, "while the model streamed")
-        if self._coordinator.interrupt_requested(self._emitter.turn_id):
-            raise StreamAborted
+        self.check()
         if text:
             self.parts.append(text)
             self._emitter.emit(EventKind.TOKEN, {"step": self._index, "text": text})
+
+    def check(self) -> None:
+        _check_holding(self._holding, "while the model streamed")
+        if self._coordinator.interrupt_requested(self._emitter.turn_id):
+            raise StreamAborted
 
     def restart(self, reason: str) -> None:
         _check_holding(self._holding, "while the model restarted its stream")
@@ -122,6 +125,7 @@ class _DeltaSink:
             # delta is invisible to them.
             self._emitter.emit(EventKind.STEP_RESTARTED, {"index": self._index, "reason": reason})
         self.parts = []
+        self.check()
 
     @property
     def text(self) -> str:
@@ -430,6 +434,9 @@ class _TurnRun:
             raise
         except Exception as exc:
             log.warning("model failed on turn %s step %d", self.turn.turn_id, index, exc_info=True)
+            # The step will not commit: retract what it streamed, or a resumed attempt's
+            # tokens would be read as a continuation of it.
+            sink.restart("failed")
             return _Ending(
                 status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
             )

@@ -66,7 +66,13 @@ class DeltaSink(Protocol):
     def restart(self, reason: str) -> None:
         """Forget everything streamed so far in this call: the model is starting the
         answer over (a retry after a cut stream, or a fallover to another provider).
-        Readers are told with a ``step_restarted`` event and drop the provisional text."""
+        Readers are told with a ``step_restarted`` event and drop the provisional text.
+        Raises :class:`StreamAborted` if the turn was interrupted meanwhile."""
+        ...
+
+    def check(self) -> None:
+        """Raise :class:`StreamAborted` if the turn was interrupted: a model that waits
+        between attempts asks, so a pause does not hold an interrupt up."""
         ...
 
 

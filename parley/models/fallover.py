@@ -12,8 +12,10 @@ may well accept it (another key, a larger context, a model that exists there).
 Once a stream has started the clients cannot retry, so a stream cut mid-way, stalled past
 the timeout, or carrying a malformed chunk is ``retriable``: ``Fallover`` asks the same
 provider again, ``retries_per_model`` times with backoff and jitter, before moving on.
-Before every new attempt it calls ``on_delta.restart("retry")`` or
-``on_delta.restart("fallover")`` so readers drop the provisional text of the failed one.
+As soon as an attempt fails it calls ``on_delta.restart("retry")`` or
+``on_delta.restart("fallover")`` so readers drop the provisional text of the failed one,
+and it waits out the backoff in slices, asking ``on_delta.check()`` between them, so an
+interrupt is not held up by the pause.
 
 Only :class:`ProviderError` is handled.  Anything else — an interrupt
 (:class:`~workers.ports.StreamAborted`) or a lost session lock raised by the sink, a bug —
@@ -33,6 +35,9 @@ from parley.models.errors import ProviderError
 from workers.ports import DeltaSink, Model, ModelReply, ModelRequest
 
 log = logging.getLogger(__name__)
+
+WAIT_SLICE_SECONDS = 0.1
+"""How long a backoff pause goes without asking whether the turn was interrupted."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,27 +119,38 @@ class Fallover:
         return f"Fallover({list(self._models)!r}, retries_per_model={self._retries})"
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
-        """Answer from the first provider that can, restarting the sink between attempts."""
+        """Answer from the first provider that can.  As soon as an attempt fails the sink
+        is restarted (readers drop its text at once), and the wait before a retry is
+        spent in short slices that ask the sink whether the turn was interrupted."""
         failures: list[Failure] = []
+        last = len(self._models) - 1
         for position, model in enumerate(self._models):
             for attempt in range(self._retries + 1):
-                if attempt:
-                    on_delta.restart("retry")
-                elif position:
-                    on_delta.restart("fallover")
                 try:
                     reply = model.stream(request, on_delta)
                 except ProviderError as exc:
                     failures.append(Failure(provider=model.name, attempt=attempt + 1, error=exc))
                     log.warning("model %s failed (attempt %d): %s", model.name, attempt + 1, exc)
-                    if not exc.retriable or attempt == self._retries:
-                        break
-                    self._sleep(self._backoff.delay(attempt))
-                    continue
+                    if exc.retriable and attempt < self._retries:
+                        on_delta.restart("retry")
+                        self._wait(self._backoff.delay(attempt), on_delta)
+                        continue
+                    if position < last:
+                        on_delta.restart("fallover")
+                    break
                 if not reply.model:
                     reply = replace(reply, model=model.name)
                 return reply
         raise _exhausted(failures)
+
+    def _wait(self, seconds: float, on_delta: DeltaSink) -> None:
+        """Sleep ``seconds``, letting an interrupt through within a tenth of a second."""
+        remaining = seconds
+        while remaining > 0:
+            pause = min(remaining, WAIT_SLICE_SECONDS)
+            self._sleep(pause)
+            remaining -= pause
+            on_delta.check()
 
 
 def _exhausted(failures: list[Failure]) -> ProviderError:

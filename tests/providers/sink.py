@@ -23,6 +23,8 @@ class RecordingSink:
         self._on_delta = on_delta
         self._abort_after = abort_after
         self.first_delta = threading.Event()
+        self.interrupted = threading.Event()  # set it to interrupt the turn
+        self.checks = 0
 
     def __call__(self, text: str) -> None:
         self.log.append(("delta", text))
@@ -34,6 +36,12 @@ class RecordingSink:
 
     def restart(self, reason: str) -> None:
         self.log.append(("restart", reason))
+        self.check()
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.interrupted.is_set():
+            raise StreamAborted
 
     @property
     def deltas(self) -> list[str]:

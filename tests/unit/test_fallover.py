@@ -222,16 +222,39 @@ def cut(name: str) -> ProviderError:
 
 
 def test_retries_back_off_with_jitter() -> None:
-    waits: list[float] = []
+    sink = RecordingSink()
+    pauses: dict[int, float] = {}  # restart number → seconds slept after it
+
+    def sleep(seconds: float) -> None:
+        assert seconds <= 0.1 + 1e-9  # in slices, so an interrupt gets through
+        pauses[len(sink.restarts)] = pauses.get(len(sink.restarts), 0.0) + seconds
+
     model = Failing("m", cut("m"), cut("m"), cut("m"))
     backoff = Backoff(initial=1.0, multiplier=2.0, maximum=3.0, jitter=0.25)
-    reply = Fallover([model], retries_per_model=3, backoff=backoff, sleep=waits.append).stream(
-        REQUEST, RecordingSink()
+    reply = Fallover([model], retries_per_model=3, backoff=backoff, sleep=sleep).stream(
+        REQUEST, sink
     )
     assert reply.model == "m"  # filled in with the provider's name
-    assert len(waits) == 3
-    for wait, base in zip(waits, [1.0, 2.0, 3.0], strict=True):
-        assert base * 0.75 <= wait <= base
+    assert sorted(pauses) == [1, 2, 3]  # each pause comes after its restart
+    for number, base in zip([1, 2, 3], [1.0, 2.0, 3.0], strict=True):
+        assert base * 0.75 - 1e-9 <= pauses[number] <= base + 1e-9
+
+
+def test_an_interrupt_during_a_backoff_pause_stops_at_once() -> None:
+    sink = RecordingSink()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            sink.interrupted.set()  # the operator interrupts while Fallover waits
+
+    model = Failing("m", cut("m"), cut("m"))
+    backoff = Backoff(initial=5.0, jitter=0.0)
+    with pytest.raises(StreamAborted):
+        Fallover([model], retries_per_model=2, backoff=backoff, sleep=sleep).stream(REQUEST, sink)
+    assert model.calls == 1  # no new paid request after the interrupt
+    assert sum(slept) <= 0.31  # not the whole 5 s pause
 
 
 def test_an_interrupt_is_never_retried_nor_fallen_over() -> None:
