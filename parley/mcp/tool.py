@@ -12,7 +12,7 @@ import mcp_types
 
 from parley.errors import InvalidRequest, McpError
 from parley.mcp.connection import McpConnection
-from parley.tools.base import validate
+from parley.tools.base import decode_arguments, validate
 from schemas.messages import ToolDeclaration
 from workers.ports import Access, ToolContext
 
@@ -80,10 +80,7 @@ class McpTool:
     def parse(self, arguments: str) -> dict[str, Any]:
         """Decode the model's argument text and check it against the schema's plain
         constraints (types, required, enums, closed objects)."""
-        try:
-            value = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"{self.name}: arguments are not valid JSON ({exc.msg})") from exc
+        value = decode_arguments(arguments, self.name)
         if not isinstance(value, dict):
             raise InvalidRequest(f"{self.name}: arguments must be a JSON object")
         validate(value, self._checked, self.name)

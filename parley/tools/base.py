@@ -4,6 +4,7 @@ before the function runs (a validation error goes back to the model, nothing run
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,10 +54,7 @@ class FunctionTool:
 
     def parse(self, arguments: str) -> dict[str, Any]:
         """Decode and validate the model's argument text."""
-        try:
-            value = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"{self.name}: arguments are not valid JSON ({exc.msg})") from exc
+        value = decode_arguments(arguments, self.name)
         validate(value, self.parameters, self.name)
         return dict(value)
 
@@ -67,6 +65,20 @@ class FunctionTool:
     def run(self, arguments: dict[str, Any], context: ToolContext) -> str:
         """Call the function."""
         return self.function(arguments, context)
+
+
+def decode_arguments(arguments: str, where: str) -> Any:
+    """The model's argument text as JSON (empty text is no arguments).  ``NaN`` and
+    ``Infinity``, which Python's decoder accepts, are refused: no bound holds for them
+    (``NaN < minimum`` is false), so a timeout of ``NaN`` would never expire."""
+    try:
+        return json.loads(arguments, parse_constant=_refuse_constant) if arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"{where}: arguments are not valid JSON ({exc.msg})") from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidRequest(f"{name} is not a JSON number")
 
 
 def validate(value: Any, schema: dict[str, Any], where: str) -> None:
@@ -101,6 +113,8 @@ def validate(value: Any, schema: dict[str, Any], where: str) -> None:
                 validate(item, schema["items"], f"{where}[{position}]")
     if isinstance(value, str) and "minLength" in schema and len(value) < schema["minLength"]:
         raise InvalidRequest(f"{where}: needs at least {schema['minLength']} character(s)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidRequest(f"{where}: {value!r} is not a finite number")
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             raise InvalidRequest(f"{where}: {value!r} is below the minimum {schema['minimum']}")

@@ -18,6 +18,7 @@ from parley.policy import Policy
 from parley.tools import WORKSPACE_TOOLS, FunctionTool, command_tool, run_command, search_files
 from parley.tools import commands as commands_module
 from parley.tools import search as search_module
+from parley.tools.base import validate
 from schemas.events import EventKind
 from workers.ports import Access, ToolContext
 
@@ -536,3 +537,12 @@ def test_a_turn_goes_on_after_bad_arguments_and_a_failing_tool(
         "error": None,
         "undelivered": [],
     }
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused_before_any_bound_is_checked(constant: str) -> None:
+    # NaN compares false with every bound: a NaN timeout would never expire.
+    with pytest.raises(InvalidRequest, match="not a JSON number"):
+        run_command.parse(f'{{"argv": ["sleep", "3"], "timeout": {constant}}}')
+    with pytest.raises(InvalidRequest, match="finite"):
+        validate(float("nan"), {"type": "number", "maximum": 10}, "t")
