@@ -16,7 +16,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 import parley
-from parley.errors import ParleyError
+from parley.errors import ParleyError, TurnEnded
 from parley.render import EventPrinter, tree_of, turn_line
 
 HELP = (
@@ -25,14 +25,22 @@ HELP = (
     "/help  /quit"
 )
 PROMPT = "[bold cyan]you>[/] "
+RESUMABLE = frozenset(
+    {parley.TurnStatus.CANCELLED, parley.TurnStatus.FAILED, parley.TurnStatus.RUNNING}
+)
 
 
 class Chat:
     """One terminal conversation on one session."""
 
     def __init__(
-        self, session: parley.Session, console: Console, read_line: Callable[[], str] = input
+        self,
+        client: parley.Client,
+        session: parley.Session,
+        console: Console,
+        read_line: Callable[[], str] = input,
     ) -> None:
+        self.client = client
         self.session = session
         self.console = console
         self.read_line = read_line
@@ -58,8 +66,12 @@ class Chat:
                 if not self._on_ctrl_c():
                     return 0
                 continue
-            if not self._on_line(line.strip()):
-                return 0
+            try:
+                if not self._on_line(line.strip()):
+                    return 0
+            except KeyboardInterrupt:  # while submitting, steering or listing
+                if not self._on_ctrl_c():
+                    return 0
 
     def _on_ctrl_c(self) -> bool:
         """Interrupt the running turn; False (quit) if none runs or it was already asked."""
@@ -86,10 +98,16 @@ class Chat:
         handle = self._running()
         try:
             if handle is not None:
-                handle.say(line)
-                self.console.print("[yellow]✎ steer sent: it reaches the agent at the next step[/]")
-            else:
-                self._start(self.session.submit(line))
+                try:
+                    handle.say(line)
+                    self.console.print(
+                        "[yellow]✎ steer sent: it reaches the agent at the next step[/]"
+                    )
+                    return True
+                except TurnEnded:
+                    # The turn ended as the line was typed: it starts the next turn instead.
+                    self._wait_for_turn()
+            self._start(self.session.submit(line))
         except ParleyError as exc:
             self.console.print(f"[red]{type(exc).__name__}:[/] {exc}")
             if self._running() is None:
@@ -149,35 +167,39 @@ class Chat:
         self.console.print(turn_line(turn))
 
     def _resume(self) -> None:
-        """Continue the last turn if it was interrupted, failed or stranded."""
+        """Continue the session's newest turn if it was interrupted, failed or stranded.
+        Only the newest: resuming an older one would move the head back to it and leave
+        the turns after it off the conversation."""
         if self._running() is not None:
             self.console.print("[red]a turn is already running[/]")
             return
         tree = self.session.tree()
-        resumable = [t for t in tree if t.status.value in ("cancelled", "failed", "running")]
-        if not resumable:
-            self.console.print("[dim]nothing to resume[/]")
+        if not tree or tree[-1].status not in RESUMABLE:
+            state = f"the last turn {tree[-1].status.value}" if tree else "no turns yet"
+            self.console.print(f"[dim]nothing to resume ({state})[/]")
             return
-        turn = resumable[-1]
+        turn = tree[-1]
+        # Shown already: follow the resumed attempt from the turn's newest event on.
+        seen = max((e.seq for e in self.client.attach(turn.turn_id).events()), default=0)
         self.console.print(f"[cyan]resuming[/] {turn_line(turn)}")
-        self._start(self.session.resume(turn.turn_id))
+        self._start(self.session.resume(turn.turn_id), after=seen)
 
     # ------------------------------------------------------------------ turns
 
-    def _start(self, handle: parley.TurnHandle) -> None:
+    def _start(self, handle: parley.TurnHandle, after: int = 0) -> None:
         with self._guard:
             self._handle = handle
             self._interrupted = False
         self.console.print("[bold green]agent>[/] ", end="")
         self._follower = threading.Thread(
-            target=self._follow, args=(handle,), name="parley-chat-follow", daemon=True
+            target=self._follow, args=(handle, after), name="parley-chat-follow", daemon=True
         )
         self._follower.start()
 
-    def _follow(self, handle: parley.TurnHandle) -> None:
+    def _follow(self, handle: parley.TurnHandle, after: int) -> None:
         printer = EventPrinter(self.console)
         try:
-            for event in handle.events():
+            for event in handle.events(after=after):
                 printer(event)
         except ParleyError as exc:
             self.console.print(f"\n[red]{type(exc).__name__}:[/] {exc}")

@@ -203,7 +203,7 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
             session = client.session(args.session_id)
         else:
             session = client.open_session(args.root)
-        return Chat(session, console).run()
+        return Chat(client, session, console).run()
 
 
 def _follow(args: argparse.Namespace, console: Console) -> int:

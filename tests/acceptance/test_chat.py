@@ -116,7 +116,12 @@ def test_a_conversation_in_the_terminal(tmp_path: Path, terminals: list[Terminal
     term.wait_for(r"■ cancelled")
     term.type("/resume")
     term.wait_for(r"resuming")
-    term.wait_for(r"■ finished", 3)
+    screen = term.wait_for(r"■ finished", 3)
+    # The resumed attempt is followed from where the screen was: nothing shown twice.
+    assert len(re.findall(r"■ cancelled", screen)) == 1
+    # Only the newest turn can be resumed: an older one would pull the head back.
+    term.type("/resume")
+    term.wait_for(r"nothing to resume \(the last turn finished\)")
 
     # /history numbers the turns; /branch 1 makes the next message follow turn 1.
     term.type("/history")
