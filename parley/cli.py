@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
     host: parley.Host | None
-    if args.host:
+    if not runs_turns:
+        host = None  # reading needs no model: a misconfigured PARLEY_MODEL must not matter
+    elif args.host:
         host = parley.load_host(args.host)
     elif getattr(args, "model", None):
         host = parley.Host(model=parley.models.model_from_spec(args.model))

@@ -76,8 +76,6 @@ def connect(
     databases must be migrated with ``parley migrate`` (or ``migrate_schema=True``)."""
     url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
     redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
-    if host is None and redis_url is None:
-        host = host_from_environment()
     engine = create_database_engine(url)
     if migrate_schema is None:
         migrate_schema = engine.dialect.name == "sqlite"
@@ -89,7 +87,13 @@ def connect(
     store = SqlStore(engine)
     if redis_url is None:
         coordinator = LocalCoordinator()
-        runner = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
+
+        def runner() -> TurnEngine | None:
+            # Resolved at the first turn, not here: a client that only reads must not
+            # fail on a model it will never call (PARLEY_MODEL without its key, say).
+            chosen = host if host is not None else host_from_environment()
+            return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
+
         return Client(store, coordinator, EmbeddedKicker(runner, coordinator), host=host)
     settings = FleetSettings(
         database_url=url,

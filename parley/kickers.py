@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from broker_config.app import create_app, send_kick
@@ -20,8 +21,11 @@ log = logging.getLogger("parley.client")
 class EmbeddedKicker:
     """Drives sessions on background threads of this process, one thread per session."""
 
-    def __init__(self, engine: TurnEngine | None, coordinator: Coordinator) -> None:
-        self._engine = engine
+    def __init__(self, engine: Callable[[], TurnEngine | None], coordinator: Coordinator) -> None:
+        """``engine`` builds the engine (None: no host) when the first turn needs it."""
+        self._build_engine = engine
+        self._engine: TurnEngine | None = None
+        self._built = False
         self._coordinator = coordinator
         self._drivers: dict[str, threading.Thread] = {}
         self._errors: dict[str, BaseException] = {}
@@ -31,6 +35,10 @@ class EmbeddedKicker:
 
     def ready(self) -> None:
         """Raise unless this client can run turns."""
+        with self._guard:
+            if not self._built:
+                self._engine = self._build_engine()
+                self._built = True
         if self._engine is None:
             raise InvalidRequest(
                 "this client has no host, so it cannot run turns: pass host=... to connect() "

@@ -250,7 +250,7 @@ class _TurnRun:
                 self._prepare()
                 ending = self._loop(state)
             finally:
-                self._close_tools()
+                self._close_turn_tools()
         except (Fenced, StoreError):
             # Lost the session, or the database failed: leave the turn running for the
             # next driver, which continues it from its last committed step.
@@ -301,6 +301,14 @@ class _TurnRun:
             )
         else:
             self.request_prefix = self.prefix
+
+    def _close_turn_tools(self) -> None:
+        """Stop what the turn opened (its contract's MCP servers).  A failure to stop is
+        logged: it must not turn a finished turn into a failed one, nor hide a fence."""
+        try:
+            self._close_tools()
+        except Exception:
+            log.warning("closing the tools of turn %s failed", self.turn.turn_id, exc_info=True)
 
     def _before_turn(self) -> TurnPreparation | None:
         hook = getattr(self.host.hooks, "before_turn", None)

@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from parley.errors import McpError
 from parley.mcp.spec import McpServer
+from parley.models._wire import public_url
 
 log = logging.getLogger("parley.mcp")
 
@@ -274,10 +275,12 @@ class McpConnection:
             return f"no answer within {self._start_timeout:g} s"
         if isinstance(exc, OSError) and spec.transport == "stdio" and exc.strerror:
             return f"cannot run {spec.command[0]!r}: {exc.strerror}"
+        # Errors end up in logs and in the stored turn: never a URL's user:password part.
+        url = public_url(str(spec.url))
         if isinstance(exc, httpx2.ConnectError):
-            return f"cannot connect to {spec.url}: {exc}"
+            return f"cannot connect to {url}: {exc}"
         if isinstance(exc, httpx2.TimeoutException):
-            return f"{spec.url} did not answer in time ({type(exc).__name__})"
+            return f"{url} did not answer in time ({type(exc).__name__})"
         if isinstance(exc, MCPError):
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 if spec.transport == "stdio":

@@ -49,3 +49,19 @@ def test_a_host_without_a_model_needs_parley_model(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("PARLEY_MODEL", raising=False)
     with pytest.raises(InvalidRequest, match="PARLEY_MODEL"):
         parley.Host()
+
+
+def test_a_reading_client_does_not_need_the_model_it_would_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PARLEY_MODEL without its key: reading works; the first turn says what is missing,
+    before anything is written."""
+    monkeypatch.setenv("PARLEY_MODEL", "openai:gpt-test")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("PARLEY_HOST", raising=False)
+    with parley.connect(f"sqlite:///{tmp_path / 'db.sqlite'}") as client:
+        session = client.open_session(str(tmp_path))
+        assert session.history() == []
+        with pytest.raises(InvalidRequest, match="OPENAI_API_KEY"):
+            session.submit("hello")
+        assert session.tree() == []
