@@ -110,8 +110,14 @@ class _DeltaSink:
     def __call__(self, text: str) -> None:
         self.check()
         if text:
+            first = not self.parts
             self.parts.append(text)
             self._emitter.emit(EventKind.TOKEN, {"step": self._index, "text": text})
+            if first:
+                # The first token is what a reader waits for: send it from this thread
+                # now rather than when the flusher next gets the interpreter (the model
+                # may be producing the rest faster than the flusher is scheduled).
+                self._coordinator.flush()
 
     def check(self) -> None:
         _check_holding(self._holding, "while the model streamed")

@@ -67,6 +67,9 @@ class LocalCoordinator:
 
     # ------------------------------------------------------------------ events
 
+    def flush(self) -> None:
+        """Nothing to send: publishing here is immediate."""
+
     def publish(self, events: Sequence[Event], fence: int = 0) -> None:
         """Append to each turn's replay buffer and wake every reader.  A driver passes its
         fence; events of a driver older than the turn's adopter are dropped."""

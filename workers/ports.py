@@ -436,6 +436,10 @@ class Coordinator(Protocol):
 
     def publish(self, events: Sequence[Event], fence: int = 0) -> None: ...
 
+    def flush(self) -> None:
+        """Send what ``publish`` has queued, from the caller's thread, now."""
+        ...
+
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the only driver allowed to publish the turn's events, drop any
         interrupt flag (the claim reads the durable inbox), and return the newest seq

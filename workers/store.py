@@ -507,8 +507,9 @@ class SqlStore:
         now = _now()
         turn_id = run.turn_id
         session = session_record(row)
-        if run.attempts == 0:
-            # A queued turn hangs under the head as it is when it starts.
+        if run.attempts == 0 and turn.parent_id != session.head_turn_id:
+            # A queued turn hangs under the head as it is when it starts (a turn is
+            # stored without a parent, so only a session's first turn skips this write).
             db.execute(q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id})
             turn = replace(turn, parent_id=session.head_turn_id)
         seq = max(run.last_seq, seq_floor) + 1
