@@ -43,12 +43,15 @@ def follow(
     last = after
     progressed = time.monotonic()
     # While the buffer is live and covers the reader, the reader blocks on it and takes
-    # what the blocking read returns: one round trip per batch, and the store is asked
-    # only after a poll's worth of silence.
+    # what the blocking read returns: one round trip per batch.  The store is asked
+    # whether the turn is over the first time the reader runs out of events (it may have
+    # started past the end), then only after a poll of silence: a reader that reads the
+    # ``end`` itself stops on it.
     live = False
+    asked = False
     while True:
         batch: list[Event] = []
-        if live:
+        if live and asked:
             fresh = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
             if fresh and fresh[0].seq == last + 1:
                 batch = _contiguous(fresh, last)
@@ -58,9 +61,11 @@ def follow(
             patient = time.monotonic() - progressed < PATIENCE_SECONDS
             batch, live = _next_batch(turn_id, last, coordinator, store, patient=patient)
             if not batch:
-                if not live:
+                if not live or not asked:
+                    asked = True
                     if _over(turn_id, last, store, driver_failure):
                         return
+                if not live:
                     coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
                 continue
         progressed = time.monotonic()
