@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from parley.models.errors import ProviderError
@@ -54,3 +54,34 @@ def pump(
         # provider failure and must reach the engine untouched.
         if piece:
             on_delta(piece)
+
+
+class ProviderModel:
+    """What the HTTP providers share: a name, a model, an official client that alone
+    holds the credentials, and a repr that shows neither key nor URL credentials."""
+
+    _name: str
+    _model: str
+    _client: Any
+
+    @property
+    def name(self) -> str:
+        """The label stored with each step, naming the provider and model."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The model name sent to the provider."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint, without any credentials embedded in the URL."""
+        return public_url(str(self._client.base_url))
+
+    def close(self) -> None:
+        """Close the client's HTTP connections (the model must not be used after)."""
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._name!r}, base_url={self.base_url!r})"

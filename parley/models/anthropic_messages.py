@@ -28,7 +28,7 @@ import anthropic
 import httpx2
 
 from parley.errors import InvalidRequest
-from parley.models._wire import cause_text, public_url, pump
+from parley.models._wire import ProviderModel, cause_text, pump
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -54,7 +54,7 @@ _TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error
 _EPHEMERAL = {"type": "ephemeral"}
 
 
-class AnthropicModel:
+class AnthropicModel(ProviderModel):
     """A Claude model over the Messages API.
 
     ``timeout`` (seconds) bounds each HTTP attempt's connect and every read (the longest
@@ -109,28 +109,6 @@ class AnthropicModel:
             raise InvalidRequest(
                 f"{self._name}: no credentials: pass api_key or set ANTHROPIC_API_KEY"
             )
-
-    @property
-    def name(self) -> str:
-        """The label stored with each step, naming the provider and model."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model name sent to the provider."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The endpoint, without any credentials embedded in the URL."""
-        return public_url(str(self._client.base_url))
-
-    def close(self) -> None:
-        """Close the client's HTTP connections (the model must not be used after)."""
-        self._client.close()
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel(name={self._name!r}, base_url={self.base_url!r})"
 
     # ------------------------------------------------------------------ encoding
 

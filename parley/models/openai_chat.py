@@ -25,7 +25,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from parley.errors import InvalidRequest
-from parley.models._wire import cause_text, public_url, pump
+from parley.models._wire import ProviderModel, cause_text, pump
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -39,7 +39,7 @@ _STREAM_FAILURES = (openai.OpenAIError, httpx2.HTTPError, ValueError, TypeError,
 _CLIENT_RETRIED = frozenset({408, 409, 429})
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(ProviderModel):
     """A model served over chat completions.
 
     ``timeout`` (seconds) bounds each HTTP attempt's connect and every read: the longest
@@ -86,28 +86,6 @@ class OpenAIChatModel:
                 f"{self._name}: {redact(str(exc), api_key)} "
                 "(a local server that needs no key accepts any placeholder)"
             ) from None
-
-    @property
-    def name(self) -> str:
-        """The label stored with each step, naming the provider and model."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model name sent to the provider."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The endpoint, without any credentials embedded in the URL."""
-        return public_url(str(self._client.base_url))
-
-    def close(self) -> None:
-        """Close the client's HTTP connections (the model must not be used after)."""
-        self._client.close()
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel(name={self._name!r}, base_url={self.base_url!r})"
 
     # ------------------------------------------------------------------ encoding
 
