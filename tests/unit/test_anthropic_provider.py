@@ -7,12 +7,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import parley
 from parley.errors import InvalidRequest
 from parley.models import AnthropicModel, Backoff, Fallover, ProviderError
+from schemas.events import Event, EventKind
 from schemas.messages import (
     AssistantMessage,
     Message,
@@ -438,3 +441,52 @@ def test_a_missing_key_is_refused_at_construction(
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))  # no profile on disk either
     with pytest.raises(InvalidRequest, match="ANTHROPIC_API_KEY"):
         AnthropicModel("claude-test", base_url="http://127.0.0.1:9")
+
+
+# ---------------------------------------------------------------------------- a whole turn
+
+
+def test_a_parley_turn_on_anthropic_calls_a_tool_replays_it_natively_and_records_usage(
+    server: ProviderServer, make_model: ModelFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "notes.txt").write_text("remember the milk\n")
+    server.plan(
+        Reply(
+            frames=anthropic_message(
+                "Reading. ",
+                tool_uses=[("toolu_1", "read_file", ['{"pa', 'th": "notes.txt"}'])],
+                usage=(30, 9, 12, 0),
+            )
+        ),
+        Reply(frames=anthropic_message("It says: ", "remember the milk.", usage=(60, 6, 30, 0))),
+    )
+    host = parley.Host(model=Fallover([make_model()], backoff=Backoff(initial=0.01)))
+    with parley.connect("sqlite:///" + str(tmp_path / "db.sqlite"), host=host) as client:
+        session = client.open_session(root=str(root))
+        events: list[Event] = []
+        result = session.turn("what do my notes say?", on_event=events.append, timeout=30)
+        steps = client.store.steps_of(result.turn_id)
+
+    assert result.outcome == "finished", result
+    assert result.reply == "It says: remember the milk."
+    tokens = [e.data["text"] for e in events if e.kind is EventKind.TOKEN]
+    assert tokens == ["Reading. ", "It says: ", "remember the milk."]
+    (tool_result,) = [e.data for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert tool_result["content"] == "remember the milk\n" and not tool_result["is_error"]
+    # Usage per step: Anthropic's cache reads count as input and are kept as cached.
+    assert [s.payload.usage for s in steps] == [
+        Usage(input_tokens=42, output_tokens=9, cached_tokens=12),
+        Usage(input_tokens=90, output_tokens=6, cached_tokens=30),
+    ]
+    # The second request replays the tool round natively: tool_use, then its tool_result.
+    second = server.received[1].json()
+    assert second["messages"][-2]["content"][-1] == {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "read_file",
+        "input": {"path": "notes.txt"},
+    }
+    assert second["messages"][-1]["content"][0]["type"] == "tool_result"
+    assert second["messages"][-1]["content"][0]["tool_use_id"] == "toolu_1"
