@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from parley.models.errors import ProviderError
 from workers.ports import DeltaSink
 
 Item = TypeVar("Item")
+Stream = TypeVar("Stream")
+
+CLIENT_RETRIED = frozenset({408, 409, 429})
+"""Statuses the official clients retry by themselves (besides 5xx) before giving up."""
 
 
 def cause_text(exc: BaseException) -> str:
@@ -58,11 +62,67 @@ def pump(
 
 class ProviderModel:
     """What the HTTP providers share: a name, a model, an official client that alone
-    holds the credentials, and a repr that shows neither key nor URL credentials."""
+    holds the credentials, a repr that shows neither key nor URL credentials, and how a
+    failure before the stream starts is reported.  Both official clients raise the same
+    shapes of error; a subclass names its library's classes in ``client_errors`` (base,
+    status, timeout, connection) and says how to read a status error's message."""
 
+    client_errors: ClassVar[
+        tuple[type[Exception], type[Exception], type[Exception], type[Exception]]
+    ]
     _name: str
     _model: str
     _client: Any
+    _timeout: float
+    _max_retries: int
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the client's credentials."""
+        raise NotImplementedError
+
+    def _api_message(self, exc: Any) -> str:
+        """The provider's own message in a status error."""
+        raise NotImplementedError
+
+    def _start(self, create: Callable[[], Stream]) -> Stream:
+        """Open the stream; a client failure becomes this provider's final
+        :class:`ProviderError` (the client has already retried it as far as it would)."""
+        failure: ProviderError | None = None
+        try:
+            return create()
+        except self.client_errors[0] as exc:
+            failure = self._request_error(exc)
+        # Raised outside the handler: the client's exception (whose text may hold the key)
+        # must not ride along as the context.
+        raise failure
+
+    def _request_error(self, exc: Exception) -> ProviderError:
+        _base, status_error, timeout_error, connection_error = self.client_errors
+        retried = f"after the client's {self._max_retries} retries"
+        if isinstance(exc, status_error):
+            status: int = exc.status_code  # type: ignore[attr-defined]
+            message = f"{self._name}: HTTP {status}: {self._redact(self._api_message(exc))}"
+            if status in CLIENT_RETRIED or status >= 500:
+                message += f" ({retried})"
+            return ProviderError(
+                message, provider=self._name, retriable=False, phase="request", status=status
+            )
+        if isinstance(exc, timeout_error):
+            message = f"{self._name}: no response within {self._timeout}s ({retried})"
+        elif isinstance(exc, connection_error):
+            message = f"{self._name}: cannot connect: {self._redact(cause_text(exc))} ({retried})"
+        else:
+            message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
+        return ProviderError(message, provider=self._name, retriable=False, phase="request")
+
+    def _unfinished(self, marker: str) -> ProviderError:
+        """The stream ended without the protocol's end marker: retriable."""
+        return ProviderError(
+            f"{self._name}: the stream ended before the answer was finished (no {marker})",
+            provider=self._name,
+            retriable=True,
+            phase="stream",
+        )
 
     @property
     def name(self) -> str:

@@ -63,6 +63,13 @@ class AnthropicModel(ProviderModel):
     client's own lookup applies (``ANTHROPIC_API_KEY`` …).  The key is held by the client
     only: never in this object's repr, redacted from every error text."""
 
+    client_errors = (
+        anthropic.AnthropicError,
+        anthropic.APIStatusError,
+        anthropic.APITimeoutError,
+        anthropic.APIConnectionError,
+    )
+
     def __init__(
         self,
         model: str,
@@ -135,9 +142,8 @@ class AnthropicModel(ProviderModel):
         stream has started); whatever ``on_delta`` raises (an interrupt) propagates, after
         the HTTP stream is closed."""
         body = self.encode(request)
-        failure: ProviderError | None = None
-        try:
-            events = self._client.messages.create(
+        events = self._start(
+            lambda: self._client.messages.create(
                 model=self._model,
                 max_tokens=self._max_tokens,
                 messages=cast(Any, body["messages"]),
@@ -146,22 +152,12 @@ class AnthropicModel(ProviderModel):
                 stream=True,
                 extra_body=self._extra_body,
             )
-        except anthropic.AnthropicError as exc:
-            failure = self._request_error(exc)
-        if failure is not None:
-            # Raised outside the handler: the client's exception (whose text may hold the
-            # key) must not ride along as the context.
-            raise failure
+        )
         assembly = _Assembly()
         with events:
             pump(events, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
         if not assembly.finished:
-            raise ProviderError(
-                f"{self._name}: the stream ended before the answer was finished (no message_stop)",
-                provider=self._name,
-                retriable=True,
-                phase="stream",
-            )
+            raise self._unfinished("message_stop")
         return assembly.reply(request, self._name)
 
     # ------------------------------------------------------------------ errors
@@ -169,26 +165,8 @@ class AnthropicModel(ProviderModel):
     def _redact(self, text: str) -> str:
         return redact(text, self._client.api_key, self._client.auth_token)
 
-    def _request_error(self, exc: anthropic.AnthropicError) -> ProviderError:
-        """A failure before the stream started: the client has already retried it as far
-        as it would, so it is final for this provider."""
-        retried = f"after the client's {self._max_retries} retries"
-        if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            transient = status in (408, 409, 429) or status >= 500
-            message = f"{self._name}: HTTP {status}: {self._redact(_api_message(exc))}"
-            if transient:
-                message += f" ({retried})"
-            return ProviderError(
-                message, provider=self._name, retriable=False, phase="request", status=status
-            )
-        if isinstance(exc, anthropic.APITimeoutError):
-            message = f"{self._name}: no response within {self._timeout}s ({retried})"
-        elif isinstance(exc, anthropic.APIConnectionError):
-            message = f"{self._name}: cannot connect: {self._redact(cause_text(exc))} ({retried})"
-        else:
-            message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
-        return ProviderError(message, provider=self._name, retriable=False, phase="request")
+    def _api_message(self, exc: Any) -> str:
+        return str(exc.api_message or exc.message)
 
     def _stream_error(self, exc: Exception) -> ProviderError:
         """A failure once streaming had begun: the client cannot retry it; a new attempt
@@ -202,7 +180,7 @@ class AnthropicModel(ProviderModel):
         elif isinstance(exc, anthropic.APIStatusError):
             kind = exc.type
             retriable = kind is None or kind in _TRANSIENT_TYPES
-            what = f"error event mid-stream: {kind or 'unknown'}: {_api_message(exc)}"
+            what = f"error event mid-stream: {kind or 'unknown'}: {self._api_message(exc)}"
         elif isinstance(exc, anthropic.AnthropicError):
             what = f"{type(exc).__name__}: {exc}"
         else:
@@ -441,7 +419,3 @@ def _retry_after(headers: httpx2.Headers) -> float | None:
         except ValueError:
             continue
     return None
-
-
-def _api_message(exc: anthropic.APIStatusError) -> str:
-    return exc.api_message or exc.message

@@ -35,9 +35,6 @@ from workers.ports import DeltaSink, ModelReply, ModelRequest
 # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
 _STREAM_FAILURES = (openai.OpenAIError, httpx2.HTTPError, ValueError, TypeError, AttributeError)
 
-# Statuses the client retries by itself before giving up (see openai._base_client).
-_CLIENT_RETRIED = frozenset({408, 409, 429})
-
 
 class OpenAIChatModel(ProviderModel):
     """A model served over chat completions.
@@ -51,6 +48,13 @@ class OpenAIChatModel(ProviderModel):
     accepts any placeholder.  The key is held by the client only: it is not an attribute
     of this object, never in its repr, and redacted from every error text.
     """
+
+    client_errors = (
+        openai.OpenAIError,
+        openai.APIStatusError,
+        openai.APITimeoutError,
+        openai.APIConnectionError,
+    )
 
     def __init__(
         self,
@@ -108,9 +112,8 @@ class OpenAIChatModel(ProviderModel):
         stream has started); whatever ``on_delta`` raises (an interrupt) propagates, after
         the HTTP stream is closed."""
         body = self.encode(request)
-        failure: ProviderError | None = None
-        try:
-            chunks = self._client.chat.completions.create(
+        chunks = self._start(
+            lambda: self._client.chat.completions.create(
                 model=self._model,
                 messages=cast(Any, body["messages"]),
                 tools=cast(Any, body.get("tools", openai.omit)),
@@ -118,22 +121,12 @@ class OpenAIChatModel(ProviderModel):
                 stream_options={"include_usage": True},
                 extra_body=self._extra_body,
             )
-        except openai.OpenAIError as exc:
-            failure = self._request_error(exc)
-        if failure is not None:
-            # Raised outside the handler: the client's exception (whose text may hold the
-            # key) must not ride along as the context.
-            raise failure
+        )
         assembly = _Assembly()
         with chunks:
             pump(chunks, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
         if not assembly.finished:
-            raise ProviderError(
-                f"{self._name}: the stream ended before the answer was finished (no finish_reason)",
-                provider=self._name,
-                retriable=True,
-                phase="stream",
-            )
+            raise self._unfinished("finish_reason")
         return assembly.reply(request, self._name)
 
     # ------------------------------------------------------------------ errors
@@ -141,27 +134,13 @@ class OpenAIChatModel(ProviderModel):
     def _redact(self, text: str) -> str:
         return redact(text, self._client.api_key)
 
-    def _request_error(self, exc: openai.OpenAIError) -> ProviderError:
-        """A failure before the stream started: the client has already retried it as far
-        as it would, so it is final for this provider."""
-        retried = f"after the client's {self._max_retries} retries"
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            transient = status in _CLIENT_RETRIED or status >= 500
-            detail = self._redact(_api_message(exc))
-            message = f"{self._name}: HTTP {status}: {detail}"
-            if transient:
-                message += f" ({retried})"
-            return ProviderError(
-                message, provider=self._name, retriable=False, phase="request", status=status
-            )
-        if isinstance(exc, openai.APITimeoutError):
-            message = f"{self._name}: no response within {self._timeout}s ({retried})"
-        elif isinstance(exc, openai.APIConnectionError):
-            message = f"{self._name}: cannot connect: {self._redact(cause_text(exc))} ({retried})"
-        else:
-            message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
-        return ProviderError(message, provider=self._name, retriable=False, phase="request")
+    def _api_message(self, exc: Any) -> str:
+        body = exc.body
+        if isinstance(body, Mapping):
+            error = body.get("error", body)
+            if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+                return str(error["message"])
+        return str(exc.message)
 
     def _stream_error(self, exc: Exception) -> ProviderError:
         """A failure once streaming had begun: the client cannot retry it, a new attempt
@@ -171,7 +150,7 @@ class OpenAIChatModel(ProviderModel):
         elif isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
             what = f"the stream was cut: {cause_text(exc)}"
         elif isinstance(exc, openai.APIError):
-            what = f"the provider reported an error mid-stream: {_api_message(exc)}"
+            what = f"the provider reported an error mid-stream: {self._api_message(exc)}"
         else:
             what = f"malformed chunk: {type(exc).__name__}: {exc}"
         return ProviderError(
@@ -316,15 +295,6 @@ class _Assembly:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _api_message(exc: openai.APIError) -> str:
-    body = exc.body
-    if isinstance(body, Mapping):
-        error = body.get("error", body)
-        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-            return str(error["message"])
-    return exc.message
 
 
 OpenAICompatible = OpenAIChatModel
