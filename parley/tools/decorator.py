@@ -164,13 +164,7 @@ def _build(
                 schema = {**schema, "default": default}
         properties[parameter.name] = schema
         parameters.append(_Parameter(parameter.name, positional_only, convert, parameter.default))
-    schema_object: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
-    }
-    if required:
-        schema_object["required"] = required
+    schema_object = _closed_object(properties, required)
     text = description if description is not None else docstring.description
     if not text or not text.strip():
         raise InvalidRequest(
@@ -355,13 +349,7 @@ def _object_schema(
         converters[field_name] = convert
         if is_required:
             required.append(field_name)
-    schema_object: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
-    }
-    if required:
-        schema_object["required"] = required
+    schema_object = _closed_object(properties, required)
 
     def convert_object(value: dict[str, Any]) -> Any:
         return build({k: converters[k](v) for k, v in value.items()})
@@ -554,3 +542,16 @@ def _paragraphs(lines: list[str]) -> str:
             paragraphs.append(" ".join(current))
             current = []
     return "\n\n".join(paragraphs)
+
+
+def _closed_object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """An object schema that admits exactly ``properties`` (a function's parameters or a
+    record's fields) and names the ``required`` ones."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = required
+    return schema
