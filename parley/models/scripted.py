@@ -9,7 +9,6 @@ assistant messages after that prompt (the rule's last step repeats once exhauste
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from collections.abc import Collection
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from parley.errors import InvalidRequest
-from schemas.messages import AssistantMessage, ToolCall, UserMessage, message_bytes
+from parley.models.completion import estimate_usage
+from schemas.messages import AssistantMessage, ToolCall, UserMessage
 from schemas.records import Usage
 from workers.ports import DeltaSink, ModelReply, ModelRequest
 
@@ -101,7 +101,7 @@ class ScriptedModel:
             )
             for position, call in enumerate(step.tool_calls)
         )
-        usage = step.usage or _estimate(request, text, calls)
+        usage = step.usage or estimate_usage(request, text, calls)
         return ModelReply(text=text, tool_calls=calls, usage=usage, model=self._name)
 
 
@@ -119,17 +119,6 @@ def _position(request: ModelRequest) -> tuple[str, int, str]:
     index = sum(1 for m in messages[start + 1 :] if isinstance(m, AssistantMessage))
     last = next(m for m in reversed(messages) if isinstance(m, UserMessage))
     return prompt.text, index, last.text
-
-
-def _estimate(request: ModelRequest, text: str, calls: tuple[ToolCall, ...]) -> Usage:
-    """Characters / 4, the usual rough token count, so budgets behave plausibly."""
-    request_chars = len(request.prefix.canonical_bytes()) + sum(
-        len(message_bytes(m)) for m in request.messages
-    )
-    output_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in calls)
-    return Usage(
-        input_tokens=math.ceil(request_chars / 4), output_tokens=math.ceil(output_chars / 4)
-    )
 
 
 def _load(script: dict[str, Any] | str | Path) -> Any:
