@@ -50,14 +50,23 @@ def turn_replay(prompt: str, steps: Iterable[CommittedStep]) -> tuple[Message, .
     return check_replay(turn_messages(prompt, steps))
 
 
-def history_messages(history: Sequence[PathTurn]) -> tuple[Message, ...]:
-    """The history path as messages, checked.  It does not change during a turn, so the
-    engine builds it once per turn rather than once per step."""
+def replay_loaded(node: PathTurn) -> tuple[Message, ...]:
+    """A history turn whose steps came with it, replayed."""
+    if node.steps is None:
+        raise CodecError(f"turn {node.turn.turn_id}: its steps were not loaded")
+    return turn_replay(node.turn.prompt, node.steps)
+
+
+def history_messages(
+    history: Sequence[PathTurn],
+    replay: Callable[[PathTurn], tuple[Message, ...]] = replay_loaded,
+) -> tuple[Message, ...]:
+    """The history path as messages, checked, each turn replayed by ``replay`` (the
+    engine's answers from its replay cache).  The history does not change during a turn,
+    so the engine builds it once per turn rather than once per step."""
     messages: list[Message] = []
     for node in history:
-        if node.steps is None:
-            raise CodecError(f"turn {node.turn.turn_id}: its steps were not loaded")
-        messages.extend(turn_replay(node.turn.prompt, node.steps))
+        messages.extend(replay(node))
     return tuple(messages)
 
 

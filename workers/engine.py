@@ -31,7 +31,7 @@ from schemas.messages import (
 )
 from schemas.records import Contract, SteerKind, TurnStatus, Usage
 from workers.checks import run_check
-from workers.context import assemble, turn_replay
+from workers.context import assemble, history_messages, turn_replay
 from workers.emitter import Emitter
 from workers.ports import (
     ApprovalRequest,
@@ -43,6 +43,7 @@ from workers.ports import (
     Host,
     ModelReply,
     ModelRequest,
+    PathTurn,
     PrefixSnapshot,
     Refusal,
     SessionStateView,
@@ -429,7 +430,7 @@ class _TurnRun:
         prefix = self.request_prefix
         assert prefix is not None
         if self.history is None:
-            self.history = self._replay_history()
+            self.history = history_messages(self.claimed.history, self._replay_turn)
         budget = self.host.context_budget
         messages = assemble(
             self.history,
@@ -496,20 +497,17 @@ class _TurnRun:
         state.inbox_closed = idle and not pending
         return None
 
-    def _replay_history(self) -> tuple[Message, ...]:
-        """The history path as checked messages, from the replay cache where it can."""
+    def _replay_turn(self, node: PathTurn) -> tuple[Message, ...]:
+        """One history turn as checked messages, from the replay cache where it can."""
         cache = self.engine.replay_cache
-        messages: list[Message] = []
-        for node in self.claimed.history:
-            turn = node.turn
-            replay = cache.get(turn.turn_id) if node.steps is None else None
-            if replay is None:
-                # Not loaded with the claim (cached then) or evicted since: load it now.
-                steps = node.steps if node.steps is not None else self.store.steps_of(turn.turn_id)
-                replay = turn_replay(turn.prompt, steps)
-                cache.put(turn.turn_id, turn.status, replay)
-            messages.extend(replay)
-        return tuple(messages)
+        turn = node.turn
+        replay = cache.get(turn.turn_id) if node.steps is None else None
+        if replay is None:
+            # Not loaded with the claim (cached then) or evicted since: load it now.
+            steps = node.steps if node.steps is not None else self.store.steps_of(turn.turn_id)
+            replay = turn_replay(turn.prompt, steps)
+            cache.put(turn.turn_id, turn.status, replay)
+        return replay
 
     def _settle_stream(self, sink: _DeltaSink, reply: ModelReply, index: int) -> None:
         """Make the step's tokens concatenate to exactly its committed text, whatever the
