@@ -25,9 +25,6 @@ HELP = (
     "/help  /quit"
 )
 PROMPT = "[bold cyan]you>[/] "
-RESUMABLE = frozenset(
-    {parley.TurnStatus.CANCELLED, parley.TurnStatus.FAILED, parley.TurnStatus.RUNNING}
-)
 
 
 class Chat:
@@ -174,7 +171,9 @@ class Chat:
             self.console.print("[red]a turn is already running[/]")
             return
         tree = self.session.tree()
-        if not tree or tree[-1].status not in RESUMABLE:
+        if not tree or not (
+            tree[-1].status.resumable or tree[-1].status is parley.TurnStatus.RUNNING
+        ):
             state = f"the last turn {tree[-1].status.value}" if tree else "no turns yet"
             self.console.print(f"[dim]nothing to resume ({state})[/]")
             return

@@ -33,6 +33,17 @@ class TurnStatus(StrEnum):
         return self in (TurnStatus.FINISHED, TurnStatus.SUCCEEDED)
 
     @property
+    def resumable(self) -> bool:
+        """An outcome ``resume`` may continue from its last committed step (a stranded
+        ``running`` turn is resumed as well, but it has no outcome yet)."""
+        return self in (TurnStatus.CANCELLED, TurnStatus.FAILED)
+
+    @property
+    def settled(self) -> bool:
+        """An outcome that can never change again, nor its committed steps."""
+        return self.terminal and not self.resumable
+
+    @property
     def moves_head(self) -> bool:
         """A failed turn leaves the head where it was: its work never became part of the
         conversation (``before_commit`` rejected it, or the model broke)."""

@@ -55,7 +55,7 @@ from workers.ports import (
     TurnPreparation,
     TurnRequest,
 )
-from workers.replay_cache import ReplayCache, settled
+from workers.replay_cache import ReplayCache
 
 log = logging.getLogger("parley.engine")
 
@@ -615,7 +615,7 @@ class _TurnRun:
                     completed = False
                     outcome = self._outcome(state, ending)
         cache = self.engine.replay_cache
-        turn_id, settles = self.turn.turn_id, settled(ending.status)
+        turn_id, settles = self.turn.turn_id, ending.status.settled
 
         def known(candidate: str) -> bool:
             # The turn finishing now heads the next turn's history; it is cached below,

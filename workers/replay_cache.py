@@ -22,11 +22,6 @@ DEFAULT_CAPACITY = 20_000
 tens of megabytes at most for sessions of ordinary size."""
 
 
-def settled(status: TurnStatus) -> bool:
-    """True once a turn's committed steps can never change again."""
-    return status.terminal and status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
-
-
 class ReplayCache:
     """Thread-safe LRU of turn id → that turn's checked replay messages."""
 
@@ -50,7 +45,7 @@ class ReplayCache:
 
     def put(self, turn_id: str, status: TurnStatus, messages: tuple[Message, ...]) -> None:
         """Keep a turn's messages if its outcome is settled."""
-        if not settled(status):
+        if not status.settled:
             return
         with self._guard:
             self._entries[turn_id] = messages

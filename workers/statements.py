@@ -20,7 +20,7 @@ from schemas.records import TurnStatus
 QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
 ACTIVE = (QUEUED, RUNNING)
-RESUMABLE = (TurnStatus.CANCELLED.value, TurnStatus.FAILED.value)
+RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
 
 
 def b(name: str, **kwargs: Any) -> Any:
