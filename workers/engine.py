@@ -40,6 +40,7 @@ from workers.ports import (
     CommitReceipt,
     CommittedStep,
     Coordinator,
+    FinishReceipt,
     Host,
     ModelReply,
     ModelRequest,
@@ -51,6 +52,7 @@ from workers.ports import (
     StreamAborted,
     Tool,
     ToolContext,
+    TurnEnd,
     TurnOutcome,
     TurnPreparation,
     TurnRequest,
@@ -89,6 +91,8 @@ class _Ending:
     reply: str | None = None
     error: str | None = None
     partial: str | None = None
+    receipt: FinishReceipt | None = None
+    """Set when the turn's end was committed with its last step."""
 
 
 class _DeltaSink:
@@ -477,7 +481,12 @@ class _TurnRun:
                 "usage": reply.usage.to_json(),
             },
         )
-        pending = self.store.commit_step(
+        # A final answer with nothing to check ends the turn in the step's own
+        # transaction unless a steer is pending.  Not with a ``before_commit`` hook: it
+        # must see (and may veto) the outcome before anything of it commits.
+        ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
+        ends_here = idle and getattr(self.host.hooks, "before_commit", None) is None
+        receipt = self.store.commit_step(
             run_id=self.run_id,
             session_id=self.claimed.session.session_id,
             fence=self.fence,
@@ -486,15 +495,20 @@ class _TurnRun:
             steer_cursor=cursor,
             events=[*self.emitter.take_unstored(), step_event],
             close_inbox_if_idle=idle,
+            end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
         self.emitter.publish(step_event)
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
-        state.pending = list(pending)
+        state.pending = list(receipt.pending)
         state.feedback = []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total
-        state.inbox_closed = idle and not pending
+        state.inbox_closed = idle and not receipt.pending
+        if receipt.finished is not None:
+            self.emitter.allocate(EventKind.END, {})  # the seq the committed end took
+            ending.receipt = receipt.finished
+            return ending
         return None
 
     def _replay_turn(self, node: PathTurn) -> tuple[Message, ...]:
@@ -602,46 +616,32 @@ class _TurnRun:
         outcome = self._outcome(state, ending)
         hooks = self.host.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
-        if completed:
-            before_commit = getattr(hooks, "before_commit", None)
-            if before_commit is not None:
-                try:
-                    before_commit(outcome, {"prefix": self.prefix})
-                except Exception as exc:
-                    ending = _Ending(
-                        status=TurnStatus.FAILED,
-                        error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
-                    )
-                    completed = False
-                    outcome = self._outcome(state, ending)
-        cache = self.engine.replay_cache
-        turn_id, settles = self.turn.turn_id, ending.status.settled
-
-        def known(candidate: str) -> bool:
-            # The turn finishing now heads the next turn's history; it is cached below,
-            # once its final transaction has committed.
-            return (settles and candidate == turn_id) or cache.knows(candidate)
-
-        receipt = self.store.finish_turn(
-            run_id=self.run_id,
-            turn_id=self.turn.turn_id,
-            session_id=self.claimed.session.session_id,
-            fence=self.fence,
-            status=ending.status,
-            reply=ending.reply,
-            error=ending.error,
-            partial=ending.partial,
-            cursor=state.cursor,
-            prefix=self.prefix,
-            refresh_prefix=self.refresh_prefix,
-            events=self.emitter.take_unstored(),
-            end_seq=self.emitter.allocate(EventKind.END, {}).seq,
-            claim_next=self.engine.coordinator.adopt if self.claim_next else None,
-            known=known,
-            worker=self.engine.label(),
-        )
-        if settles:
-            cache.put(turn_id, ending.status, turn_replay(self.turn.prompt, state.steps))
+        receipt = ending.receipt
+        if receipt is None:
+            if completed:
+                before_commit = getattr(hooks, "before_commit", None)
+                if before_commit is not None:
+                    try:
+                        before_commit(outcome, {"prefix": self.prefix})
+                    except Exception as exc:
+                        ending = _Ending(
+                            status=TurnStatus.FAILED,
+                            error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
+                        )
+                        completed = False
+                        outcome = self._outcome(state, ending)
+            receipt = self.store.finish_turn(
+                run_id=self.run_id,
+                session_id=self.claimed.session.session_id,
+                fence=self.fence,
+                cursor=state.cursor,
+                events=self.emitter.take_unstored(),
+                end=self._turn_end(ending, self.emitter.allocate(EventKind.END, {}).seq),
+            )
+        if ending.status.settled:
+            self.engine.replay_cache.put(
+                self.turn.turn_id, ending.status, turn_replay(self.turn.prompt, state.steps)
+            )
         self.emitter.publish(receipt.end_event)
         if completed:
             _observe(
@@ -655,6 +655,30 @@ class _TurnRun:
             )
         _observe(getattr(hooks, "on_terminal", None), outcome)
         return ending.status, receipt.next_claim
+
+    def _turn_end(self, ending: _Ending, end_seq: int) -> TurnEnd:
+        """What the turn's final transaction commits for ``ending``."""
+        cache = self.engine.replay_cache
+        turn_id, settles = self.turn.turn_id, ending.status.settled
+
+        def known(candidate: str) -> bool:
+            # The turn finishing now heads the next turn's history; it is cached once its
+            # final transaction has committed.
+            return (settles and candidate == turn_id) or cache.knows(candidate)
+
+        return TurnEnd(
+            turn_id=turn_id,
+            status=ending.status,
+            end_seq=end_seq,
+            reply=ending.reply,
+            error=ending.error,
+            partial=ending.partial,
+            prefix=self.prefix,
+            refresh_prefix=self.refresh_prefix,
+            claim_next=self.engine.coordinator.adopt if self.claim_next else None,
+            known=known,
+            worker=self.engine.label(),
+        )
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
         return TurnOutcome(

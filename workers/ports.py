@@ -349,6 +349,33 @@ KnownTurns = Callable[[str], bool]
 their steps when it hands over a claim's history."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnEnd:
+    """A turn's outcome as its final transaction commits it.  With ``claim_next`` the
+    same transaction also claims the session's next runnable turn."""
+
+    turn_id: str
+    status: TurnStatus
+    end_seq: int
+    reply: str | None = None
+    error: str | None = None
+    partial: str | None = None
+    prefix: Prefix | None = None
+    refresh_prefix: bool = False
+    claim_next: SeqFloor | None = None
+    known: KnownTurns | None = None
+    worker: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepReceipt:
+    """What a step's transaction committed: the steers that arrived meanwhile, or, when
+    the step was asked to end the turn and none had, the turn's end."""
+
+    pending: tuple[Steer, ...] = ()
+    finished: FinishReceipt | None = None
+
+
 class Store(Protocol):
     """The durable state the engine and the driver need; every method is one
     transaction (:class:`workers.store.SqlStore` implements it on SQLite and PostgreSQL)."""
@@ -370,7 +397,8 @@ class Store(Protocol):
         steer_cursor: int,
         events: Sequence[Event],
         close_inbox_if_idle: bool,
-    ) -> tuple[Steer, ...]: ...
+        end: TurnEnd | None = None,
+    ) -> StepReceipt: ...
 
     def pending_steers(self, run_id: str, cursor: int) -> tuple[Steer, ...]: ...
 
@@ -382,21 +410,11 @@ class Store(Protocol):
         self,
         *,
         run_id: str,
-        turn_id: str,
         session_id: str,
         fence: int,
-        status: TurnStatus,
-        reply: str | None,
-        error: str | None,
-        partial: str | None,
         cursor: int,
-        prefix: Prefix | None,
-        refresh_prefix: bool,
         events: Sequence[Event],
-        end_seq: int,
-        claim_next: SeqFloor | None = None,
-        known: KnownTurns | None = None,
-        worker: str = "",
+        end: TurnEnd,
     ) -> FinishReceipt: ...
 
 

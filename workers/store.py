@@ -60,6 +60,8 @@ from workers.ports import (
     KnownTurns,
     PathTurn,
     SeqFloor,
+    StepReceipt,
+    TurnEnd,
 )
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
 
@@ -569,10 +571,13 @@ class SqlStore:
         steer_cursor: int,
         events: Sequence[Event],
         close_inbox_if_idle: bool,
-    ) -> tuple[Steer, ...]:
+        end: TurnEnd | None = None,
+    ) -> StepReceipt:
         """Commit one step whole: step row, run usage and cursor, session tokens, durable
         events, fencing check.  Returns the steers that arrived meanwhile; when asked and
-        none did, closes the inbox in the same transaction."""
+        none did, closes the inbox in the same transaction, and with ``end`` also commits
+        the turn's end there (a turn whose last step needs nothing after it costs one
+        transaction, not two)."""
         now = _now()
         usage = payload.usage
         with self._tx() as db:
@@ -592,7 +597,7 @@ class SqlStore:
                     "b_cached_tokens": usage.cached_tokens,
                     "b_cursor": steer_cursor,
                     "b_last_seq": max((e.seq for e in events), default=0),
-                    "b_close": close_inbox_if_idle,
+                    "b_close": close_inbox_if_idle or end is not None,
                 },
             ).scalar_one_or_none()
             if steer_count is None:
@@ -606,10 +611,17 @@ class SqlStore:
                     "created_at": now,
                 },
             )
+            if steer_count == steer_cursor and end is not None:
+                # Nothing pending, and the update above closed the inbox while holding
+                # the run row: the turn ends here.
+                finished = self._end_turn(
+                    db, run_id, session_id, fence, steer_cursor, events, end, now, pending=()
+                )
+                return StepReceipt(finished=finished)
             self._insert_events(db, events, now)
             if steer_count == steer_cursor:
-                return ()  # nothing pending (and, if asked, the inbox is now closed)
-            return self._pending(db, run_id, steer_cursor)
+                return StepReceipt()  # nothing pending (and, if asked, the inbox is closed)
+            return StepReceipt(pending=self._pending(db, run_id, steer_cursor))
 
     def close_inbox(
         self, *, run_id: str, session_id: str, fence: int, cursor: int
@@ -627,82 +639,91 @@ class SqlStore:
         self,
         *,
         run_id: str,
-        turn_id: str,
         session_id: str,
         fence: int,
-        status: TurnStatus,
-        reply: str | None,
-        error: str | None,
-        partial: str | None,
         cursor: int,
-        prefix: Prefix | None,
-        refresh_prefix: bool,
         events: Sequence[Event],
-        end_seq: int,
-        claim_next: SeqFloor | None = None,
-        known: KnownTurns | None = None,
-        worker: str = "",
+        end: TurnEnd,
     ) -> FinishReceipt:
         """Commit a turn's outcome, reply, head and prefix in one fenced transaction.
         Says still pending are reported as undelivered in the ``end`` event.  With
-        ``claim_next``, the same transaction claims the session's next runnable turn."""
+        ``end.claim_next``, the same transaction claims the session's next runnable turn."""
         now = _now()
         with self._tx() as db:
-            session = db.execute(
-                q.FINISH_SESSION,
-                {
-                    "b_session_id": session_id,
-                    "b_fence": fence,
-                    "b_move_head": status.moves_head,
-                    "b_turn_id": turn_id,
-                },
-            ).one_or_none()
-            if session is None:
-                raise Fenced(f"fence {fence} is stale; turn {turn_id} not finished")
+            return self._end_turn(db, run_id, session_id, fence, cursor, events, end, now)
+
+    def _end_turn(
+        self,
+        db: Connection,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        cursor: int,
+        events: Sequence[Event],
+        end: TurnEnd,
+        now: datetime,
+        *,
+        pending: tuple[Steer, ...] | None = None,
+    ) -> FinishReceipt:
+        """The turn-ending statements of a transaction.  ``pending`` is given by a caller
+        that already closed the inbox while holding the run row (and knows what is
+        pending); otherwise it is closed and read here."""
+        status = end.status
+        session = db.execute(
+            q.FINISH_SESSION,
+            {
+                "b_session_id": session_id,
+                "b_fence": fence,
+                "b_move_head": status.moves_head,
+                "b_turn_id": end.turn_id,
+            },
+        ).one_or_none()
+        if session is None:
+            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
+        if pending is None:
             steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
             pending = self._pending(db, run_id, cursor) if steer_count > cursor else ()
-            undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
-            generation = self._store_prefix(
-                db, session_id, session.prefix_generation, status, prefix, refresh_prefix, now
-            )
-            end = Event(
-                turn_id=turn_id,
-                seq=end_seq,
-                kind=EventKind.END,
-                data={
-                    "outcome": status.value,
-                    "reply": reply,
-                    "error": error,
-                    "undelivered": list(undelivered),
-                },
-            )
-            db.execute(
-                q.END_RUN,
-                {
-                    "b_run_id": run_id,
-                    "b_status": status.value,
-                    "b_reply": reply if status.has_reply else None,
-                    "b_error": error,
-                    "b_partial": partial,
-                    "b_undelivered": list(undelivered) or None,
-                    "b_cursor": max([cursor] + [s.position for s in pending]),
-                    "b_now": now,
-                    "b_seq": end_seq,
-                },
-            )
-            self._insert_events(db, [*events, end], now)
-            head = session.head_turn_id
-            following = (
-                self._claim_next(db, session, fence, worker, claim_next, known)
-                if claim_next
-                else None
-            )
+        undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
+        generation = self._store_prefix(
+            db, session_id, session.prefix_generation, status, end.prefix, end.refresh_prefix, now
+        )
+        end_event = Event(
+            turn_id=end.turn_id,
+            seq=end.end_seq,
+            kind=EventKind.END,
+            data={
+                "outcome": status.value,
+                "reply": end.reply,
+                "error": end.error,
+                "undelivered": list(undelivered),
+            },
+        )
+        db.execute(
+            q.END_RUN,
+            {
+                "b_run_id": run_id,
+                "b_status": status.value,
+                "b_reply": end.reply if status.has_reply else None,
+                "b_error": end.error,
+                "b_partial": end.partial,
+                "b_undelivered": list(undelivered) or None,
+                "b_cursor": max([cursor] + [s.position for s in pending]),
+                "b_now": now,
+                "b_seq": end.end_seq,
+            },
+        )
+        self._insert_events(db, [*events, end_event], now)
+        following = (
+            self._claim_next(db, session, fence, end.worker, end.claim_next, end.known)
+            if end.claim_next
+            else None
+        )
         return FinishReceipt(
-            end_event=end,
+            end_event=end_event,
             undelivered=undelivered,
-            head_turn_id=head,
+            head_turn_id=session.head_turn_id,
             prefix_generation=generation,
             next_claim=following,
         )

@@ -53,15 +53,15 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
     before = (store.transactions, coordinator.round_trips, coordinator.events_sent)
     ran = SessionDriver(runtime.engine).drive(session_id)
     coordinator.flush()
-    if ran:
-        log.info(
-            "drove session %s: turns=%d transactions=%d round_trips=%d events=%d",
-            session_id,
-            ran,
-            store.transactions - before[0],
-            coordinator.round_trips - before[1],
-            coordinator.events_sent - before[2],
-        )
+    # Logged for duplicate kicks too (turns=0): what they cost is part of the fleet's bill.
+    log.info(
+        "drove session %s: turns=%d transactions=%d round_trips=%d events=%d",
+        session_id,
+        ran,
+        store.transactions - before[0],
+        coordinator.round_trips - before[1],
+        coordinator.events_sent - before[2],
+    )
     return ran
 
 

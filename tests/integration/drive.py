@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from schemas.events import Event, EventKind
 from schemas.messages import StepPayload
 from schemas.records import IfBusy, TurnStatus, Usage
-from workers.ports import FinishReceipt
+from workers.ports import FinishReceipt, StepReceipt, TurnEnd
 from workers.store import SqlStore
 
 
@@ -57,10 +57,12 @@ def commit(
     fence: int | None = None,
     events: Sequence[Event] | None = None,
     close: bool = False,
-) -> None:
+    end: TurnEnd | None = None,
+) -> StepReceipt:
     """Commit step ``index`` (3 input and 2 output tokens) under ``fence`` (default: the
-    driver's own), with a ``step`` event at the next free seq unless ``events`` are given."""
-    store.commit_step(
+    driver's own), with a ``step`` event at the next free seq unless ``events`` are given;
+    with ``end``, ending the turn in the same transaction if nothing is pending."""
+    return store.commit_step(
         run_id=d.run_id,
         session_id=d.session_id,
         fence=d.fence if fence is None else fence,
@@ -71,6 +73,7 @@ def commit(
         if events is None
         else events,
         close_inbox_if_idle=close,
+        end=end,
     )
 
 
@@ -78,16 +81,9 @@ def finish(store: SqlStore, d: Driving, end_seq: int, *, fence: int | None = Non
     """Finish the turn with reply "r"."""
     return store.finish_turn(
         run_id=d.run_id,
-        turn_id=d.turn_id,
         session_id=d.session_id,
         fence=d.fence if fence is None else fence,
-        status=TurnStatus.FINISHED,
-        reply="r",
-        error=None,
-        partial=None,
         cursor=0,
-        prefix=None,
-        refresh_prefix=False,
         events=[],
-        end_seq=end_seq,
+        end=TurnEnd(turn_id=d.turn_id, status=TurnStatus.FINISHED, reply="r", end_seq=end_seq),
     )

@@ -14,6 +14,7 @@ from parley.errors import Fenced, TurnEnded
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
 from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.database import create_database_engine, current_revision, head_revision, migrate
+from workers.ports import TurnEnd
 from workers.store import SqlStore
 
 
@@ -98,6 +99,62 @@ def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> N
             # The close won: nothing was accepted, every later say was refused.
             assert accepted == []
             assert len(refused) == 4
+
+
+def test_a_final_step_ends_its_turn_in_its_own_transaction_unless_a_steer_is_pending(
+    store: SqlStore,
+) -> None:
+    for attempt in range(20):
+        session_id = new_session(store)
+        turn_id, _run_id = submit(store, session_id)
+        d = start(store, session_id)
+        accepted: list[int] = []
+        refused: list[int] = []
+        barrier = threading.Barrier(3)
+
+        def say(
+            n: int,
+            turn_id: str = turn_id,
+            barrier: threading.Barrier = barrier,
+            accepted: list[int] = accepted,
+            refused: list[int] = refused,
+        ) -> None:
+            barrier.wait()
+            try:
+                accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
+            except TurnEnded:
+                refused.append(n)
+
+        threads = [threading.Thread(target=say, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        end = TurnEnd(
+            turn_id=turn_id, status=TurnStatus.FINISHED, reply="step 0", end_seq=d.next_seq + 1
+        )
+        before = store.transactions
+        if attempt % 2:
+            barrier.wait()  # half the time the steers race the commit
+        receipt = commit(store, d, 0, close=True, end=end)
+        if not attempt % 2:
+            assert store.transactions == before + 1  # the step and the end: one transaction
+            barrier.wait()
+        for thread in threads:
+            thread.join()
+        state = store.run_state(turn_id)
+        if receipt.finished is None:
+            # A steer was accepted first: the step committed, the turn goes on.
+            assert [s.position for s in receipt.pending] == list(range(1, len(receipt.pending) + 1))
+            assert state.status is TurnStatus.RUNNING and state.steps == 1
+            assert accepted
+        else:
+            # The turn ended with its step: head moved, end stored, every say refused.
+            assert receipt.pending == () and accepted == [] and len(refused) == 2
+            assert receipt.finished.end_event.seq == d.next_seq + 1
+            assert receipt.finished.head_turn_id == turn_id
+            assert state.status is TurnStatus.FINISHED and state.steps == 1
+            kinds = [e.kind.value for e in store.events_after(turn_id, 0)]
+            assert kinds[-2:] == ["step", "end"]
+            assert store.turn_result(turn_id) is not None
 
 
 def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: object) -> None:
