@@ -27,7 +27,7 @@ from parley.host import Host, host_from_environment
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.mcp.spec import McpServer
 from parley.streaming import follow
-from schemas.events import Event, EventKind
+from schemas.events import Event
 from schemas.records import (
     Contract,
     IfBusy,
@@ -341,24 +341,22 @@ class TurnHandle:
         """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         client = self._client
-        seen = client.coordinator.last_seq(self.turn_id)
-        check_store = True
+        seen, first = 0, True
         while True:
-            # The store is asked only when an ``end`` went by or nothing was heard for a
-            # while (the turn may run in another process): not on every token.
-            if check_store:
-                result = client.store.turn_result(self.turn_id)
-                if result is not None:
-                    return result
-                self._raise_if_driver_died()
+            # Block on the turn's ends (one small key, not its tokens); the store, which
+            # holds the truth, is asked first, after each end and after each silent poll
+            # (the coordinator may have lost the signal, or never seen the turn).
             remaining = None if deadline is None else deadline - time.monotonic()
+            pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
+            pause = 0 if first else max(pause, 0)
+            first = False
+            seen = client.coordinator.wait_end(self.turn_id, seen, timeout=pause) or seen
+            result = client.store.turn_result(self.turn_id)
+            if result is not None:
+                return result
+            self._raise_if_driver_died()
             if remaining is not None and remaining <= 0:
                 raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
-            pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
-            fresh = client.coordinator.read_events(self.turn_id, seen, timeout=pause)
-            if fresh:
-                seen = fresh[-1].seq
-            check_store = not fresh or any(e.kind is EventKind.END for e in fresh)
 
     def _raise_if_driver_died(self) -> None:
         client = self._client

@@ -49,6 +49,12 @@ def events_key(turn_id: str) -> str:
     return f"parley:events:{turn_id}"
 
 
+def ends_key(turn_id: str) -> str:
+    """The turn's ends: a stream with one entry (id ``<seq>-0``) per ``end`` published, so
+    a waiter blocks on one small key instead of reading every token."""
+    return f"parley:ends:{turn_id}"
+
+
 def deltas_channel(turn_id: str) -> str:
     """The turn's pub/sub channel: each message is a JSON list of events."""
     return f"parley:deltas:{turn_id}"

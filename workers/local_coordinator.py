@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from schemas.events import Event
+from schemas.events import Event, EventKind
 
 RETAINED_TURNS = 256
 """How many turns' replay buffers (tokens included) are kept; older turns are replayed
@@ -107,6 +107,16 @@ class LocalCoordinator:
         while start > 0 and buffer[start - 1].seq > after:
             start -= 1
         return buffer[start:]
+
+    def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
+        """The seq of the newest buffered ``end`` past ``after``, waiting up to ``timeout``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._end_after(turn_id, after) > 0, timeout)
+            return self._end_after(turn_id, after)
+
+    def _end_after(self, turn_id: str, after: int) -> int:
+        ends = [e.seq for e in self._after(turn_id, after) if e.kind is EventKind.END]
+        return ends[-1] if ends else 0
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher; returns the newest buffered seq."""

@@ -468,6 +468,11 @@ class Coordinator(Protocol):
 
     def last_seq(self, turn_id: str) -> int: ...
 
+    def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
+        """The seq of the newest ``end`` published with seq > ``after``, waiting up to
+        ``timeout`` for one; 0 if none (a hint: the store says whether the turn ended)."""
+        ...
+
     def buffer_covers(self, turn_id: str, seq: int) -> bool:
         """Whether the turn's replay buffer holds the events from ``seq + 1`` on (so a
         reader at ``seq`` can wait for it rather than read the store)."""

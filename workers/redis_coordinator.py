@@ -28,8 +28,9 @@ log = logging.getLogger("parley.redis")
 # Append events to a turn's stream in seq order (skipping any already there), publish
 # them as one message, and say whether an interrupt is pending.  A driver publishes with
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
-# KEYS: stream, channel, interrupt flag, owner.  ARGV: ended (0/1), buffer ttl, fence
-# (0: not a driver), then seq, json, seq, json...
+# An ``end`` is also noted on the turn's ends stream, for waiters.
+# KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
+# none), buffer ttl, fence (0: not a driver), then seq, json, seq, json...
 APPEND_AND_PUBLISH = """
 local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
@@ -38,6 +39,7 @@ end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local top = 0
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
+local ended = tonumber(ARGV[1])
 local fresh = {}
 for i = 4, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
@@ -45,12 +47,16 @@ for i = 4, #ARGV, 2 do
     redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
     top = seq
     fresh[#fresh + 1] = ARGV[i + 1]
+    if seq == ended then
+      redis.call('XADD', KEYS[5], seq .. '-0', 'e', '')
+      redis.call('EXPIRE', KEYS[5], tonumber(ARGV[2]))
+    end
   end
 end
 if #fresh > 0 then
   redis.call('PUBLISH', KEYS[2], '[' .. table.concat(fresh, ',') .. ']')
 end
-if ARGV[1] == '1' then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
+if ended > 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
 return redis.call('EXISTS', KEYS[3])
 """
 
@@ -270,8 +276,9 @@ class RedisCoordinator:
         try:
             pipe = self.redis.pipeline(transaction=False)
             for (turn_id, fence), batch in by_turn.items():
+                ends = [e.seq for e in batch if e.kind is EventKind.END]
                 args: list[Any] = [
-                    "1" if any(e.kind is EventKind.END for e in batch) else "0",
+                    ends[-1] if ends else 0,
                     c.ENDED_BUFFER_SECONDS,
                     fence,
                 ]
@@ -283,6 +290,7 @@ class RedisCoordinator:
                         c.deltas_channel(turn_id),
                         c.interrupt_key(turn_id),
                         c.owner_key(turn_id),
+                        c.ends_key(turn_id),
                     ],
                     args=args,
                     client=pipe,
@@ -314,6 +322,24 @@ class RedisCoordinator:
                 time.sleep(timeout)
             return []
         return [Event.from_json(json.loads(fields[b"e"])) for _id, fields in entries]
+
+    def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
+        """The seq of the newest ``end`` past ``after`` on the turn's ends stream, waiting
+        up to ``timeout`` (0 if none, or if Redis is unreachable)."""
+        self.flush()  # what this process still holds counts too
+        key = c.ends_key(turn_id)
+        try:
+            if timeout > 0:
+                found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
+                entries = found[0][1] if found else []
+            else:
+                entries = self.redis.xrange(key, min=f"({after}-0")
+        except redis.RedisError:
+            log.warning("cannot read the ends of %s", turn_id)
+            if timeout > 0:
+                time.sleep(timeout)
+            return 0
+        return _seq_of(entries[-1][0]) if entries else 0
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
