@@ -8,6 +8,7 @@ threads of one process never see ``database is locked``.
 
 from __future__ import annotations
 
+import select
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from schemas.errors import InvalidRequest, StoreError
@@ -44,10 +45,25 @@ def create_database_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
     if parsed.get_backend_name() == "postgresql":
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        return _postgres_engine(url)
     raise InvalidRequest(
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
     )
+
+
+def _postgres_engine(url: str) -> Engine:
+    engine = create_engine(url, pool_size=5, max_overflow=10)
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        # A pooled connection says nothing while it idles: if its socket has something to
+        # read, the server closed it (terminated backend, restart, idle timeout) and left
+        # its goodbye there.  Raising makes the pool replace it, as a ping would, without
+        # the round trip a ping costs on every transaction.
+        if dbapi_connection.closed or select.select([dbapi_connection.fileno()], [], [], 0)[0]:
+            raise DisconnectionError("the server closed this pooled connection")
+
+    return engine
 
 
 def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:

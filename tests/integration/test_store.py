@@ -4,14 +4,17 @@ step commits, the steer inbox, and one schema from one set of migrations."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from sqlalchemy import inspect
 
 from parley.errors import Fenced, TurnEnded
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
+from tests.conftest import PG_ADMIN_URL
 from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.ports import TurnEnd
@@ -155,6 +158,29 @@ def test_a_final_step_ends_its_turn_in_its_own_transaction_unless_a_steer_is_pen
             kinds = [e.kind.value for e in store.events_after(turn_id, 0)]
             assert kinds[-2:] == ["step", "end"]
             assert store.turn_result(turn_id) is not None
+
+
+def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_url: str) -> None:
+    engine = create_database_engine(postgres_url)
+    store = SqlStore(engine)
+    try:
+        session_id = new_session(store)
+        store.get_session(session_id)  # the pool now holds a connection
+        database = postgres_url.rsplit("/", 1)[1]
+        with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchone()
+        assert killed is not None and killed[0] > 0
+        time.sleep(0.2)  # the backends' goodbyes reach their sockets
+        # Without a check at checkout this would be a StoreError on a dead connection.
+        assert store.get_session(session_id).session_id == session_id
+        turn_id, _run_id = submit(store, session_id)
+        assert store.run_state(turn_id).status is TurnStatus.QUEUED
+    finally:
+        store.close()
 
 
 def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: object) -> None:
