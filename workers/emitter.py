@@ -2,7 +2,9 @@
 
 One driver owns a turn at a time, so it is the only writer of its seq.  Tokens are only
 published; durable events are also collected until the next commit stores them with the
-seq they were published under.
+seq they were published under.  A delta that arrives while the previous token event of
+its step is still waiting to be sent joins that event instead of taking a new seq, so a
+burst of deltas costs a few events while a slow stream still sends each delta at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Emitter:
         self._coordinator = coordinator
         self._fence = fence
         self._unstored: list[Event] = []
+        self._last_token: Event | None = None
 
     def allocate(self, kind: EventKind, data: dict[str, Any]) -> Event:
         """Number an event without publishing it (for events published after a commit)."""
@@ -38,6 +41,17 @@ class Emitter:
         if kind.durable:
             self._unstored.append(event)
         return event
+
+    def emit_delta(self, step: int, text: str) -> None:
+        """Publish a step's delta: appended to the step's last token event while that one
+        is unsent and nothing came after it, else as a new ``token`` event."""
+        last = self._last_token
+        if last is not None and last.seq == self._next - 1 and last.data["step"] == step:
+            merged = self._coordinator.coalesce(last, text, self._fence)
+            if merged is not None:
+                self._last_token = merged
+                return
+        self._last_token = self.emit(EventKind.TOKEN, {"step": step, "text": text})
 
     def publish(self, event: Event) -> None:
         """Publish an event allocated earlier (after its commit)."""

@@ -117,7 +117,7 @@ class _DeltaSink:
         if text:
             first = not self.parts
             self.parts.append(text)
-            self._emitter.emit(EventKind.TOKEN, {"step": self._index, "text": text})
+            self._emitter.emit_delta(self._index, text)
             if first:
                 # The first token is what a reader waits for: send it from this thread
                 # now rather than when the flusher next gets the interpreter (the model
@@ -530,11 +530,11 @@ class _TurnRun:
         if streamed == reply.text:
             return
         if reply.text.startswith(streamed):
-            self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text[len(streamed) :]})
+            self.emitter.emit_delta(index, reply.text[len(streamed) :])
             return
         self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index, "reason": "diverged"})
         if reply.text:
-            self.emitter.emit(EventKind.TOKEN, {"step": index, "text": reply.text})
+            self.emitter.emit_delta(index, reply.text)
 
     def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
         """Run one tool call through validation, policy and approver.  Raises only

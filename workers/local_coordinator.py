@@ -70,6 +70,10 @@ class LocalCoordinator:
     def flush(self) -> None:
         """Nothing to send: publishing here is immediate."""
 
+    def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
+        """Never: a published event is already in readers' hands."""
+        return None
+
     def publish(self, events: Sequence[Event], fence: int = 0) -> None:
         """Append to each turn's replay buffer and wake every reader.  A driver passes its
         fence; events of a driver older than the turn's adopter are dropped."""

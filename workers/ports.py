@@ -458,6 +458,12 @@ class Coordinator(Protocol):
         """Send what ``publish`` has queued, from the caller's thread, now."""
         ...
 
+    def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
+        """Append ``text`` to ``token`` if that event is still queued, unsent, as the last
+        one, and return the event as it now stands; None if it has gone (then the caller
+        publishes a new event)."""
+        ...
+
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the only driver allowed to publish the turn's events, drop any
         interrupt flag (the claim reads the durable inbox), and return the newest seq

@@ -173,8 +173,9 @@ class RedisCoordinator:
         self._closed = False
         self._interrupted: set[str] = set()
         self._interrupt_checked: dict[str, float] = {}
-        self.round_trips = 0  # pipelines sent, and the events they carried: for logs
-        self.events_sent = 0  # and benchmarks
+        self.round_trips = 0  # pipelines sent, the events they carried, and the deltas
+        self.events_sent = 0  # that joined a queued token event: for logs and benchmarks
+        self.deltas_coalesced = 0
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher."""
@@ -248,6 +249,21 @@ class RedisCoordinator:
     def flush(self) -> None:
         """Send what is queued now (from the caller's thread)."""
         self._send_pending()
+
+    def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
+        """Append ``text`` to ``token`` while it is the last queued event, unsent."""
+        with self._wake:
+            if not self._pending or self._pending[-1][1] is not token:
+                return None
+            merged = Event(
+                turn_id=token.turn_id,
+                seq=token.seq,
+                kind=token.kind,
+                data={**token.data, "text": token.data["text"] + text},
+            )
+            self._pending[-1] = (fence, merged)
+            self.deltas_coalesced += 1
+            return merged
 
     def _send_pending(self) -> None:
         # Taking and sending under one lock keeps batches in publish order: a batch sent

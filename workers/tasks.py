@@ -50,17 +50,23 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
-    before = (store.transactions, coordinator.round_trips, coordinator.events_sent)
+    before = (
+        store.transactions,
+        coordinator.round_trips,
+        coordinator.events_sent,
+        coordinator.deltas_coalesced,
+    )
     ran = SessionDriver(runtime.engine).drive(session_id)
     coordinator.flush()
     # Logged for duplicate kicks too (turns=0): what they cost is part of the fleet's bill.
     log.info(
-        "drove session %s: turns=%d transactions=%d round_trips=%d events=%d",
+        "drove session %s: turns=%d transactions=%d round_trips=%d events=%d coalesced=%d",
         session_id,
         ran,
         store.transactions - before[0],
         coordinator.round_trips - before[1],
         coordinator.events_sent - before[2],
+        coordinator.deltas_coalesced - before[3],
     )
     return ran
 

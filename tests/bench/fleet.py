@@ -26,7 +26,7 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import PG_ADMIN_URL, fresh_postgres_database
+from tests.conftest import fresh_postgres_database
 from tests.fleet import REPO, Fleet, flush_redis
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -151,26 +151,47 @@ def throughput(client: parley.Client, root: Path) -> float:
     return len(handles) / (time.perf_counter() - start)
 
 
-def xact_commits(database: str) -> int:
-    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+DRIVE_LINE = re.compile(
+    r"turns=(\d+) transactions=(\d+) round_trips=(\d+) events=(\d+) coalesced=(\d+)"
+)
 
 
-DRIVE_LINE = re.compile(r"turns=(\d+) transactions=(\d+) round_trips=(\d+) events=(\d+)")
-
-
-def worker_counters(fleet: Fleet) -> tuple[int, int, int, int]:
-    """Sum the per-drive counters the workers log."""
-    totals = [0, 0, 0, 0]
+def worker_counters(fleet: Fleet) -> tuple[int, ...]:
+    """Sum the per-drive counters the workers log (duplicate kicks included)."""
+    totals = [0] * 5
     for log in fleet.log_dir.glob(f"{fleet.queue}-worker-*.log"):
         for match in DRIVE_LINE.finditer(log.read_text(errors="replace")):
-            for i in range(4):
+            for i in range(5):
                 totals[i] += int(match.group(i + 1))
-    return totals[0], totals[1], totals[2], totals[3]
+    return tuple(totals)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(fleet: Fleet) -> dict[str, float]:
+    """CPU seconds used so far by this producer, the fleet's workers (Celery's main and
+    pool processes), its sweeper, PostgreSQL and Redis, read from /proc."""
+    groups = {p.pid: ("sweeper" if n == 2 else "workers") for n, p in enumerate(fleet.processes)}
+    totals = dict.fromkeys(("producer", "workers", "sweeper", "PostgreSQL", "Redis"), 0.0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        pid, pgid = int(stat.parent.name), int(fields[2])
+        seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if pid == os.getpid():
+            totals["producer"] += seconds
+        elif pgid in groups:
+            totals[groups[pgid]] += seconds
+        elif name.startswith("postgres"):
+            totals["PostgreSQL"] += seconds
+        elif name.startswith("redis-server"):
+            totals["Redis"] += seconds
+    return totals
 
 
 def bytes_of_turn(database_url: str, turn_id: str) -> int:
@@ -223,7 +244,6 @@ def main() -> int:
         root.mkdir()
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"rules": RULES}))
-        database = database_url.rsplit("/", 1)[1]
 
         round_trips, noop_rate = noop_floor(database_url, f"bench.noop.{uuid.uuid4().hex[:6]}")
 
@@ -235,20 +255,19 @@ def main() -> int:
         )
         fleet.start_worker(concurrency=1)
         fleet.start_worker(concurrency=1)
-        fleet.start_beat()
+        fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
         fleet.wait_ready()
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
         try:
             latencies(client, root, 20)  # warm up both workers
             first, end = latencies(client, root, 200)
-            before = xact_commits(database)
             client_before = client.store.transactions
             counters_before = worker_counters(fleet)
+            cpu_before = cpu_by_role(fleet)
             rate = throughput(client, root)
-            time.sleep(1)  # let pg_stat catch up
-            all_xacts = xact_commits(database) - before
+            cpu = {k: v - cpu_before[k] for k, v in cpu_by_role(fleet).items()}
             client_xacts = client.store.transactions - client_before
-            turns, worker_xacts, trips, events = (
+            turns, worker_xacts, trips, events, coalesced = (
                 a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
             )
             sizes = storage(client, root, database_url)
@@ -272,13 +291,19 @@ def main() -> int:
         f"{rate / noop_rate:4.2f}× noop (target ≥ 0.3)"
     )
     print(
-        f"PostgreSQL transactions/turn  {worker_xacts / turns:5.2f} by the workers for a "
-        f"one-step turn (target ≤ 1 + 2), {all_xacts / turns:5.2f} in all "
-        f"({client_xacts / turns:4.2f} by the producer)"
+        "CPU per turn in that run      "
+        + "   ".join(f"{role} {1e3 * seconds / turns:4.2f} ms" for role, seconds in cpu.items())
+        + f"   (all {1e3 * sum(cpu.values()) / turns:5.2f} ms on {os.cpu_count()} cores)"
     )
     print(
-        f"Redis round trips/100 deltas  {100 * trips / events:5.2f} "
-        f"({events} events in {trips} pipelines; target ≤ 10)"
+        f"PostgreSQL transactions/turn  {worker_xacts / turns:5.2f} by the workers for a "
+        f"one-step turn, duplicate kicks included (target ≤ 1 + 2), "
+        f"{client_xacts / turns:4.2f} by the producer (submit and wait)"
+    )
+    print(
+        f"Redis round trips/100 deltas  {100 * trips / (events + coalesced):5.2f} "
+        f"({events + coalesced} events and deltas in {trips} pipelines, {coalesced} deltas "
+        f"joined a queued token event; target ≤ 10)"
     )
     print(
         f"bytes stored per turn         turn 10: {sizes[10]} B   turn 1000: {sizes[1000]} B "

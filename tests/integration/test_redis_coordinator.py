@@ -1,0 +1,87 @@
+"""The Redis coordinator's delta batching against the machine's Redis: deltas that pile up
+behind a send join one token event, a slow stream still sends each delta, and nothing is
+merged across another event."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from schemas.events import EventKind
+from tests.fleet import REDIS_TEST_URL, flush_redis
+from workers.emitter import Emitter
+from workers.redis_coordinator import RedisCoordinator
+
+
+@pytest.fixture
+def coordinator() -> Iterator[RedisCoordinator]:
+    flush_redis(REDIS_TEST_URL)
+    coordinator = RedisCoordinator(REDIS_TEST_URL)
+    yield coordinator
+    coordinator.close()
+
+
+def _buffered(coordinator: RedisCoordinator, turn_id: str) -> list[tuple[int, str, str]]:
+    coordinator.flush()
+    return [
+        (e.seq, e.kind.value, e.data.get("text", ""))
+        for e in coordinator.read_events(turn_id, 0, timeout=0)
+    ]
+
+
+def test_deltas_queued_behind_a_send_join_one_token_event(coordinator: RedisCoordinator) -> None:
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator, fence=1)
+    deltas = [f"t{i:02d}" for i in range(70)]
+    emitter.emit_delta(0, deltas[0])
+    coordinator.flush()  # the first delta goes out alone, as the engine sends it
+    with coordinator._sending:  # a send in flight: whatever arrives meanwhile waits
+        for text in deltas[1:]:
+            emitter.emit_delta(0, text)
+    events = _buffered(coordinator, turn_id)
+    assert events == [(1, "token", "t00"), (2, "token", "".join(deltas[1:]))]
+    assert coordinator.deltas_coalesced == 68
+    assert emitter.next_seq == 3  # seqs stay gap-free
+
+
+def test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator: RedisCoordinator) -> None:
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator, fence=1)
+    for n in range(5):
+        emitter.emit_delta(0, f"d{n}")
+        deadline = time.monotonic() + 5
+        while coordinator.events_sent < n + 1 and time.monotonic() < deadline:
+            time.sleep(0.005)  # the flusher sends it before the next delta comes
+    assert [text for _seq, _kind, text in _buffered(coordinator, turn_id)] == [
+        "d0",
+        "d1",
+        "d2",
+        "d3",
+        "d4",
+    ]
+    assert coordinator.deltas_coalesced == 0
+
+
+def test_deltas_never_join_a_token_event_across_another_event_or_step(
+    coordinator: RedisCoordinator,
+) -> None:
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator, fence=1)
+    with coordinator._sending:
+        emitter.emit_delta(0, "a")
+        emitter.emit_delta(0, "b")
+        emitter.emit(EventKind.TOOL_CALL, {"step": 0, "call_id": "c", "name": "x"})
+        emitter.emit_delta(0, "c")
+        emitter.emit_delta(1, "d")
+        emitter.allocate(EventKind.STEP, {"index": 1})  # numbered, published later
+        emitter.emit_delta(1, "e")  # after a seq was taken: a new event, never a merge
+    assert _buffered(coordinator, turn_id) == [
+        (1, "token", "ab"),
+        (2, "tool_call", ""),
+        (3, "token", "c"),
+        (4, "token", "d"),
+        (6, "token", "e"),
+    ]
