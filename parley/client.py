@@ -253,13 +253,21 @@ class Session:
         receipt = client.store.submit_turn(
             session_id=self.id, prompt=text, request_id=request_id, contract=contract, if_busy=busy
         )
-        if receipt.queued_event is not None:
-            client.coordinator.publish([receipt.queued_event])
-            client.coordinator.mark_work(self.id)
         for turn_id in receipt.interrupted_turn_ids:
             client.coordinator.signal_interrupt(turn_id)
-        client._kicker.kick(self.id)
+        self._announce(receipt.queued_event)
         return TurnHandle(client, receipt.turn)
+
+    def _announce(self, queued: Event | None) -> None:
+        """Publish a turn's ``queued`` event and get a driver to the session: one kick,
+        unless a kick sent earlier is still waiting for a driver (who will see this turn)."""
+        client = self._client
+        kick = True
+        if queued is not None:
+            client.coordinator.publish([queued])
+            kick = client.coordinator.mark_work(self.id)
+        if kick:
+            client._kicker.kick(self.id)
 
     def branch_from(self, turn_id: str) -> None:
         """Make ``turn_id`` the head: the next turn hangs under it.  One write."""
@@ -286,10 +294,7 @@ class Session:
             raise ForeignTurn(f"turn {turn_id!r} belongs to session {turn.session_id!r}")
         client._kicker.ready()
         turn, queued = client.store.resume_turn(turn_id, client.coordinator.last_seq(turn_id))
-        if queued is not None:
-            client.coordinator.publish([queued])
-            client.coordinator.mark_work(self.id)
-        client._kicker.kick(self.id)
+        self._announce(queued)
         return TurnHandle(client, turn)
 
 

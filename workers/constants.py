@@ -39,6 +39,18 @@ def kicked_key(session_id: str) -> str:
     return f"parley:kicked:{session_id}"
 
 
+KICK_PENDING_SECONDS = 10
+"""How long a sent kick suppresses further kicks for its session unless a driver picks it
+up sooner; past that (a lost kick), submissions kick again, and the sweeper recovers it
+anyway."""
+
+
+def kick_pending_key(session_id: str) -> str:
+    """Set while a kick for the session waits in the queue: the driver that takes it up
+    starts after every submission made meanwhile committed, so those need no kick."""
+    return f"parley:kick:{session_id}"
+
+
 def work_key(session_id: str) -> str:
     """The session's work mark, bumped by every submission."""
     return f"parley:work:{session_id}"

@@ -55,10 +55,11 @@ class LocalCoordinator:
             mark = self._marks.get(session_id, 0)
         return LocalLock(lock, mark) if lock.acquire(blocking=False) else None
 
-    def mark_work(self, session_id: str) -> None:
-        """Bump the session's work mark."""
+    def mark_work(self, session_id: str) -> bool:
+        """Bump the session's work mark; in-process kicks are always worth sending."""
         with self._guard:
             self._marks[session_id] = self._marks.get(session_id, 0) + 1
+        return True
 
     def work_mark(self, session_id: str) -> int:
         """The session's work mark."""

@@ -443,8 +443,10 @@ class Coordinator(Protocol):
 
     def try_lock(self, session_id: str) -> SessionLock | None: ...
 
-    def mark_work(self, session_id: str) -> None:
-        """Note that the session got new work (after it is committed, before the kick)."""
+    def mark_work(self, session_id: str) -> bool:
+        """Note that the session got new work (after it is committed, before the kick),
+        sending what ``publish`` queued with it.  Returns whether the work needs a kick
+        (False while a kick for the session is still waiting to be picked up)."""
         ...
 
     def work_mark(self, session_id: str) -> object:

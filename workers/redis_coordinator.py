@@ -197,22 +197,36 @@ class RedisCoordinator:
             pipe = self.redis.pipeline(transaction=False)
             pipe.set(c.lock_key(session_id), token, nx=True, px=c.LOCK_TTL_MS)
             pipe.get(c.work_key(session_id))
-            taken, mark = pipe.execute()
+            # A kick is being handled: submissions from now on must send their own.
+            pipe.delete(c.kick_pending_key(session_id))
+            taken, mark, _ = pipe.execute()
         except redis.RedisError:
             log.warning("cannot reach Redis to lock session %s", session_id)
             return None
         return RedisLock(self, session_id, token, mark) if taken else None
 
-    def mark_work(self, session_id: str) -> None:
-        """Bump the session's work mark (it expires with the lock TTL's order of time; a
-        lost mark only delays a turn until the sweeper's next look)."""
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.incr(c.work_key(session_id))
-            pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
-            pipe.execute()
-        except redis.RedisError:
-            log.warning("could not mark work for session %s; the sweeper will see it", session_id)
+    def mark_work(self, session_id: str) -> bool:
+        """Bump the session's work mark, sending what is queued for publication in the
+        same round trip.  Returns whether to kick: not while an earlier kick for the
+        session still waits in the queue, since its driver will see this work too.  (A
+        lost mark or kick only delays a turn until the sweeper's next look.)"""
+        with self._sending:
+            with self._wake:
+                events, self._pending = self._pending, []
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                turns = self._queue_appends(pipe, events)
+                pipe.incr(c.work_key(session_id))
+                pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
+                pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
+                replies = pipe.execute()
+            except redis.RedisError:
+                log.warning(
+                    "could not mark work for session %s; the sweeper will see it", session_id
+                )
+                return True
+            self._sent(events, turns, replies[: len(turns)])
+            return bool(replies[-1])
 
     def work_mark(self, session_id: str) -> object:
         """The session's work mark (None when unknown)."""
@@ -286,40 +300,46 @@ class RedisCoordinator:
     def _flush(self, events: list[tuple[int, Event]]) -> None:
         if not events:
             return
-        by_turn: dict[tuple[str, int], list[Event]] = {}
-        for fence, event in events:
-            by_turn.setdefault((event.turn_id, fence), []).append(event)
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for (turn_id, fence), batch in by_turn.items():
-                ends = [e.seq for e in batch if e.kind is EventKind.END]
-                args: list[Any] = [
-                    ends[-1] if ends else 0,
-                    c.ENDED_BUFFER_SECONDS,
-                    fence,
-                ]
-                for event in batch:
-                    args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
-                self.scripts.append(
-                    keys=[
-                        c.events_key(turn_id),
-                        c.deltas_channel(turn_id),
-                        c.interrupt_key(turn_id),
-                        c.owner_key(turn_id),
-                        c.ends_key(turn_id),
-                    ],
-                    args=args,
-                    client=pipe,
-                )
+            turns = self._queue_appends(pipe, events)
             flags = pipe.execute()
-            self.round_trips += 1
-            self.events_sent += len(events)
         except redis.RedisError:
             log.warning(
                 "could not publish %d event(s); readers fall back to the store", len(events)
             )
             return
-        for (turn_id, _fence), flag in zip(by_turn, flags, strict=True):
+        self._sent(events, turns, flags)
+
+    def _queue_appends(self, pipe: Any, events: list[tuple[int, Event]]) -> list[str]:
+        """Queue on ``pipe`` one append-and-publish call per turn and fence; returns the
+        turn of each call, in order."""
+        by_turn: dict[tuple[str, int], list[Event]] = {}
+        for fence, event in events:
+            by_turn.setdefault((event.turn_id, fence), []).append(event)
+        for (turn_id, fence), batch in by_turn.items():
+            ends = [e.seq for e in batch if e.kind is EventKind.END]
+            args: list[Any] = [ends[-1] if ends else 0, c.ENDED_BUFFER_SECONDS, fence]
+            for event in batch:
+                args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
+            self.scripts.append(
+                keys=[
+                    c.events_key(turn_id),
+                    c.deltas_channel(turn_id),
+                    c.interrupt_key(turn_id),
+                    c.owner_key(turn_id),
+                    c.ends_key(turn_id),
+                ],
+                args=args,
+                client=pipe,
+            )
+        return [turn_id for turn_id, _fence in by_turn]
+
+    def _sent(self, events: list[tuple[int, Event]], turns: list[str], flags: list[Any]) -> None:
+        """Count a pipeline that carried ``events`` and note the interrupts it reported."""
+        self.round_trips += 1
+        self.events_sent += len(events)
+        for turn_id, flag in zip(turns, flags, strict=True):
             if flag:
                 self._interrupted.add(turn_id)
 

@@ -1,6 +1,6 @@
-"""The Redis coordinator's delta batching against the machine's Redis: deltas that pile up
-behind a send join one token event, a slow stream still sends each delta, and nothing is
-merged across another event."""
+"""The Redis coordinator against the machine's Redis: deltas that pile up behind a send
+join one token event, a slow stream still sends each delta, nothing is merged across
+another event, and a kick still waiting for a driver makes further kicks unnecessary."""
 
 from __future__ import annotations
 
@@ -85,3 +85,20 @@ def test_deltas_never_join_a_token_event_across_another_event_or_step(
         (4, "token", "d"),
         (6, "token", "e"),
     ]
+
+
+def test_a_kick_waiting_for_a_driver_makes_further_kicks_unnecessary(
+    coordinator: RedisCoordinator,
+) -> None:
+    session_id = str(uuid.uuid4())
+    assert coordinator.mark_work(session_id) is True  # first submission: kick
+    assert coordinator.mark_work(session_id) is False  # that kick still waits: it will do
+    lock = coordinator.try_lock(session_id)  # a driver takes the kick up
+    assert lock is not None
+    try:
+        assert coordinator.mark_work(session_id) is True  # from now on, kick again
+        assert coordinator.try_lock(session_id) is None  # a duplicate kick bounces...
+        assert coordinator.mark_work(session_id) is True  # ...and still counts as taken up
+        assert lock.work_mark != coordinator.work_mark(session_id)  # the driver will look
+    finally:
+        lock.release()
