@@ -326,8 +326,9 @@ class ClaimedTurn:
 
 
 SeqFloor = Callable[[str, int], int]
-"""Called with (turn, fence) by a claim: adopts the turn's replay buffer for the fence and
-returns the highest seq it already holds (the claim numbers events above it)."""
+"""Called with (turn, fence) by a claim of a turn that ran before: adopts the turn's
+replay buffer for the fence and returns the highest seq it already holds (the claim
+numbers events above it)."""
 
 Claim = tuple[ClaimedTurn, Event]
 """A claimed turn and its ``started`` event (already stored, not yet published)."""

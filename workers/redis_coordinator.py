@@ -96,22 +96,20 @@ CHECKED_TURNS_KEPT = 10_000
 
 
 class RedisLock:
-    """A held session lock, kept alive by a heartbeat thread until released or lost."""
+    """A held session lock, kept alive by its coordinator's heartbeat until released or
+    lost."""
 
     def __init__(
         self, coordinator: RedisCoordinator, session_id: str, token: str, work_mark: object
     ) -> None:
         self.work_mark = work_mark
+        self.key = c.lock_key(session_id)
+        self.token = token
         self._coordinator = coordinator
-        self._key = c.lock_key(session_id)
-        self._token = token
         self._held = True
+        self._released = False
         self._extended = time.monotonic()
-        self._stop = threading.Event()
-        self._beat = threading.Thread(
-            target=self._heartbeat, name=f"lock-{session_id[:8]}", daemon=True
-        )
-        self._beat.start()
+        coordinator.heartbeat.keep(self)
 
     def held(self) -> bool:
         """False once the heartbeat found the lock gone, or could not reach Redis for a
@@ -121,30 +119,75 @@ class RedisLock:
         return self._held
 
     def release(self) -> None:
-        """Stop the heartbeat and delete the lock if it is still ours."""
-        self._stop.set()
-        self._beat.join()
+        """Stop extending the lock and delete it if it is still ours."""
+        self._released = True
+        self._coordinator.heartbeat.drop(self)
         if self._held:
             self._held = False
             try:
-                self._coordinator.scripts.release(keys=[self._key], args=[self._token])
+                self._coordinator.scripts.release(keys=[self.key], args=[self.token])
             except redis.RedisError:
-                log.warning("could not release %s; it expires by itself", self._key)
+                log.warning("could not release %s; it expires by itself", self.key)
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(c.HEARTBEAT_SECONDS):
-            try:
-                kept = self._coordinator.scripts.extend(
-                    keys=[self._key], args=[self._token, c.LOCK_TTL_MS]
+    def extended(self, kept: bool, at: float) -> None:
+        """The heartbeat's answer for an extension sent at ``at``."""
+        if kept:
+            self._extended = at
+        elif not self._released:
+            log.warning("lost %s", self.key)
+            self._held = False
+            self._coordinator.heartbeat.drop(self)
+
+
+class _Heartbeat:
+    """One thread per coordinator extends every lock it holds, all in one pipeline per
+    beat (a drive does not pay for starting and joining a thread of its own)."""
+
+    def __init__(self, coordinator: RedisCoordinator) -> None:
+        self._coordinator = coordinator
+        self._locks: set[RedisLock] = set()
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, lock: RedisLock) -> None:
+        with self._guard:
+            self._locks.add(lock)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="parley-heartbeat", daemon=True
                 )
-            except redis.RedisError:
-                log.warning("heartbeat of %s failed; retrying", self._key)
+                self._thread.start()
+
+    def drop(self, lock: RedisLock) -> None:
+        with self._guard:
+            self._locks.discard(lock)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        coordinator = self._coordinator
+        while not self._stop.wait(c.HEARTBEAT_SECONDS):
+            with self._guard:
+                locks = list(self._locks)
+            if not locks:
                 continue
-            if not kept:
-                log.warning("lost %s", self._key)
-                self._held = False
-                return
-            self._extended = time.monotonic()
+            sent = time.monotonic()  # the new TTL runs from no later than this
+            try:
+                pipe = coordinator.redis.pipeline(transaction=False)
+                for lock in locks:
+                    coordinator.scripts.extend(
+                        keys=[lock.key], args=[lock.token, c.LOCK_TTL_MS], client=pipe
+                    )
+                kept = pipe.execute()
+            except redis.RedisError:
+                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
+                continue
+            for lock, answer in zip(locks, kept, strict=True):
+                lock.extended(bool(answer), sent)
 
 
 class _Scripts:
@@ -166,6 +209,7 @@ class RedisCoordinator:
         # than the default, yet a finite one, so a half-open connection cannot hang them.
         self._blocking: Any = redis.Redis.from_url(url, socket_timeout=BLOCKING_SOCKET_SECONDS)
         self.scripts = _Scripts(self.redis)
+        self.heartbeat = _Heartbeat(self)
         self._pending: list[tuple[int, Event]] = []
         self._wake = threading.Condition()
         self._sending = threading.Lock()
@@ -178,7 +222,8 @@ class RedisCoordinator:
         self.deltas_coalesced = 0
 
     def close(self) -> None:
-        """Flush what is queued and stop the flusher."""
+        """Flush what is queued and stop the flusher and the heartbeat."""
+        self.heartbeat.stop()
         with self._wake:
             self._closed = True
             self._wake.notify_all()

@@ -492,7 +492,10 @@ class SqlStore:
         if run is None:
             return None
         turn = turn_of_next_run(run)
-        return self._claim(db, run, worker, seq_floor(run.turn_id, fence), session, turn, known)
+        # A first attempt needs no adoption: no driver ever published for it, and the
+        # buffer can hold nothing above the stored ``queued`` event.
+        floor = seq_floor(run.turn_id, fence) if run.attempts else 0
+        return self._claim(db, run, worker, floor, session, turn, known)
 
     def _claim(
         self,
