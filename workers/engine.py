@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -63,6 +64,10 @@ log = logging.getLogger("parley.engine")
 
 MAX_ATTEMPTS = 10
 """A turn claimed this many times without finishing ends ``failed`` (a crash loop)."""
+
+INBOX_FRESH_SECONDS = 0.1
+"""A boundary this soon after the inbox was read (by the claim or a commit) does not ask
+the coordinator for an interrupt flag: the read is as recent as the flag would be."""
 
 
 def _always() -> bool:
@@ -152,6 +157,7 @@ class _TurnState:
     session_tokens: int
     feedback: list[StepInput] = field(default_factory=list)
     inbox_closed: bool = False
+    inbox_read: float = field(default_factory=time.monotonic)
 
 
 class TurnEngine:
@@ -195,6 +201,9 @@ class TurnEngine:
         claimed, started = claim
         emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
         emitter.publish(started)
+        # Sent now rather than by the flusher, whose send the first token would otherwise
+        # queue behind.
+        self.coordinator.flush()
         return _TurnRun(self, claimed, fence, emitter, holding, claim_next).run()
 
 
@@ -373,10 +382,12 @@ class _TurnRun:
                 return ending
 
     def _take_interrupt(self, state: _TurnState) -> bool:
-        if self.engine.coordinator.interrupt_requested(self.turn.turn_id):
+        stale = time.monotonic() - state.inbox_read >= INBOX_FRESH_SECONDS
+        if stale and self.engine.coordinator.interrupt_requested(self.turn.turn_id):
             # The flag is a hint that an interrupt is in the durable inbox: read it now
             # rather than one step later.
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
+            state.inbox_read = time.monotonic()
         return any(s.kind is SteerKind.INTERRUPT for s in state.pending)
 
     def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
@@ -407,6 +418,7 @@ class _TurnRun:
                     cursor=state.cursor,
                 )
             )
+            state.inbox_read = time.monotonic()
             if state.pending:
                 return None  # a steer slipped in: run one more step for it
         return _Ending(status=status, reply=reply)
@@ -501,6 +513,7 @@ class _TurnRun:
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
         state.pending = list(receipt.pending)
+        state.inbox_read = time.monotonic()
         state.feedback = []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total

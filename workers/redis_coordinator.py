@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -176,13 +176,15 @@ class _Heartbeat:
             if not locks:
                 continue
             sent = time.monotonic()  # the new TTL runs from no later than this
-            try:
-                pipe = coordinator.redis.pipeline(transaction=False)
+
+            def extend_all(pipe: Any, locks: list[RedisLock] = locks) -> None:
                 for lock in locks:
-                    coordinator.scripts.extend(
-                        keys=[lock.key], args=[lock.token, c.LOCK_TTL_MS], client=pipe
+                    coordinator.scripts.queue(
+                        pipe, coordinator.scripts.extend, [lock.key], [lock.token, c.LOCK_TTL_MS]
                     )
-                kept = pipe.execute()
+
+            try:
+                kept, _ = coordinator.pipeline(extend_all)
             except redis.RedisError:
                 log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
                 continue
@@ -196,6 +198,19 @@ class _Scripts:
         self.adopt = client.register_script(ADOPT_TURN)
         self.extend = client.register_script(EXTEND_LOCK)
         self.release = client.register_script(RELEASE_LOCK)
+        self._client = client
+
+    @staticmethod
+    def queue(pipe: Any, script: Any, keys: list[Any], args: list[Any]) -> None:
+        """Queue a script call on ``pipe`` by its sha.  (Called as ``script(...,
+        client=pipe)``, redis-py would ask ``SCRIPT EXISTS`` before every execute: a
+        second round trip per pipeline.)"""
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+    def load(self) -> None:
+        """Load every script into a server that lost them (a restart)."""
+        for script in (self.append, self.adopt, self.extend, self.release):
+            script.sha = self._client.script_load(script.script)
 
 
 class RedisCoordinator:
@@ -258,20 +273,22 @@ class RedisCoordinator:
         with self._sending:
             with self._wake:
                 events, self._pending = self._pending, []
-            try:
-                pipe = self.redis.pipeline(transaction=False)
-                turns = self._queue_appends(pipe, events)
+            turns: list[str] = []
+
+            def mark(pipe: Any) -> None:
+                turns[:] = self._queue_appends(pipe, events)
                 pipe.incr(c.work_key(session_id))
                 pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
                 pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
-                replies = pipe.execute()
+
+            try:
+                replies, twice = self.pipeline(mark)
             except redis.RedisError:
-                log.warning(
-                    "could not mark work for session %s; the sweeper will see it", session_id
-                )
+                log.warning("could not mark work for session %s; kicking anyway", session_id)
                 return True
             self._sent(events, turns, replies[: len(turns)])
-            return bool(replies[-1])
+            # Run twice, the second SET found the first one's flag: kick to be safe.
+            return bool(replies[-1]) or twice
 
     def work_mark(self, session_id: str) -> object:
         """The session's work mark (None when unknown)."""
@@ -342,13 +359,31 @@ class RedisCoordinator:
                     return
             self._send_pending()
 
+    def pipeline(self, queue: Callable[[Any], object]) -> tuple[list[Any], bool]:
+        """Run the commands ``queue`` puts on a pipeline in one round trip; returns their
+        replies and whether it took two.  If the server lacks the scripts they call (new,
+        or restarted), load them and run the pipeline once more: every script here can
+        run twice, and the caller hears that the other commands ran twice too."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            queue(pipe)
+            return list(pipe.execute()), False
+        except redis.exceptions.NoScriptError:
+            self.scripts.load()
+        pipe = self.redis.pipeline(transaction=False)
+        queue(pipe)
+        return list(pipe.execute()), True
+
     def _flush(self, events: list[tuple[int, Event]]) -> None:
         if not events:
             return
+        turns: list[str] = []
+
+        def append(pipe: Any) -> None:
+            turns[:] = self._queue_appends(pipe, events)
+
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            turns = self._queue_appends(pipe, events)
-            flags = pipe.execute()
+            flags, _ = self.pipeline(append)
         except redis.RedisError:
             log.warning(
                 "could not publish %d event(s); readers fall back to the store", len(events)
@@ -367,17 +402,14 @@ class RedisCoordinator:
             args: list[Any] = [ends[-1] if ends else 0, c.ENDED_BUFFER_SECONDS, fence]
             for event in batch:
                 args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
-            self.scripts.append(
-                keys=[
-                    c.events_key(turn_id),
-                    c.deltas_channel(turn_id),
-                    c.interrupt_key(turn_id),
-                    c.owner_key(turn_id),
-                    c.ends_key(turn_id),
-                ],
-                args=args,
-                client=pipe,
-            )
+            keys = [
+                c.events_key(turn_id),
+                c.deltas_channel(turn_id),
+                c.interrupt_key(turn_id),
+                c.owner_key(turn_id),
+                c.ends_key(turn_id),
+            ]
+            self.scripts.queue(pipe, self.scripts.append, keys, args)
         return [turn_id for turn_id, _fence in by_turn]
 
     def _sent(self, events: list[tuple[int, Event]], turns: list[str], flags: list[Any]) -> None:

@@ -1,6 +1,7 @@
 """The Redis coordinator against the machine's Redis: deltas that pile up behind a send
 join one token event, a slow stream still sends each delta, nothing is merged across
-another event, and a kick still waiting for a driver makes further kicks unnecessary."""
+another event, a kick still waiting for a driver makes further kicks unnecessary, and a
+server that lost its scripts gets them again."""
 
 from __future__ import annotations
 
@@ -102,3 +103,24 @@ def test_a_kick_waiting_for_a_driver_makes_further_kicks_unnecessary(
         assert lock.work_mark != coordinator.work_mark(session_id)  # the driver will look
     finally:
         lock.release()
+
+
+def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
+    coordinator: RedisCoordinator,
+) -> None:
+    turn_id, session_id = str(uuid.uuid4()), str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator)
+    emitter.emit(EventKind.QUEUED, {"run_id": "r"})
+    assert coordinator.mark_work(session_id) is True
+    coordinator.redis.script_flush()  # what a restarted server knows of them
+    emitter.emit_delta(0, "after")
+    # The kick flag is still set, yet the pipeline ran twice: kick rather than guess.
+    assert coordinator.mark_work(session_id) is True
+    assert [text for _seq, _kind, text in _buffered(coordinator, turn_id)] == ["", "after"]
+    coordinator.redis.script_flush()
+    emitter.emit_delta(0, "again")  # the flusher's own pipelines recover too
+    assert [text for _seq, _kind, text in _buffered(coordinator, turn_id)] == [
+        "",
+        "after",
+        "again",
+    ]
