@@ -34,28 +34,35 @@ class Emitter:
         self._next += 1
         return event
 
-    def emit(self, kind: EventKind, data: dict[str, Any]) -> Event:
-        """Number and publish an event now; durable ones wait for the next commit."""
+    def emit(self, kind: EventKind, data: dict[str, Any], *, now: bool = False) -> Event:
+        """Number and publish an event (sent before returning with ``now``); durable ones
+        wait for the next commit to be stored."""
         event = self.allocate(kind, data)
-        self._coordinator.publish([event], self._fence)
+        self._coordinator.publish([event], self._fence, now=now)
         if kind.durable:
             self._unstored.append(event)
         return event
 
-    def emit_delta(self, step: int, text: str) -> None:
+    def emit_delta(self, step: int, text: str, *, now: bool = False) -> None:
         """Publish a step's delta: appended to the step's last token event while that one
-        is unsent and nothing came after it, else as a new ``token`` event."""
+        is unsent and nothing came after it, else as a new ``token`` event (sent before
+        returning with ``now``)."""
         last = self._last_token
-        if last is not None and last.seq == self._next - 1 and last.data["step"] == step:
+        if (
+            not now
+            and last is not None
+            and last.seq == self._next - 1
+            and last.data["step"] == step
+        ):
             merged = self._coordinator.coalesce(last, text, self._fence)
             if merged is not None:
                 self._last_token = merged
                 return
-        self._last_token = self.emit(EventKind.TOKEN, {"step": step, "text": text})
+        self._last_token = self.emit(EventKind.TOKEN, {"step": step, "text": text}, now=now)
 
-    def publish(self, event: Event) -> None:
+    def publish(self, event: Event, *, now: bool = False) -> None:
         """Publish an event allocated earlier (after its commit)."""
-        self._coordinator.publish([event], self._fence)
+        self._coordinator.publish([event], self._fence, now=now)
 
     def take_unstored(self) -> list[Event]:
         """The durable events published since the last commit; the caller stores them."""

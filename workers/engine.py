@@ -120,14 +120,11 @@ class _DeltaSink:
     def __call__(self, text: str) -> None:
         self.check()
         if text:
-            first = not self.parts
+            # The first token is what a reader waits for: it is sent from this thread
+            # now rather than when the flusher next gets the interpreter (the model may
+            # be producing the rest faster than the flusher is scheduled).
+            self._emitter.emit_delta(self._index, text, now=not self.parts)
             self.parts.append(text)
-            self._emitter.emit_delta(self._index, text)
-            if first:
-                # The first token is what a reader waits for: send it from this thread
-                # now rather than when the flusher next gets the interpreter (the model
-                # may be producing the rest faster than the flusher is scheduled).
-                self._coordinator.flush()
 
     def check(self) -> None:
         _check_holding(self._holding, "while the model streamed")
@@ -200,10 +197,9 @@ class TurnEngine:
         runnable turn, which is returned."""
         claimed, started = claim
         emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
-        emitter.publish(started)
-        # Sent now rather than by the flusher, whose send the first token would otherwise
-        # queue behind.
-        self.coordinator.flush()
+        # Sent from this thread: left to the flusher, its send would hold up the first
+        # token's.
+        emitter.publish(started, now=True)
         return _TurnRun(self, claimed, fence, emitter, holding, claim_next).run()
 
 

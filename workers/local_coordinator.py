@@ -75,9 +75,10 @@ class LocalCoordinator:
         """Never: a published event is already in readers' hands."""
         return None
 
-    def publish(self, events: Sequence[Event], fence: int = 0) -> None:
-        """Append to each turn's replay buffer and wake every reader.  A driver passes its
-        fence; events of a driver older than the turn's adopter are dropped."""
+    def publish(self, events: Sequence[Event], fence: int = 0, *, now: bool = False) -> None:
+        """Append to each turn's replay buffer and wake every reader (always at once, so
+        ``now`` changes nothing).  A driver passes its fence; events of a driver older
+        than the turn's adopter are dropped."""
         with self._changed:
             for event in events:
                 if fence and fence < self._owners.get(event.turn_id, 0):

@@ -455,7 +455,10 @@ class Coordinator(Protocol):
         the lock knows nothing was submitted meanwhile."""
         ...
 
-    def publish(self, events: Sequence[Event], fence: int = 0) -> None: ...
+    def publish(self, events: Sequence[Event], fence: int = 0, *, now: bool = False) -> None:
+        """Publish events; batched in the background unless ``now``, which sends them
+        (and anything queued before them) before returning."""
+        ...
 
     def flush(self) -> None:
         """Send what ``publish`` has queued, from the caller's thread, now."""

@@ -309,9 +309,18 @@ class RedisCoordinator:
 
     # ------------------------------------------------------------------ events
 
-    def publish(self, events: Sequence[Event], fence: int = 0) -> None:
-        """Queue events for the flusher (returns at once).  A driver passes its fence."""
+    def publish(self, events: Sequence[Event], fence: int = 0, *, now: bool = False) -> None:
+        """Queue events for the flusher (returns at once), or with ``now`` send them, and
+        whatever is queued before them, from the caller's thread: woken for them, the
+        flusher would only make the caller's next send wait behind its own.  A driver
+        passes its fence."""
         if not events:
+            return
+        if now:
+            with self._sending:
+                with self._wake:
+                    pending, self._pending = self._pending, []
+                self._flush([*pending, *((fence, e) for e in events)])
             return
         with self._wake:
             self._pending.extend((fence, e) for e in events)
