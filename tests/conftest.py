@@ -40,6 +40,20 @@ def fresh_postgres_database(purpose: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def terminate_backends(database_url: str) -> int:
+    """Terminate every server process of the database (but the admin's own); returns how
+    many there were."""
+    database = database_url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """The embedded tests' PostgreSQL database."""

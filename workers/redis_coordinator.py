@@ -431,37 +431,29 @@ class RedisCoordinator:
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
-        key = c.events_key(turn_id)
-        try:
-            if timeout > 0:
-                found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
-                entries = found[0][1] if found else []
-            else:
-                entries = self.redis.xrange(key, min=f"({after}-0")
-        except redis.RedisError:
-            log.warning("cannot read the replay buffer of %s", turn_id)
-            if timeout > 0:
-                time.sleep(timeout)
-            return []
+        entries = self._entries_after(c.events_key(turn_id), after, timeout)
         return [Event.from_json(json.loads(fields[b"e"])) for _id, fields in entries]
 
     def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
         """The seq of the newest ``end`` past ``after`` on the turn's ends stream, waiting
         up to ``timeout`` (0 if none, or if Redis is unreachable)."""
         self.flush()  # what this process still holds counts too
-        key = c.ends_key(turn_id)
+        entries = self._entries_after(c.ends_key(turn_id), after, timeout)
+        return _seq_of(entries[-1][0]) if entries else 0
+
+    def _entries_after(self, key: str, after: int, timeout: float) -> list[Any]:
+        """A stream's entries with ids above ``<after>-0``, blocking up to ``timeout`` for
+        one; none if Redis cannot be reached (after waiting out the timeout)."""
         try:
             if timeout > 0:
                 found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
-                entries = found[0][1] if found else []
-            else:
-                entries = self.redis.xrange(key, min=f"({after}-0")
+                return list(found[0][1]) if found else []
+            return list(self.redis.xrange(key, min=f"({after}-0"))
         except redis.RedisError:
-            log.warning("cannot read the ends of %s", turn_id)
+            log.warning("cannot read %s", key)
             if timeout > 0:
                 time.sleep(timeout)
-            return 0
-        return _seq_of(entries[-1][0]) if entries else 0
+            return []
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from

@@ -13,13 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import PG_ADMIN_URL, fresh_postgres_database
+from tests.conftest import fresh_postgres_database, terminate_backends
 from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control
 
@@ -248,14 +247,7 @@ def test_terminating_the_workers_database_backends_mid_turn(chaos: Chaos) -> Non
     )
     handle = chaos.client.open_session(chaos.workspace).submit("pg goes away")
     chaos.control.wait_entered()
-    database = chaos.database_url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
-        killed = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database,),
-        ).fetchone()
-    assert killed is not None and killed[0] > 0
+    assert terminate_backends(chaos.database_url) > 0
     chaos.control.open_gate()
     result = handle.wait(60)
     assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "ok"

@@ -8,13 +8,12 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import psycopg
 import pytest
 from sqlalchemy import inspect
 
 from parley.errors import Fenced, TurnEnded
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import terminate_backends
 from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.ports import TurnEnd
@@ -64,35 +63,42 @@ def test_a_step_is_committed_once_even_if_the_commit_is_replayed(store: SqlStore
     assert store.get_session(session_id).tokens_used == 5
 
 
+class RacingSays:
+    """``count`` threads that each say something to a turn once the barrier opens (the
+    caller is its last party), noting which says were accepted and which refused."""
+
+    def __init__(self, store: SqlStore, turn_id: str, count: int) -> None:
+        self.accepted: list[int] = []
+        self.refused: list[int] = []
+        self.barrier = threading.Barrier(count + 1)
+        self._threads = [
+            threading.Thread(target=self._say, args=(store, turn_id, n)) for n in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _say(self, store: SqlStore, turn_id: str, n: int) -> None:
+        self.barrier.wait()
+        try:
+            self.accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
+        except TurnEnded:
+            self.refused.append(n)
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+
 def test_steers_racing_the_inbox_close_are_seen_or_refused(store: SqlStore) -> None:
     for _ in range(20):
         session_id = new_session(store)
         turn_id, run_id = submit(store, session_id)
         fence = start(store, session_id).fence
-        accepted: list[int] = []
-        refused: list[int] = []
-        barrier = threading.Barrier(5)
-
-        def say(
-            n: int,
-            turn_id: str = turn_id,
-            barrier: threading.Barrier = barrier,
-            accepted: list[int] = accepted,
-            refused: list[int] = refused,
-        ) -> None:
-            barrier.wait()
-            try:
-                accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
-            except TurnEnded:
-                refused.append(n)
-
-        threads = [threading.Thread(target=say, args=(n,)) for n in range(4)]
-        for thread in threads:
-            thread.start()
-        barrier.wait()
+        says = RacingSays(store, turn_id, 4)
+        accepted, refused = says.accepted, says.refused
+        says.barrier.wait()
         pending = store.close_inbox(run_id=run_id, session_id=session_id, fence=fence, cursor=0)
-        for thread in threads:
-            thread.join()
+        says.join()
         assert len(accepted) + len(refused) == 4
         if pending:
             # The close saw every steer accepted before it and kept the inbox open.
@@ -111,38 +117,19 @@ def test_a_final_step_ends_its_turn_in_its_own_transaction_unless_a_steer_is_pen
         session_id = new_session(store)
         turn_id, _run_id = submit(store, session_id)
         d = start(store, session_id)
-        accepted: list[int] = []
-        refused: list[int] = []
-        barrier = threading.Barrier(3)
-
-        def say(
-            n: int,
-            turn_id: str = turn_id,
-            barrier: threading.Barrier = barrier,
-            accepted: list[int] = accepted,
-            refused: list[int] = refused,
-        ) -> None:
-            barrier.wait()
-            try:
-                accepted.append(store.add_steer(turn_id, SteerKind.SAY, f"s{n}").position)
-            except TurnEnded:
-                refused.append(n)
-
-        threads = [threading.Thread(target=say, args=(n,)) for n in range(2)]
-        for thread in threads:
-            thread.start()
+        says = RacingSays(store, turn_id, 2)
+        accepted, refused = says.accepted, says.refused
         end = TurnEnd(
             turn_id=turn_id, status=TurnStatus.FINISHED, reply="step 0", end_seq=d.next_seq + 1
         )
         before = store.transactions
         if attempt % 2:
-            barrier.wait()  # half the time the steers race the commit
+            says.barrier.wait()  # half the time the steers race the commit
         receipt = commit(store, d, 0, close=True, end=end)
         if not attempt % 2:
             assert store.transactions == before + 1  # the step and the end: one transaction
-            barrier.wait()
-        for thread in threads:
-            thread.join()
+            says.barrier.wait()
+        says.join()
         state = store.run_state(turn_id)
         if receipt.finished is None:
             # A steer was accepted first: the step committed, the turn goes on.
@@ -166,14 +153,7 @@ def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_u
     try:
         session_id = new_session(store)
         store.get_session(session_id)  # the pool now holds a connection
-        database = postgres_url.rsplit("/", 1)[1]
-        with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
-            ).fetchone()
-        assert killed is not None and killed[0] > 0
+        assert terminate_backends(postgres_url) > 0
         time.sleep(0.2)  # the backends' goodbyes reach their sockets
         # Without a check at checkout this would be a StoreError on a dead connection.
         assert store.get_session(session_id).session_id == session_id
