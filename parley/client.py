@@ -94,7 +94,7 @@ def connect(
             chosen = host if host is not None else host_from_environment()
             return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
 
-        return Client(store, coordinator, EmbeddedKicker(runner, coordinator), host=host)
+        return Client(store, coordinator, EmbeddedKicker(runner), host=host)
     settings = FleetSettings(
         database_url=url,
         redis_url=redis_url,
@@ -262,11 +262,7 @@ class Session:
         """Publish a turn's ``queued`` event and get a driver to the session: one kick,
         unless a kick sent earlier is still waiting for a driver (who will see this turn)."""
         client = self._client
-        kick = True
-        if queued is not None:
-            client.coordinator.publish([queued])
-            kick = client.coordinator.mark_work(self.id)
-        if kick:
+        if queued is None or client.coordinator.mark_work(self.id, [queued]):
             client._kicker.kick(self.id)
 
     def branch_from(self, turn_id: str) -> None:

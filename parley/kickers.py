@@ -13,7 +13,6 @@ from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
-from workers.ports import Coordinator
 
 log = logging.getLogger("parley.client")
 
@@ -21,12 +20,11 @@ log = logging.getLogger("parley.client")
 class EmbeddedKicker:
     """Drives sessions on background threads of this process, one thread per session."""
 
-    def __init__(self, engine: Callable[[], TurnEngine | None], coordinator: Coordinator) -> None:
+    def __init__(self, engine: Callable[[], TurnEngine | None]) -> None:
         """``engine`` builds the engine (None: no host) when the first turn needs it."""
         self._build_engine = engine
         self._engine: TurnEngine | None = None
         self._built = False
-        self._coordinator = coordinator
         self._drivers: dict[str, threading.Thread] = {}
         self._errors: dict[str, BaseException] = {}
         self._kicked: set[str] = set()
@@ -80,7 +78,7 @@ class EmbeddedKicker:
                 self._errors[session_id] = exc
                 self._kicked.discard(session_id)
                 self._drivers.pop(session_id, None)
-            self._coordinator.publish([])  # wake waiters so they see the error
+            # Waiters see the error through failure() at their next poll.
 
     def failure(self, session_id: str) -> BaseException | None:
         """Why the session's driver stopped, if it stopped on an error."""

@@ -46,8 +46,10 @@ anyway."""
 
 
 def kick_pending_key(session_id: str) -> str:
-    """Set while a kick for the session waits in the queue: the driver that takes it up
-    starts after every submission made meanwhile committed, so those need no kick."""
+    """Set while a kick for the session waits in the queue; deleted by whoever handles a
+    kick.  Submissions made meanwhile need no kick of their own: the kick's handler looks
+    after they committed, and if it finds the lock held, the holder sees the work mark
+    they bumped."""
     return f"parley:kick:{session_id}"
 
 

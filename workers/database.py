@@ -56,14 +56,26 @@ def _postgres_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        # A pooled connection says nothing while it idles: if its socket has something to
-        # read, the server closed it (terminated backend, restart, idle timeout) and left
-        # its goodbye there.  Raising makes the pool replace it, as a ping would, without
-        # the round trip a ping costs on every transaction.
-        if dbapi_connection.closed or select.select([dbapi_connection.fileno()], [], [], 0)[0]:
+        # A pooled connection is silent while it idles (parley listens for no
+        # notifications): something to read on its socket is the server's goodbye
+        # (terminated backend, restart, idle timeout).  Raising makes the pool replace it,
+        # as a ping would, without the round trip a ping costs on every transaction; at
+        # worst a stray message costs a needless reconnect.
+        if dbapi_connection.closed or _readable(dbapi_connection):
             raise DisconnectionError("the server closed this pooled connection")
 
     return engine
+
+
+def _readable(dbapi_connection: Any) -> bool:
+    """Whether the connection's socket has input waiting (or cannot be polled at all).
+    ``poll`` rather than ``select``, which refuses descriptors past 1023."""
+    try:
+        poller = select.poll()
+        poller.register(dbapi_connection.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:

@@ -27,8 +27,9 @@ class SessionDriver:
     def drive(self, session_id: str) -> int:
         """Run every runnable turn of the session; returns how many ran here.
 
-        Per turn this costs two transactions besides its steps: the claim (taken with
-        the fence, or by the previous turn's final transaction) and the final one.
+        Per turn this costs at most two transactions besides its steps: the claim
+        (taken with the fence, or by the previous turn's final transaction) and the
+        final one, which a final answer with nothing pending shares with its step.
         Whether anything was submitted while we were letting go is asked of the
         coordinator's work mark, not of the database."""
         ran = 0

@@ -3,7 +3,8 @@
 Each step: take the steers pending at the boundary (an interrupt ends the turn), call the
 model while publishing every delta, run the tool calls through policy and approver, then
 commit the whole step in one transaction.  When the model stops, the inbox is closed in
-the same transaction as the last step, or one more step runs for the steer that slipped in.
+the same transaction as the last step, or one more step runs for the steer that slipped in;
+with nothing pending and nothing to check, that transaction also commits the turn's end.
 The engine talks only to the ports in :mod:`workers.ports` and to :class:`SqlStore`.
 """
 
@@ -13,7 +14,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,10 +65,6 @@ log = logging.getLogger("parley.engine")
 MAX_ATTEMPTS = 10
 """A turn claimed this many times without finishing ends ``failed`` (a crash loop)."""
 
-INBOX_FRESH_SECONDS = 0.1
-"""A boundary this soon after the inbox was read (by the claim or a commit) does not ask
-the coordinator for an interrupt flag: the read is as recent as the flag would be."""
-
 
 def _always() -> bool:
     return True
@@ -101,8 +97,9 @@ class _Ending:
 
 
 class _DeltaSink:
-    """Publishes each delta as a ``token`` event; aborts the stream on an interrupt, and
-    stops a driver that lost its session lock from streaming any further."""
+    """Publishes each delta as a ``token`` event (deltas that arrive while the previous
+    one is still queued join it); aborts the stream on an interrupt, and stops a driver
+    that lost its session lock from streaming any further."""
 
     def __init__(
         self,
@@ -154,7 +151,6 @@ class _TurnState:
     session_tokens: int
     feedback: list[StepInput] = field(default_factory=list)
     inbox_closed: bool = False
-    inbox_read: float = field(default_factory=time.monotonic)
 
 
 class TurnEngine:
@@ -378,12 +374,10 @@ class _TurnRun:
                 return ending
 
     def _take_interrupt(self, state: _TurnState) -> bool:
-        stale = time.monotonic() - state.inbox_read >= INBOX_FRESH_SECONDS
-        if stale and self.engine.coordinator.interrupt_requested(self.turn.turn_id):
+        if self.engine.coordinator.interrupt_requested(self.turn.turn_id):
             # The flag is a hint that an interrupt is in the durable inbox: read it now
             # rather than one step later.
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
-            state.inbox_read = time.monotonic()
         return any(s.kind is SteerKind.INTERRUPT for s in state.pending)
 
     def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
@@ -414,7 +408,6 @@ class _TurnRun:
                     cursor=state.cursor,
                 )
             )
-            state.inbox_read = time.monotonic()
             if state.pending:
                 return None  # a steer slipped in: run one more step for it
         return _Ending(status=status, reply=reply)
@@ -509,7 +502,6 @@ class _TurnRun:
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
         state.pending = list(receipt.pending)
-        state.inbox_read = time.monotonic()
         state.feedback = []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total

@@ -41,6 +41,7 @@ class LocalCoordinator:
         self._changed = threading.Condition(self._guard)
         self._locks: dict[str, threading.Lock] = {}
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
+        self._ends: dict[str, int] = {}  # the newest buffered ``end`` seq of each turn
         self._interrupts: set[str] = set()
         self._marks: dict[str, int] = {}
         self._owners: dict[str, int] = {}
@@ -55,8 +56,10 @@ class LocalCoordinator:
             mark = self._marks.get(session_id, 0)
         return LocalLock(lock, mark) if lock.acquire(blocking=False) else None
 
-    def mark_work(self, session_id: str) -> bool:
-        """Bump the session's work mark; in-process kicks are always worth sending."""
+    def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
+        """Publish ``events`` and bump the session's work mark; in-process kicks are
+        always worth sending."""
+        self.publish(events)
         with self._guard:
             self._marks[session_id] = self._marks.get(session_id, 0) + 1
         return True
@@ -87,12 +90,15 @@ class LocalCoordinator:
                 if buffer is None:
                     buffer = self._buffers[event.turn_id] = []
                     while len(self._buffers) > self._retained:
-                        self._buffers.popitem(last=False)
+                        evicted, _ = self._buffers.popitem(last=False)
+                        self._ends.pop(evicted, None)
                 else:
                     self._buffers.move_to_end(event.turn_id)
                 if buffer and event.seq <= buffer[-1].seq:
                     continue  # a re-publication of what is already buffered
                 buffer.append(event)
+                if event.kind is EventKind.END:
+                    self._ends[event.turn_id] = event.seq
             self._changed.notify_all()
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
@@ -117,12 +123,9 @@ class LocalCoordinator:
     def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
         """The seq of the newest buffered ``end`` past ``after``, waiting up to ``timeout``."""
         with self._changed:
-            self._changed.wait_for(lambda: self._end_after(turn_id, after) > 0, timeout)
-            return self._end_after(turn_id, after)
-
-    def _end_after(self, turn_id: str, after: int) -> int:
-        ends = [e.seq for e in self._after(turn_id, after) if e.kind is EventKind.END]
-        return ends[-1] if ends else 0
+            self._changed.wait_for(lambda: self._ends.get(turn_id, 0) > after, timeout)
+            end = self._ends.get(turn_id, 0)
+            return end if end > after else 0
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher; returns the newest buffered seq."""

@@ -444,10 +444,11 @@ class Coordinator(Protocol):
 
     def try_lock(self, session_id: str) -> SessionLock | None: ...
 
-    def mark_work(self, session_id: str) -> bool:
+    def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
         """Note that the session got new work (after it is committed, before the kick),
-        sending what ``publish`` queued with it.  Returns whether the work needs a kick
-        (False while a kick for the session is still waiting to be picked up)."""
+        publishing ``events`` (its ``queued`` event) with it.  Returns whether the work
+        needs a kick (False while a kick for the session is still waiting to be picked
+        up)."""
         ...
 
     def work_mark(self, session_id: str) -> object:

@@ -91,6 +91,9 @@ return 0
 """
 
 INTERRUPT_RECHECK_SECONDS = 0.1
+COALESCED_TEXT_LIMIT = 4_096
+"""A queued token event takes no more deltas once its text is this long: each merge copies
+the text, and a stalled Redis must not make that quadratic."""
 BLOCKING_SOCKET_SECONDS = 10.0
 CHECKED_TURNS_KEPT = 10_000
 
@@ -265,28 +268,31 @@ class RedisCoordinator:
             return None
         return RedisLock(self, session_id, token, mark) if taken else None
 
-    def mark_work(self, session_id: str) -> bool:
-        """Bump the session's work mark, sending what is queued for publication in the
-        same round trip.  Returns whether to kick: not while an earlier kick for the
-        session still waits in the queue, since its driver will see this work too.  (A
-        lost mark or kick only delays a turn until the sweeper's next look.)"""
+    def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
+        """Bump the session's work mark, publishing ``events`` (and what is queued before
+        them) in the same round trip.  Returns whether to kick: not while an earlier kick
+        for the session still waits in the queue (a driver that takes it up sees this
+        work, and so does one holding the lock meanwhile, through the work mark).  A lost
+        mark or kick only delays a turn until the sweeper's next look."""
         with self._sending:
             with self._wake:
-                events, self._pending = self._pending, []
+                queued, self._pending = self._pending, []
+            batch = [*queued, *((0, e) for e in events)]
             turns: list[str] = []
 
             def mark(pipe: Any) -> None:
-                turns[:] = self._queue_appends(pipe, events)
+                turns[:] = self._queue_appends(pipe, batch)
                 pipe.incr(c.work_key(session_id))
                 pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
                 pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
 
+            at = time.monotonic()
             try:
                 replies, twice = self.pipeline(mark)
             except redis.RedisError:
                 log.warning("could not mark work for session %s; kicking anyway", session_id)
                 return True
-            self._sent(events, turns, replies[: len(turns)])
+            self._sent(batch, turns, replies[: len(turns)], at)
             # Run twice, the second SET found the first one's flag: kick to be safe.
             return bool(replies[-1]) or twice
 
@@ -340,6 +346,8 @@ class RedisCoordinator:
         with self._wake:
             if not self._pending or self._pending[-1][1] is not token:
                 return None
+            if len(token.data["text"]) >= COALESCED_TEXT_LIMIT:
+                return None
             merged = Event(
                 turn_id=token.turn_id,
                 seq=token.seq,
@@ -391,6 +399,7 @@ class RedisCoordinator:
         def append(pipe: Any) -> None:
             turns[:] = self._queue_appends(pipe, events)
 
+        at = time.monotonic()
         try:
             flags, _ = self.pipeline(append)
         except redis.RedisError:
@@ -398,7 +407,7 @@ class RedisCoordinator:
                 "could not publish %d event(s); readers fall back to the store", len(events)
             )
             return
-        self._sent(events, turns, flags)
+        self._sent(events, turns, flags, at)
 
     def _queue_appends(self, pipe: Any, events: list[tuple[int, Event]]) -> list[str]:
         """Queue on ``pipe`` one append-and-publish call per turn and fence; returns the
@@ -421,13 +430,20 @@ class RedisCoordinator:
             self.scripts.queue(pipe, self.scripts.append, keys, args)
         return [turn_id for turn_id, _fence in by_turn]
 
-    def _sent(self, events: list[tuple[int, Event]], turns: list[str], flags: list[Any]) -> None:
-        """Count a pipeline that carried ``events`` and note the interrupts it reported."""
+    def _sent(
+        self, events: list[tuple[int, Event]], turns: list[str], flags: list[Any], at: float
+    ) -> None:
+        """Count a pipeline sent at ``at`` that carried ``events``, and note what it said
+        of each turn's interrupt flag: a reply is as good as asking, so the next
+        :meth:`interrupt_requested` within the recheck period needs no round trip."""
         self.round_trips += 1
         self.events_sent += len(events)
+        if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
+            self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless
         for turn_id, flag in zip(turns, flags, strict=True):
             if flag:
                 self._interrupted.add(turn_id)
+            self._interrupt_checked[turn_id] = at
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""

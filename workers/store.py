@@ -577,10 +577,10 @@ class SqlStore:
         end: TurnEnd | None = None,
     ) -> StepReceipt:
         """Commit one step whole: step row, run usage and cursor, session tokens, durable
-        events, fencing check.  Returns the steers that arrived meanwhile; when asked and
-        none did, closes the inbox in the same transaction, and with ``end`` also commits
-        the turn's end there (a turn whose last step needs nothing after it costs one
-        transaction, not two)."""
+        events, fencing check.  The receipt holds the steers that arrived meanwhile; when
+        asked and none did, the inbox is closed in the same transaction, and with ``end``
+        the turn's end is committed there too (a turn whose last step needs nothing after
+        it costs one transaction, not two) and is in the receipt."""
         now = _now()
         usage = payload.usage
         with self._tx() as db:

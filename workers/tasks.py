@@ -58,16 +58,19 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
     )
     ran = SessionDriver(runtime.engine).drive(session_id)
     coordinator.flush()
-    # Logged for duplicate kicks too (turns=0): what they cost is part of the fleet's bill.
-    log.info(
-        "drove session %s: turns=%d transactions=%d round_trips=%d events=%d coalesced=%d",
-        session_id,
-        ran,
-        store.transactions - before[0],
-        coordinator.round_trips - before[1],
-        coordinator.events_sent - before[2],
-        coordinator.deltas_coalesced - before[3],
-    )
+    transactions = store.transactions - before[0]
+    if ran or transactions:
+        # Also a duplicate kick that took the lock and found nothing: what it cost in
+        # the database is part of the fleet's bill.  One that bounced off the lock is not.
+        log.info(
+            "drove session %s: turns=%d transactions=%d round_trips=%d events=%d coalesced=%d",
+            session_id,
+            ran,
+            transactions,
+            coordinator.round_trips - before[1],
+            coordinator.events_sent - before[2],
+            coordinator.deltas_coalesced - before[3],
+        )
     return ran
 
 

@@ -3,6 +3,7 @@ committed turn unless explicitly refreshed (SPEC §1)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,45 @@ def test_cancelled_and_failed_turns_never_call_after_commit(
     assert hooks.after_commit_calls == []
     assert hooks.before_commit_calls == []
     assert hooks.terminal == ["cancelled", "failed"]
+
+
+def test_an_interrupt_sent_while_the_previous_turn_winds_up_stops_the_next_before_a_step(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    ran: list[str] = []
+
+    @parley.tool
+    def launch() -> str:
+        """Do something that cannot be undone."""
+        ran.append("launched")
+        return "launched"
+
+    class SlowTerminal:
+        """An observational hook that takes its time after the first turn."""
+
+        def __init__(self) -> None:
+            self.entered, self.gate = threading.Event(), threading.Event()
+
+        def on_terminal(self, outcome: parley.TurnOutcome) -> None:
+            if outcome.reply == "ok" and not self.entered.is_set():
+                self.entered.set()
+                self.gate.wait(10)
+
+    hooks = SlowTerminal()
+    rules = [
+        {"when": "^two", "steps": [{"tool_calls": [{"name": "launch"}]}, {"text": "done"}]},
+        {"when": ".*", "steps": [{"text": "ok"}]},
+    ]
+    client = make_client(host=host(hooks, rules, tools=[launch]))
+    session = client.open_session(workspace)
+    session.submit("one")
+    second = session.submit("two")
+    assert hooks.entered.wait(10)  # the first turn committed, and claimed the second
+    second.interrupt()
+    hooks.gate.set()
+    result = second.wait(30)
+    assert result.outcome is parley.TurnStatus.CANCELLED
+    assert result.steps == 0 and ran == []  # stopped at its first boundary
 
 
 def test_the_prefix_is_frozen_after_the_first_committed_turn(

@@ -48,6 +48,17 @@ def test_deltas_queued_behind_a_send_join_one_token_event(coordinator: RedisCoor
     assert emitter.next_seq == 3  # seqs stay gap-free
 
 
+def test_a_queued_token_event_stops_growing_past_its_limit(coordinator: RedisCoordinator) -> None:
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator, fence=1)
+    with coordinator._sending:
+        for _ in range(10):
+            emitter.emit_delta(0, "x" * 1000)
+    texts = [text for _seq, _kind, text in _buffered(coordinator, turn_id)]
+    assert "".join(texts) == "x" * 10_000
+    assert [len(t) for t in texts] == [5000, 5000]  # merging stops once 4096 is passed
+
+
 def test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator: RedisCoordinator) -> None:
     turn_id = str(uuid.uuid4())
     emitter = Emitter(turn_id, 1, coordinator, fence=1)

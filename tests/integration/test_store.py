@@ -3,6 +3,8 @@ step commits, the steer inbox, and one schema from one set of migrations."""
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -161,6 +163,21 @@ def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_u
         assert store.run_state(turn_id).status is TurnStatus.QUEUED
     finally:
         store.close()
+
+
+def test_pooled_connections_past_descriptor_1023_are_checked_too(postgres_url: str) -> None:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"needs 1200 open files, the limit is {soft}")
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    store = SqlStore(create_database_engine(postgres_url))
+    try:
+        session_id = new_session(store)  # its connection gets a descriptor above 1100
+        assert store.get_session(session_id).session_id == session_id  # checked at checkout
+    finally:
+        store.close()
+        for fd in filler:
+            os.close(fd)
 
 
 def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: object) -> None:
