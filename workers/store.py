@@ -121,17 +121,26 @@ class SqlStore:
             self._lock.acquire()
         self.transactions += 1
         try:
-            with self.engine.begin() as connection:
+            with _store_errors(), self.engine.begin() as connection:
                 yield connection
-        except ParleyError:
-            raise
-        except IntegrityError as exc:
-            raise IntegrityConflict(f"constraint violated: {exc.orig}") from exc
-        except SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """Reads that need no snapshot shared between them: on PostgreSQL each statement
+        runs on its own (autocommit), sparing a ``BEGIN`` and a ``COMMIT`` round trip per
+        call, which readers polling a turn pay often.  SQLite reads in a transaction."""
+        if self._lock is not None:
+            with self._tx() as connection:
+                yield connection
+            return
+        with (
+            _store_errors(),
+            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection,
+        ):
+            yield connection
 
     # ------------------------------------------------------------------ sessions
 
@@ -168,7 +177,7 @@ class SqlStore:
 
     def get_session(self, session_id: str) -> SessionRecord:
         """The stored session; :class:`SessionNotFound` if unknown."""
-        with self._tx() as db:
+        with self._read() as db:
             return self._session(db, session_id)
 
     def _session(self, db: Connection, session_id: str) -> SessionRecord:
@@ -195,7 +204,7 @@ class SqlStore:
 
     def tree(self, session_id: str) -> list[TurnRecord]:
         """Every turn of every branch, in submission order."""
-        with self._tx() as db:
+        with self._read() as db:
             self._session(db, session_id)
             rows = db.execute(q.TREE, {"b_session_id": session_id}).all()
         return [turn_record(row) for row in rows]
@@ -209,7 +218,7 @@ class SqlStore:
 
     def get_turn(self, turn_id: str) -> TurnRecord:
         """One turn; :class:`TurnNotFound` if unknown."""
-        with self._tx() as db:
+        with self._read() as db:
             return self._turn(db, turn_id)
 
     def _turn(self, db: Connection, turn_id: str) -> TurnRecord:
@@ -392,7 +401,7 @@ class SqlStore:
 
     def run_state(self, turn_id: str) -> RunState:
         """The execution record of a turn."""
-        with self._tx() as db:
+        with self._read() as db:
             run = db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
         if run is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
@@ -400,7 +409,7 @@ class SqlStore:
 
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
-        with self._tx() as db:
+        with self._read() as db:
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
@@ -447,7 +456,7 @@ class SqlStore:
 
     def pending_steers(self, run_id: str, cursor: int) -> tuple[Steer, ...]:
         """The steers of a run accepted after ``cursor``."""
-        with self._tx() as db:
+        with self._read() as db:
             return self._pending(db, run_id, cursor)
 
     def _pending(self, db: Connection, run_id: str, cursor: int) -> tuple[Steer, ...]:
@@ -458,7 +467,7 @@ class SqlStore:
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
-        with self._tx() as db:
+        with self._read() as db:
             return list(db.execute(q.SESSIONS_WITH_WORK).scalars())
 
     def _check_fence(self, db: Connection, session_id: str, fence: int) -> None:
@@ -779,7 +788,7 @@ class SqlStore:
 
     def events_after(self, turn_id: str, seq: int) -> list[Event]:
         """The durable events of a turn with ``seq`` greater than the one given."""
-        with self._tx() as db:
+        with self._read() as db:
             rows = db.execute(q.EVENTS_AFTER, {"b_turn_id": turn_id, "b_seq": seq}).all()
         return [
             Event(turn_id=turn_id, seq=r.seq, kind=EventKind(r.kind), data=dict(r.data))
@@ -795,6 +804,20 @@ class SqlStore:
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
                 for table in t.metadata.sorted_tables
             }
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Driver errors become :class:`StoreError` (a violated constraint the subclass
+    :class:`IntegrityConflict`); parley's own errors pass through."""
+    try:
+        yield
+    except ParleyError:
+        raise
+    except IntegrityError as exc:
+        raise IntegrityConflict(f"constraint violated: {exc.orig}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
 
 
 def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:

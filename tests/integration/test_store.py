@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import inspect
 
-from parley.errors import Fenced, TurnEnded
+from parley.errors import Fenced, SessionNotFound, TurnEnded
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
 from tests.conftest import terminate_backends
 from tests.integration.drive import commit, finish, new_session, start, submit
+from workers import statements as q
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.ports import TurnEnd
 from workers.store import SqlStore
@@ -178,6 +179,25 @@ def test_pooled_connections_past_descriptor_1023_are_checked_too(postgres_url: s
         store.close()
         for fd in filler:
             os.close(fd)
+
+
+def test_reads_without_a_transaction_leave_pooled_connections_transactional(
+    postgres_url: str,
+) -> None:
+    store = SqlStore(create_database_engine(postgres_url))
+    try:
+        session_id = new_session(store)
+        store.engine.dispose()  # one connection from here on: the read's
+        store.get_session(session_id)  # read in autocommit, without BEGIN and COMMIT
+        with store.engine.connect() as connection:
+            assert connection.connection.driver_connection.autocommit is False
+        charge = {"b_session_id": session_id, "b_fence": 0, "b_tokens": 5}
+        with pytest.raises(SessionNotFound), store._tx() as db:
+            assert db.execute(q.CHARGE_SESSION, charge).rowcount == 1
+            store._session(db, "no-such-session")  # a failure after a write
+        assert store.get_session(session_id).tokens_used == 0  # nothing of it stayed
+    finally:
+        store.close()
 
 
 def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: object) -> None:
