@@ -495,8 +495,10 @@ class SqlStore:
         worker: str,
         seq_floor: SeqFloor,
         known: KnownTurns | None,
+        generation: int | None = None,
     ) -> Claim | None:
-        """Claim the next runnable turn of ``session`` (its current row)."""
+        """Claim the next runnable turn of ``session`` (its current row, or the row
+        before this transaction froze a prefix of ``generation``)."""
         run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
@@ -504,7 +506,7 @@ class SqlStore:
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0
-        return self._claim(db, run, worker, floor, session, turn, known)
+        return self._claim(db, run, worker, floor, session, turn, known, generation)
 
     def _claim(
         self,
@@ -515,9 +517,11 @@ class SqlStore:
         row: Any,
         turn: TurnRecord,
         known: KnownTurns | None,
+        generation: int | None = None,
     ) -> Claim:
-        """Claim ``run`` (its locked row) given its session's current ``row``.  The
-        steps of history turns ``known`` to the claimant are not loaded."""
+        """Claim ``run`` (its locked row) given its session's ``row`` and prefix
+        ``generation`` (default: the row's).  The steps of history turns ``known`` to the
+        claimant are not loaded."""
         now = _now()
         turn_id = run.turn_id
         session = session_record(row)
@@ -537,7 +541,8 @@ class SqlStore:
             q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
         )
         self._insert_events(db, [started], now)
-        generation = int(row.prefix_generation)
+        if generation is None:
+            generation = int(row.prefix_generation)
         path = self._path(db, turn.parent_id)
         skipped = {p.turn_id for p in path if known(p.turn_id)} if known else set()
         run_ids = [p.run_id for p in path if p.turn_id not in skipped]
@@ -728,7 +733,9 @@ class SqlStore:
         )
         self._insert_events(db, [*events, end_event], now)
         following = (
-            self._claim_next(db, session, fence, end.worker, end.claim_next, end.known)
+            # The session row was read before this transaction froze a first prefix:
+            # the next turn must see the generation in force now.
+            self._claim_next(db, session, fence, end.worker, end.claim_next, end.known, generation)
             if end.claim_next
             else None
         )

@@ -216,6 +216,32 @@ def test_before_turn_sets_the_initial_prefix_and_refreshes_only_explicitly(
     assert hooks.views[-1].prefix.system_prompt == "Refreshed prompt."
 
 
+def test_a_turn_claimed_by_the_first_turns_commit_sees_the_prefix_it_froze(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    tools = [ToolDeclaration(name="read_file", description="read", parameters={"type": "object"})]
+    views: list[Any] = []
+
+    class PromptedPrefix:
+        """The first turn offers the initial prefix; the second, another one."""
+
+        def before_turn(self, request: Any, _options: Any, state: Any) -> parley.TurnPreparation:
+            views.append(state)
+            prompt = "Initial prompt." if request.prompt == "one" else "Sneaky replacement."
+            return parley.TurnPreparation(prefix=parley.PrefixSnapshot.initial(prompt, tools))
+
+    model = RecordingModel(parley.models.ScriptedModel({"rules": [ECHO]}))
+    client = make_client(host=parley.Host(model=model, hooks=PromptedPrefix()))
+    session = client.open_session(workspace)
+    first = session.submit("one")
+    second = session.submit("two")  # claimed in the transaction that freezes the prefix
+    assert first.wait(30).outcome is parley.TurnStatus.FINISHED
+    refused = second.wait(30)
+    assert views[1].prefix == Prefix(system_prompt="Initial prompt.", tools=tuple(tools))
+    assert refused.outcome is parley.TurnStatus.FAILED
+    assert refused.error is not None and refused.error.startswith("PrefixFrozen")
+
+
 def test_before_turn_that_raises_fails_the_turn_cleanly(
     make_client: ClientFactory, workspace: Path
 ) -> None:
