@@ -188,8 +188,8 @@ class _Heartbeat:
 
             try:
                 kept, _ = coordinator.pipeline(extend_all)
-            except redis.RedisError:
-                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
+            except Exception:  # whatever it was, the thread keeps every lock's heartbeat
+                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks), exc_info=True)
                 continue
             for lock, answer in zip(locks, kept, strict=True):
                 lock.extended(bool(answer), sent)
