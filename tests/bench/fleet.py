@@ -298,7 +298,8 @@ def main() -> int:
     print(
         f"PostgreSQL transactions/turn  {worker_xacts / turns:5.2f} by the workers for a "
         f"one-step turn, duplicate kicks included (target ≤ 1 + 2), "
-        f"{client_xacts / turns:4.2f} by the producer (submit and wait)"
+        f"{client_xacts / turns:4.2f} by the producer (its submissions and new sessions; "
+        f"wait's reads run outside transactions)"
     )
     print(
         f"Redis round trips/100 deltas  {100 * trips / (events + coalesced):5.2f} "
