@@ -188,8 +188,11 @@ class _Heartbeat:
 
             try:
                 kept, _ = coordinator.pipeline(extend_all)
+            except redis.RedisError:
+                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
+                continue
             except Exception:  # whatever it was, the thread keeps every lock's heartbeat
-                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks), exc_info=True)
+                log.exception("heartbeat of %d lock(s) failed; retrying", len(locks))
                 continue
             for lock, answer in zip(locks, kept, strict=True):
                 lock.extended(bool(answer), sent)
@@ -440,6 +443,8 @@ class RedisCoordinator:
         self.events_sent += len(events)
         if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
             self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless
+        if len(self._interrupted) > CHECKED_TURNS_KEPT:
+            self._interrupted.clear()  # a cache of flags Redis keeps: asked again if needed
         for turn_id, flag in zip(turns, flags, strict=True):
             if flag:
                 self._interrupted.add(turn_id)

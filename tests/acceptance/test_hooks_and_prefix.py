@@ -123,10 +123,15 @@ def test_an_interrupt_sent_while_the_previous_turn_winds_up_stops_the_next_befor
         return "launched"
 
     class SlowTerminal:
-        """An observational hook that takes its time after the first turn."""
+        """The first turn waits until the second is queued (so its final transaction
+        claims it), then its observational hook takes its time."""
 
         def __init__(self) -> None:
-            self.entered, self.gate = threading.Event(), threading.Event()
+            self.queued, self.entered, self.gate = (threading.Event() for _ in range(3))
+
+        def before_turn(self, request: Any, _options: Any, _state: Any) -> None:
+            if request.prompt == "one":
+                assert self.queued.wait(10)
 
         def on_terminal(self, outcome: parley.TurnOutcome) -> None:
             if outcome.reply == "ok" and not self.entered.is_set():
@@ -142,6 +147,7 @@ def test_an_interrupt_sent_while_the_previous_turn_winds_up_stops_the_next_befor
     session = client.open_session(workspace)
     session.submit("one")
     second = session.submit("two")
+    hooks.queued.set()
     assert hooks.entered.wait(10)  # the first turn committed, and claimed the second
     second.interrupt()
     hooks.gate.set()
@@ -221,12 +227,16 @@ def test_a_turn_claimed_by_the_first_turns_commit_sees_the_prefix_it_froze(
 ) -> None:
     tools = [ToolDeclaration(name="read_file", description="read", parameters={"type": "object"})]
     views: list[Any] = []
+    queued = threading.Event()
 
     class PromptedPrefix:
-        """The first turn offers the initial prefix; the second, another one."""
+        """The first turn offers the initial prefix once the second is queued (so its
+        final transaction claims the second); the second offers another one."""
 
         def before_turn(self, request: Any, _options: Any, state: Any) -> parley.TurnPreparation:
             views.append(state)
+            if request.prompt == "one":
+                assert queued.wait(10)
             prompt = "Initial prompt." if request.prompt == "one" else "Sneaky replacement."
             return parley.TurnPreparation(prefix=parley.PrefixSnapshot.initial(prompt, tools))
 
@@ -235,6 +245,7 @@ def test_a_turn_claimed_by_the_first_turns_commit_sees_the_prefix_it_froze(
     session = client.open_session(workspace)
     first = session.submit("one")
     second = session.submit("two")  # claimed in the transaction that freezes the prefix
+    queued.set()
     assert first.wait(30).outcome is parley.TurnStatus.FINISHED
     refused = second.wait(30)
     assert views[1].prefix == Prefix(system_prompt="Initial prompt.", tools=tuple(tools))

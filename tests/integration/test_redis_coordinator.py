@@ -135,3 +135,30 @@ def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
         "after",
         "again",
     ]
+
+
+def test_an_interrupt_flag_is_learnt_from_publish_replies_and_rechecked_soon(
+    coordinator: RedisCoordinator,
+) -> None:
+    asked: list[str] = []
+    exists = coordinator.redis.exists
+
+    def counting_exists(*keys: str) -> int:
+        asked.extend(keys)
+        return int(exists(*keys))
+
+    coordinator.redis.exists = counting_exists
+    flagged, later = str(uuid.uuid4()), str(uuid.uuid4())
+    coordinator.signal_interrupt(flagged)
+    Emitter(flagged, 1, coordinator, fence=1).emit(EventKind.STARTED, {}, now=True)
+    assert coordinator.interrupt_requested(flagged)  # the publish reply said so
+    Emitter(later, 1, coordinator, fence=1).emit(EventKind.STARTED, {}, now=True)
+    assert not coordinator.interrupt_requested(later)  # as fresh as a reply: not asked
+    assert asked == []
+
+    coordinator.signal_interrupt(later)  # set after the reply said "no flag"
+    deadline = time.monotonic() + 1
+    while not coordinator.interrupt_requested(later):
+        assert time.monotonic() < deadline, "the flag was never asked for again"
+        time.sleep(0.01)
+    assert asked  # asked for once the reply was no longer fresh
