@@ -151,6 +151,7 @@ class _TurnState:
     session_tokens: int
     feedback: list[StepInput] = field(default_factory=list)
     inbox_closed: bool = False
+    first_boundary: bool = True
 
 
 class TurnEngine:
@@ -374,7 +375,11 @@ class _TurnRun:
                 return ending
 
     def _take_interrupt(self, state: _TurnState) -> bool:
-        if self.engine.coordinator.interrupt_requested(self.turn.turn_id):
+        # The first boundary asks afresh: the claim read the inbox before the turn was
+        # prepared (hooks, tools), and an interrupt that arrived meanwhile must stop the
+        # turn here.  Later boundaries follow a commit that read the inbox itself.
+        fresh, state.first_boundary = state.first_boundary, False
+        if self.engine.coordinator.interrupt_requested(self.turn.turn_id, fresh=fresh):
             # The flag is a hint that an interrupt is in the durable inbox: read it now
             # rather than one step later.
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))

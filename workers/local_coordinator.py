@@ -154,7 +154,7 @@ class LocalCoordinator:
         with self._guard:
             self._interrupts.add(turn_id)
 
-    def interrupt_requested(self, turn_id: str) -> bool:
+    def interrupt_requested(self, turn_id: str, *, fresh: bool = False) -> bool:
         """Whether an interrupt was signalled since the last clear."""
         with self._guard:
             return turn_id in self._interrupts

@@ -523,13 +523,15 @@ class RedisCoordinator:
                 "could not flag the interrupt of %s; it lands at the next boundary", turn_id
             )
 
-    def interrupt_requested(self, turn_id: str) -> bool:
+    def interrupt_requested(self, turn_id: str, *, fresh: bool = False) -> bool:
         """Whether an interrupt is flagged: from the flusher's answers, or asked at most
-        every 100 ms, so a streaming driver does not pay a round trip per delta."""
+        every 100 ms (unless ``fresh``), so a streaming driver does not pay a round trip
+        per delta."""
         if turn_id in self._interrupted:
             return True
         now = time.monotonic()
-        if now - self._interrupt_checked.get(turn_id, 0.0) < INTERRUPT_RECHECK_SECONDS:
+        recent = now - self._interrupt_checked.get(turn_id, 0.0) < INTERRUPT_RECHECK_SECONDS
+        if recent and not fresh:
             return False
         if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
             self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless

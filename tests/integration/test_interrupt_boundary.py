@@ -1,0 +1,86 @@
+"""An interrupt that returned before a turn's first boundary stops the turn there (SPEC
+§2.9), even on the Redis coordinator, which answers most flag checks from a recent look:
+the turn is prepared (hooks, tools) after its claim read the inbox."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import parley
+from schemas.records import IfBusy, SteerKind, TurnStatus
+from tests.fleet import REDIS_TEST_URL, flush_redis
+from workers.database import create_database_engine, migrate
+from workers.driver import SessionDriver
+from workers.engine import TurnEngine
+from workers.ports import DeltaSink, ModelReply, ModelRequest, ToolCall
+from workers.redis_coordinator import RedisCoordinator
+from workers.store import SqlStore
+
+
+class CountingModel:
+    """Asks for one tool call, then answers; counts its calls."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        self.calls += 1
+        if self.calls == 1:
+            return ModelReply(text="", tool_calls=(ToolCall(id="c", name="list_files"),))
+        return ModelReply(text="done")
+
+
+class InterruptWhilePreparing:
+    """``before_turn`` interrupts the turn being prepared, as another process would: the
+    steer goes to the store, then the flag to Redis."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.other = RedisCoordinator(REDIS_TEST_URL)
+
+    def before_turn(self, request: Any, _options: Any, _state: Any) -> None:
+        self.store.add_steer(request.turn_id, SteerKind.INTERRUPT, "")
+        self.other.signal_interrupt(request.turn_id)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    engine = create_database_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    migrate(engine)
+    store = SqlStore(engine)
+    yield store
+    store.close()
+
+
+def test_an_interrupt_sent_while_a_turn_is_prepared_stops_it_at_its_first_boundary(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    flush_redis(REDIS_TEST_URL)
+    coordinator = RedisCoordinator(REDIS_TEST_URL)
+    hooks = InterruptWhilePreparing(store)
+    model = CountingModel()
+    host = parley.Host(model=model, hooks=hooks)
+    try:
+        session_id = store.create_session(
+            root=str(tmp_path), metadata={}, token_ceiling=None
+        ).session_id
+        turn_id = store.submit_turn(
+            session_id=session_id,
+            prompt="go",
+            request_id=None,
+            contract=None,
+            if_busy=IfBusy.ENQUEUE,
+        ).turn.turn_id
+        SessionDriver(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(session_id)
+        state = store.run_state(turn_id)
+        assert state.status is TurnStatus.CANCELLED
+        assert state.steps == 0 and model.calls == 0  # stopped before any model call
+    finally:
+        hooks.other.close()
+        coordinator.close()
