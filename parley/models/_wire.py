@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from parley.models.errors import ProviderError
-from workers.ports import DeltaSink
+from workers.ports import DeltaSink, ModelReply, ModelRequest
 
 Item = TypeVar("Item")
 Stream = TypeVar("Stream")
@@ -60,6 +61,21 @@ def pump(
             on_delta(piece)
 
 
+class Assembly(Protocol):
+    """A provider's answer being put together from its stream."""
+
+    finished: bool
+    """The protocol's end marker arrived."""
+
+    def absorb(self, item: Any) -> str:
+        """Take one stream item in; returns its text delta."""
+        ...
+
+    def reply(self, request: ModelRequest, model: str) -> ModelReply:
+        """The finished answer."""
+        ...
+
+
 class ProviderModel:
     """What the HTTP providers share: a name, a model, an official client that alone
     holds the credentials, a repr that shows neither key nor URL credentials, and how a
@@ -70,6 +86,10 @@ class ProviderModel:
     client_errors: ClassVar[
         tuple[type[Exception], type[Exception], type[Exception], type[Exception]]
     ]
+    stream_failures: ClassVar[tuple[type[Exception], ...]]
+    """What reading or absorbing an open stream may raise (each becomes a ProviderError)."""
+    end_marker: ClassVar[str]
+    """The protocol's sign that the answer is complete, named in errors."""
     _name: str
     _model: str
     _client: Any
@@ -115,14 +135,30 @@ class ProviderModel:
             message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
         return ProviderError(message, provider=self._name, retriable=False, phase="request")
 
-    def _unfinished(self, marker: str) -> ProviderError:
-        """The stream ended without the protocol's end marker: retriable."""
-        return ProviderError(
-            f"{self._name}: the stream ended before the answer was finished (no {marker})",
-            provider=self._name,
-            retriable=True,
-            phase="stream",
-        )
+    def _stream_error(self, exc: Exception) -> ProviderError:
+        """A failure once streaming had begun, as this provider reports it."""
+        raise NotImplementedError
+
+    def _read(
+        self,
+        stream: AbstractContextManager[Iterable[Any]],
+        assembly: Assembly,
+        request: ModelRequest,
+        on_delta: DeltaSink,
+    ) -> ModelReply:
+        """Read an opened stream to its end into ``assembly``; a stream that ends without
+        the protocol's end marker is a retriable failure."""
+        with stream as items:
+            pump(items, assembly.absorb, self.stream_failures, self._stream_error, on_delta)
+        if not assembly.finished:
+            raise ProviderError(
+                f"{self._name}: the stream ended before the answer was finished "
+                f"(no {self.end_marker})",
+                provider=self._name,
+                retriable=True,
+                phase="stream",
+            )
+        return assembly.reply(request, self._name)
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ import anthropic
 import httpx2
 
 from parley.errors import InvalidRequest
-from parley.models._wire import ProviderModel, cause_text, pump
+from parley.models._wire import ProviderModel, cause_text
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -69,6 +69,8 @@ class AnthropicModel(ProviderModel):
         anthropic.APITimeoutError,
         anthropic.APIConnectionError,
     )
+    stream_failures = _STREAM_FAILURES
+    end_marker = "message_stop"
 
     def __init__(
         self,
@@ -153,12 +155,7 @@ class AnthropicModel(ProviderModel):
                 extra_body=self._extra_body,
             )
         )
-        assembly = _Assembly()
-        with events:
-            pump(events, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
-        if not assembly.finished:
-            raise self._unfinished("message_stop")
-        return assembly.reply(request, self._name)
+        return self._read(events, _Assembly(), request, on_delta)
 
     # ------------------------------------------------------------------ errors
 

@@ -25,7 +25,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from parley.errors import InvalidRequest
-from parley.models._wire import ProviderModel, cause_text, pump
+from parley.models._wire import ProviderModel, cause_text
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -55,6 +55,8 @@ class OpenAIChatModel(ProviderModel):
         openai.APITimeoutError,
         openai.APIConnectionError,
     )
+    stream_failures = _STREAM_FAILURES
+    end_marker = "finish_reason"
 
     def __init__(
         self,
@@ -122,12 +124,7 @@ class OpenAIChatModel(ProviderModel):
                 extra_body=self._extra_body,
             )
         )
-        assembly = _Assembly()
-        with chunks:
-            pump(chunks, assembly.absorb, _STREAM_FAILURES, self._stream_error, on_delta)
-        if not assembly.finished:
-            raise self._unfinished("finish_reason")
-        return assembly.reply(request, self._name)
+        return self._read(chunks, _Assembly(), request, on_delta)
 
     # ------------------------------------------------------------------ errors
 
