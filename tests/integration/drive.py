@@ -23,8 +23,8 @@ class Driving:
     next_seq: int
 
 
-def new_session(store: SqlStore) -> str:
-    return store.create_session(root="/tmp", metadata={}, token_ceiling=None).session_id
+def new_session(store: SqlStore, root: str = "/tmp") -> str:
+    return store.create_session(root=root, metadata={}, token_ceiling=None).session_id
 
 
 def submit(store: SqlStore, session_id: str, prompt: str = "p") -> tuple[str, str]:

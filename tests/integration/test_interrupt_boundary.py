@@ -4,16 +4,13 @@ the turn is prepared (hooks, tools) after its claim read the inbox."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import parley
-from schemas.records import IfBusy, SteerKind, TurnStatus
+from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
-from workers.database import create_database_engine, migrate
+from tests.integration.drive import new_session, submit
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.ports import DeltaSink, ModelReply, ModelRequest, ToolCall
@@ -49,34 +46,18 @@ class InterruptWhilePreparing:
         self.other.signal_interrupt(request.turn_id)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    engine = create_database_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    migrate(engine)
-    store = SqlStore(engine)
-    yield store
-    store.close()
-
-
 def test_an_interrupt_sent_while_a_turn_is_prepared_stops_it_at_its_first_boundary(
-    store: SqlStore, tmp_path: Path
+    sqlite_store: SqlStore, tmp_path: Path
 ) -> None:
+    store = sqlite_store
     flush_redis(REDIS_TEST_URL)
     coordinator = RedisCoordinator(REDIS_TEST_URL)
     hooks = InterruptWhilePreparing(store)
     model = CountingModel()
     host = parley.Host(model=model, hooks=hooks)
     try:
-        session_id = store.create_session(
-            root=str(tmp_path), metadata={}, token_ceiling=None
-        ).session_id
-        turn_id = store.submit_turn(
-            session_id=session_id,
-            prompt="go",
-            request_id=None,
-            contract=None,
-            if_busy=IfBusy.ENQUEUE,
-        ).turn.turn_id
+        session_id = new_session(store, root=str(tmp_path))
+        turn_id, _run_id = submit(store, session_id, "go")
         SessionDriver(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(session_id)
         state = store.run_state(turn_id)
         assert state.status is TurnStatus.CANCELLED

@@ -4,29 +4,18 @@ store shows everything below it is committed."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from parley.streaming import follow
 from schemas.events import Event, EventKind
 from tests.integration.drive import commit, finish, new_session, start, submit
-from workers.database import create_database_engine, migrate
 from workers.local_coordinator import LocalCoordinator
 from workers.store import SqlStore
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    engine = create_database_engine(f"sqlite:///{tmp_path / 'stream.db'}")
-    migrate(engine)
-    store = SqlStore(engine)
-    yield store
-    store.close()
-
-
-def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(store: SqlStore) -> None:
+def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(
+    sqlite_store: SqlStore,
+) -> None:
+    store = sqlite_store
     coordinator = LocalCoordinator()
     session_id = new_session(store)
     submit(store, session_id)
