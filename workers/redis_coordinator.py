@@ -326,10 +326,7 @@ class RedisCoordinator:
         if not events:
             return
         if now:
-            with self._sending:
-                with self._wake:
-                    pending, self._pending = self._pending, []
-                self._flush([*pending, *((fence, e) for e in events)])
+            self._send_pending([(fence, e) for e in events])
             return
         with self._wake:
             self._pending.extend((fence, e) for e in events)
@@ -361,14 +358,15 @@ class RedisCoordinator:
             self.deltas_coalesced += 1
             return merged
 
-    def _send_pending(self) -> None:
+    def _send_pending(self, then: Sequence[tuple[int, Event]] = ()) -> None:
+        """Send what is queued, and ``then`` after it, from the caller's thread."""
         # Taking and sending under one lock keeps batches in publish order: a batch sent
         # from the caller's thread can never overtake the flusher's earlier one (the
         # stream skips a seq that arrives after a higher one).
         with self._sending:
             with self._wake:
                 events, self._pending = self._pending, []
-            self._flush(events)
+            self._flush([*events, *then])
 
     def _flush_loop(self) -> None:
         while True:
