@@ -684,6 +684,7 @@ class _TurnRun:
             claim_next=self.engine.coordinator.adopt if self.claim_next else None,
             known=known,
             worker=self.engine.label(),
+            path=(*(p.turn for p in self.claimed.history), self.turn),
         )
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:

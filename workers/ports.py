@@ -366,6 +366,9 @@ class TurnEnd:
     claim_next: SeqFloor | None = None
     known: KnownTurns | None = None
     worker: str = ""
+    # The turn's path from the session's root as its claim read it, the turn itself
+    # last: a claim in the same transaction need not read the path it extends.
+    path: tuple[TurnRecord, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,14 +60,16 @@ CHARGE_SESSION = (
     .values(tokens_used=t.sessions.c.tokens_used + b("tokens"))
 )
 
-# The fence check of a turn commit: move the head (or leave it) while the fence holds.
+# The fence check of a turn commit: move the head (or leave it) while the fence holds,
+# and charge the tokens of the step that commits with it, if one does.
 FINISH_SESSION = (
     update(t.sessions)
     .where(t.sessions.c.id == b("session_id"), t.sessions.c.fence == b("fence"))
     .values(
         head_turn_id=case(
             (b("move_head", type_=Boolean()), b("turn_id")), else_=t.sessions.c.head_turn_id
-        )
+        ),
+        tokens_used=t.sessions.c.tokens_used + b("tokens"),
     )
     .returning(*t.sessions.c)
 )
@@ -183,17 +185,24 @@ CLAIM_RUN = (
     )
 )
 
-# Advances only the step the caller thinks comes next, of a run that is still running: a
-# replayed or stale commit changes nothing.
+# What committing a step adds to its run.
+_STEP_VALUES = {
+    "steps": t.runs.c.steps + 1,
+    "input_tokens": t.runs.c.input_tokens + b("input_tokens"),
+    "output_tokens": t.runs.c.output_tokens + b("output_tokens"),
+    "cached_tokens": t.runs.c.cached_tokens + b("cached_tokens"),
+    "steer_cursor": b("cursor"),
+}
+
+# The step the caller thinks comes next, of a run that is still running: a replayed or
+# stale commit matches nothing.
+_NEXT_STEP = (t.runs.c.status == RUNNING, t.runs.c.steps == b("index"))
+
 ADVANCE_RUN = (
     update(t.runs)
-    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING, t.runs.c.steps == b("index"))
+    .where(t.runs.c.id == b("run_id"), *_NEXT_STEP)
     .values(
-        steps=t.runs.c.steps + 1,
-        input_tokens=t.runs.c.input_tokens + b("input_tokens"),
-        output_tokens=t.runs.c.output_tokens + b("output_tokens"),
-        cached_tokens=t.runs.c.cached_tokens + b("cached_tokens"),
-        steer_cursor=b("cursor"),
+        **_STEP_VALUES,
         last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
         # The model stopped and no steer is pending: close the inbox in the same row
         # update that holds the lock a concurrent say() needs.
@@ -218,19 +227,27 @@ CLOSE_RUNNING = (
     .returning(t.runs.c.steer_count)
 )
 
-END_RUN = (
+_END_VALUES = {
+    "status": b("status"),
+    "reply": b("reply"),
+    "error": b("error"),
+    "partial": b("partial"),
+    "undelivered": b("undelivered", type_=t.Json),
+    "steer_cursor": b("cursor"),
+    "ended_at": b("now"),
+    "last_seq": b("seq"),
+}
+
+END_RUN = update(t.runs).where(t.runs.c.id == b("run_id")).values(**_END_VALUES)
+
+# A final step and its turn's end in one row update (one statement where ADVANCE_RUN and
+# END_RUN take two).  It also requires that no steer was accepted past the cursor: the
+# update takes the run row's lock that a concurrent say() needs, so a steer either
+# counted before (and this matches nothing) or finds the inbox closed.
+END_RUN_WITH_STEP = (
     update(t.runs)
-    .where(t.runs.c.id == b("run_id"))
-    .values(
-        status=b("status"),
-        reply=b("reply"),
-        error=b("error"),
-        partial=b("partial"),
-        undelivered=b("undelivered", type_=t.Json),
-        steer_cursor=b("cursor"),
-        ended_at=b("now"),
-        last_seq=b("seq"),
-    )
+    .where(t.runs.c.id == b("run_id"), *_NEXT_STEP, t.runs.c.steer_count == b("cursor"))
+    .values({**_STEP_VALUES, **_END_VALUES, "inbox_open": False})
 )
 
 RESUME_RUN = (

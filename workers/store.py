@@ -495,10 +495,10 @@ class SqlStore:
         worker: str,
         seq_floor: SeqFloor,
         known: KnownTurns | None,
-        generation: int | None = None,
+        head: _Head | None = None,
     ) -> Claim | None:
-        """Claim the next runnable turn of ``session`` (its current row, or the row
-        before this transaction froze a prefix of ``generation``)."""
+        """Claim the next runnable turn of ``session`` (its row as read, updated by what
+        ``head`` says when a turn's end in this transaction came after the read)."""
         run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
@@ -506,7 +506,7 @@ class SqlStore:
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0
-        return self._claim(db, run, worker, floor, session, turn, known, generation)
+        return self._claim(db, run, worker, floor, session, turn, known, head)
 
     def _claim(
         self,
@@ -517,7 +517,7 @@ class SqlStore:
         row: Any,
         turn: TurnRecord,
         known: KnownTurns | None,
-        generation: int | None = None,
+        head: _Head | None = None,
     ) -> Claim:
         """Claim ``run`` (its locked row) given its session's ``row`` and prefix
         ``generation`` (default: the row's).  The steps of history turns ``known`` to the
@@ -541,9 +541,11 @@ class SqlStore:
             q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
         )
         self._insert_events(db, [started], now)
-        if generation is None:
-            generation = int(row.prefix_generation)
-        path = self._path(db, turn.parent_id)
+        generation = head.generation if head else int(row.prefix_generation)
+        if head and head.path is not None and turn.parent_id == head.turn_id:
+            path = list(head.path)
+        else:
+            path = self._path(db, turn.parent_id)
         skipped = {p.turn_id for p in path if known(p.turn_id)} if known else set()
         run_ids = [p.run_id for p in path if p.turn_id not in skipped]
         steps = self._steps(db, run_ids + ([run.id] if run.steps else []))
@@ -551,7 +553,9 @@ class SqlStore:
             session=session,
             turn=turn,
             run=run_state_of(run),
-            prefix=self._prefix(db, session.session_id, generation),
+            prefix=head.prefix
+            if head and head.prefix is not None
+            else self._prefix(db, session.session_id, generation),
             prefix_generation=generation,
             history=tuple(
                 PathTurn(
@@ -596,6 +600,23 @@ class SqlStore:
         the turn's end is committed there too (a turn whose last step needs nothing after
         it costs one transaction, not two) and is in the receipt."""
         now = _now()
+        if end is not None:
+            try:
+                with self._tx() as db:
+                    finished = self._end_turn(
+                        db,
+                        run_id,
+                        session_id,
+                        fence,
+                        steer_cursor,
+                        events,
+                        end,
+                        now,
+                        step=(index, payload),
+                    )
+                return StepReceipt(finished=finished)
+            except _NotFinal:
+                pass  # a steer arrived meanwhile, or the run moved on: the step alone, below
         usage = payload.usage
         with self._tx() as db:
             charged = db.execute(
@@ -619,26 +640,24 @@ class SqlStore:
             ).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} moved on; step {index} not committed")
-            db.execute(
-                self._q.insert_step,
-                {
-                    "run_id": run_id,
-                    "step_index": index,
-                    "payload": payload.to_json(),
-                    "created_at": now,
-                },
-            )
-            if steer_count == steer_cursor and end is not None:
-                # Nothing pending, and the update above closed the inbox while holding
-                # the run row: the turn ends here.
-                finished = self._end_turn(
-                    db, run_id, session_id, fence, steer_cursor, events, end, now, pending=()
-                )
-                return StepReceipt(finished=finished)
+            self._insert_step(db, run_id, index, payload, now)
             self._insert_events(db, events, now)
             if steer_count == steer_cursor:
                 return StepReceipt()  # nothing pending (and, if asked, the inbox is closed)
             return StepReceipt(pending=self._pending(db, run_id, steer_cursor))
+
+    def _insert_step(
+        self, db: Connection, run_id: str, index: int, payload: StepPayload, now: datetime
+    ) -> None:
+        db.execute(
+            self._q.insert_step,
+            {
+                "run_id": run_id,
+                "step_index": index,
+                "payload": payload.to_json(),
+                "created_at": now,
+            },
+        )
 
     def close_inbox(
         self, *, run_id: str, session_id: str, fence: int, cursor: int
@@ -680,11 +699,12 @@ class SqlStore:
         end: TurnEnd,
         now: datetime,
         *,
-        pending: tuple[Steer, ...] | None = None,
+        step: tuple[int, StepPayload] | None = None,
     ) -> FinishReceipt:
-        """The turn-ending statements of a transaction.  ``pending`` is given by a caller
-        that already closed the inbox while holding the run row (and knows what is
-        pending); otherwise it is closed and read here."""
+        """The turn-ending statements of a transaction.  With ``step`` (its index and
+        payload) the turn's last step commits in the same row updates, provided no steer
+        is pending (else :class:`_NotFinal`); without, the inbox is closed here and what
+        is pending is reported undelivered."""
         status = end.status
         session = db.execute(
             q.FINISH_SESSION,
@@ -693,16 +713,47 @@ class SqlStore:
                 "b_fence": fence,
                 "b_move_head": status.moves_head,
                 "b_turn_id": end.turn_id,
+                "b_tokens": step[1].usage.total if step else 0,
             },
         ).one_or_none()
         if session is None:
             raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
-        if pending is None:
+        pending: tuple[Steer, ...] = ()
+        if step is None:
             steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
             pending = self._pending(db, run_id, cursor) if steer_count > cursor else ()
         undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
+        ended = {
+            "b_run_id": run_id,
+            "b_status": status.value,
+            "b_reply": end.reply if status.has_reply else None,
+            "b_error": end.error,
+            "b_partial": end.partial,
+            "b_undelivered": list(undelivered) or None,
+            "b_cursor": max([cursor] + [s.position for s in pending]),
+            "b_now": now,
+            "b_seq": end.end_seq,
+        }
+        if step is None:
+            db.execute(q.END_RUN, ended)
+        else:
+            index, payload = step
+            usage = payload.usage
+            advanced = db.execute(
+                q.END_RUN_WITH_STEP,
+                {
+                    **ended,
+                    "b_index": index,
+                    "b_input_tokens": usage.input_tokens,
+                    "b_output_tokens": usage.output_tokens,
+                    "b_cached_tokens": usage.cached_tokens,
+                },
+            ).rowcount
+            if advanced != 1:
+                raise _NotFinal
+            self._insert_step(db, run_id, index, payload, now)
         generation = self._store_prefix(
             db, session_id, session.prefix_generation, status, end.prefix, end.refresh_prefix, now
         )
@@ -717,25 +768,17 @@ class SqlStore:
                 "undelivered": list(undelivered),
             },
         )
-        db.execute(
-            q.END_RUN,
-            {
-                "b_run_id": run_id,
-                "b_status": status.value,
-                "b_reply": end.reply if status.has_reply else None,
-                "b_error": end.error,
-                "b_partial": end.partial,
-                "b_undelivered": list(undelivered) or None,
-                "b_cursor": max([cursor] + [s.position for s in pending]),
-                "b_now": now,
-                "b_seq": end.end_seq,
-            },
-        )
         self._insert_events(db, [*events, end_event], now)
         following = (
-            # The session row was read before this transaction froze a first prefix:
-            # the next turn must see the generation in force now.
-            self._claim_next(db, session, fence, end.worker, end.claim_next, end.known, generation)
+            self._claim_next(
+                db,
+                session,
+                fence,
+                end.worker,
+                end.claim_next,
+                end.known,
+                _head_after(end, session.head_turn_id, generation),
+            )
             if end.claim_next
             else None
         )
@@ -811,6 +854,46 @@ class SqlStore:
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
                 for table in t.metadata.sorted_tables
             }
+
+
+class _NotFinal(Exception):
+    """A step asked to end its turn cannot: a steer is pending, or the run moved on.  Its
+    transaction rolls back and the step commits on its own (which tells which)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Head:
+    """The session as a turn's final transaction leaves it, for the claim of the next
+    turn in the same transaction.  The session row was read before this transaction
+    froze a first prefix, so the generation in force is carried here; and what the
+    ending turn knows spares reading it back: the prefix of that generation and the
+    path root → ``turn_id`` (each None when not known)."""
+
+    turn_id: str | None
+    generation: int
+    prefix: Prefix | None
+    path: tuple[TurnRecord, ...] | None
+
+
+def _head_after(end: TurnEnd, head: str | None, generation: int) -> _Head:
+    """What the claim after ``end`` may take as read; ``head`` and ``generation`` are as
+    the ending transaction left them."""
+    if not (end.status.moves_head and head == end.turn_id):
+        return _Head(turn_id=head, generation=generation, prefix=None, path=None)
+    # The turn now heads the session, and the prefix in force is the one it ran with: it
+    # was frozen or refreshed just now, or was the frozen one already.
+    path = None
+    ancestors, last = end.path[:-1], end.path[-1] if end.path else None
+    if (
+        last is not None
+        and last.turn_id == end.turn_id
+        and all(t.status.settled for t in ancestors)
+    ):
+        # Parent links are set once and settled turns never change: the path its claim
+        # read is still the path, with the turn itself at its outcome.
+        reply = end.reply if end.status.has_reply else None
+        path = (*ancestors, replace(last, status=end.status, reply=reply))
+    return _Head(turn_id=head, generation=generation, prefix=end.prefix, path=path)
 
 
 @contextmanager

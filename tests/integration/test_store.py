@@ -9,17 +9,19 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 
 from parley.errors import Fenced, SessionNotFound, TurnEnded
+from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
 from tests.conftest import terminate_backends
-from tests.integration.drive import commit, finish, new_session, start, submit
+from tests.integration.drive import Driving, commit, finish, new_session, start, submit
 from workers import statements as q
 from workers.database import create_database_engine, current_revision, head_revision, migrate
-from workers.ports import TurnEnd
+from workers.ports import ClaimedTurn, TurnEnd
 from workers.store import SqlStore
 
 
@@ -139,15 +141,77 @@ def test_a_final_step_ends_its_turn_in_its_own_transaction_unless_a_steer_is_pen
             assert [s.position for s in receipt.pending] == list(range(1, len(receipt.pending) + 1))
             assert state.status is TurnStatus.RUNNING and state.steps == 1
             assert accepted
+            assert store.get_session(session_id).tokens_used == 5  # once, though tried twice
         else:
             # The turn ended with its step: head moved, end stored, every say refused.
             assert receipt.pending == () and accepted == [] and len(refused) == 2
+            assert store.get_session(session_id).tokens_used == 5  # charged with the end
             assert receipt.finished.end_event.seq == d.next_seq + 1
             assert receipt.finished.head_turn_id == turn_id
             assert state.status is TurnStatus.FINISHED and state.steps == 1
             kinds = [e.kind.value for e in store.events_after(turn_id, 0)]
             assert kinds[-2:] == ["step", "end"]
             assert store.turn_result(turn_id) is not None
+
+
+class StatementLog:
+    """The statements a store runs, by what they read."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.statements: list[str] = []
+        event.listen(store.engine, "before_cursor_execute", self._record)
+
+    def _record(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        self.statements.append(statement)
+
+    def count(self, fragment: str) -> int:
+        return sum(fragment in s for s in self.statements)
+
+
+def _end_and_claim_next(
+    store: SqlStore, claimed: ClaimedTurn, fence: int, status: TurnStatus, prefix: Prefix
+) -> ClaimedTurn:
+    """End ``claimed`` with ``status`` in the final step's transaction, claiming the next."""
+    turn = claimed.turn
+    end = TurnEnd(
+        turn_id=turn.turn_id,
+        status=status,
+        reply="step 0",
+        end_seq=claimed.next_seq + 1,
+        prefix=prefix,
+        claim_next=lambda _turn, _fence: 0,
+        path=(*(p.turn for p in claimed.history), turn),
+    )
+    d = Driving(turn.session_id, turn.turn_id, claimed.run.run_id, fence, claimed.next_seq)
+    finished = commit(store, d, 0, close=True, end=end).finished
+    assert finished is not None and finished.next_claim is not None
+    return finished.next_claim[0]
+
+
+def test_a_claim_chained_to_a_turns_end_takes_the_path_and_prefix_the_turn_knows(
+    store: SqlStore,
+) -> None:
+    prefix = Prefix(system_prompt="frozen", tools=())
+    session_id = new_session(store)
+    for n in range(5):
+        submit(store, session_id, f"p{n}")
+    fence, claim = store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0)
+    assert claim is not None
+    claimed = claim[0]
+    log = StatementLog(store)
+    statuses = [TurnStatus.FINISHED, TurnStatus.FINISHED, TurnStatus.CANCELLED, TurnStatus.FINISHED]
+    for n, status in enumerate(statuses):
+        reads_before = (log.count("WITH RECURSIVE"), log.count("FROM prefixes"))
+        claimed = _end_and_claim_next(store, claimed, fence, status, prefix)
+        reads = (log.count("WITH RECURSIVE") - reads_before[0], log.count("FROM prefixes"))
+        # What the claim got is what reading it back gives.
+        assert [p.turn for p in claimed.history] == store.history(session_id)
+        assert claimed.prefix == prefix and claimed.prefix_generation == 1
+        assert [p.turn.prompt for p in claimed.history] == [f"p{i}" for i in range(n + 1)]
+        # The path is read only past a cancelled ancestor (resume may still change it),
+        # the prefix never (the ending turn froze it, or ran with it).
+        assert reads == ((1, 0) if n == 3 else (0, 0))
+    assert claimed.history[2].turn.status is TurnStatus.CANCELLED
 
 
 def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_url: str) -> None:
