@@ -251,11 +251,17 @@ class Session:
         client = self._client
         client._kicker.ready()  # a client that cannot run turns says so before any write
         receipt = client.store.submit_turn(
-            session_id=self.id, prompt=text, request_id=request_id, contract=contract, if_busy=busy
+            session_id=self.id,
+            prompt=text,
+            request_id=request_id,
+            contract=contract,
+            if_busy=busy,
+            announce=self._announce,
         )
         for turn_id in receipt.interrupted_turn_ids:
             client.coordinator.signal_interrupt(turn_id)
-        self._announce(receipt.queued_event)
+        if not receipt.created:
+            self._announce(None)  # a repeated request: kick again, in case its kick was lost
         return TurnHandle(client, receipt.turn)
 
     def _announce(self, queued: Event | None) -> None:

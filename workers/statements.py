@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, bindparam, case, func, literal, select, update
+from sqlalchemy import Boolean, bindparam, case, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schemas import tables as t
+from schemas.events import EventKind
 from schemas.records import TurnStatus
 
 QUEUED = TurnStatus.QUEUED.value
@@ -134,7 +135,18 @@ PATH = _path()
 
 SET_PARENT = update(t.turns).where(t.turns.c.id == b("turn_id")).values(parent_id=b("parent_id"))
 
-INSERT_TURN = t.turns.insert()
+# A submission's rows: its turn (no parent until it starts), its queued run, and the
+# run's ``queued`` event.  They share one set of parameters, so PostgreSQL can run them
+# as one statement (DialectStatements.insert_submission).
+INSERT_TURN = insert(t.turns).values(
+    id=b("turn_id"),
+    session_id=b("session_id"),
+    parent_id=None,
+    ordinal=b("position"),
+    prompt=b("prompt"),
+    request_id=b("request_id"),
+    created_at=b("now"),
+)
 
 # ------------------------------------------------------------------ runs
 
@@ -170,7 +182,20 @@ NEXT_RUN = (
     .with_for_update(of=t.runs)
 )
 
-INSERT_RUN = t.runs.insert()
+INSERT_RUN = insert(t.runs).values(
+    id=b("run_id"),
+    turn_id=b("turn_id"),
+    session_id=b("session_id"),
+    status=QUEUED,
+    contract=b("contract"),
+    last_seq=1,
+    queued_at=b("now"),
+    queue_position=b("position"),
+)
+
+INSERT_QUEUED = insert(t.events).values(
+    turn_id=b("turn_id"), seq=1, kind=EventKind.QUEUED.value, data=b("data"), created_at=b("now")
+)
 
 CLAIM_RUN = (
     update(t.runs)
@@ -306,3 +331,10 @@ class DialectStatements:
         # A cold shutdown can interrupt a COMMIT whose retry then finds the row written.
         self.insert_step = insert(t.steps).on_conflict_do_nothing()
         self.insert_events = insert(t.events).on_conflict_do_nothing()
+        # One statement and one round trip where three would take three: data-modifying
+        # CTEs (PostgreSQL only; foreign keys are checked at the end of the statement).
+        self.insert_submission = (
+            INSERT_QUEUED.add_cte(INSERT_TURN.cte("new_turn"), INSERT_RUN.cte("new_run"))
+            if dialect == "postgresql"
+            else None
+        )

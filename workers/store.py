@@ -15,7 +15,7 @@ named, in :mod:`workers.statements`.  Concurrency rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -92,7 +92,6 @@ class SubmitReceipt:
 
     turn: TurnRecord
     created: bool
-    queued_event: Event | None
     interrupted_turn_ids: tuple[str, ...]
 
 
@@ -235,10 +234,17 @@ class SqlStore:
         request_id: str | None,
         contract: Contract | None,
         if_busy: IfBusy,
+        announce: Callable[[Event], None] | None = None,
     ) -> SubmitReceipt:
-        """Insert a queued turn and its run, idempotently on ``request_id``."""
+        """Insert a queued turn and its run, idempotently on ``request_id``.
+
+        ``announce`` is called with the new turn's ``queued`` event inside the
+        transaction, once the turn is sure to be inserted and while the session row is
+        locked: a driver it wakes (by a kick) waits at its claim, which locks that row
+        first, until the turn is committed.  So the kick travels while the transaction
+        finishes instead of after it."""
         try:
-            return self._submit(session_id, prompt, request_id, contract, if_busy)
+            return self._submit(session_id, prompt, request_id, contract, if_busy, announce)
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
@@ -256,6 +262,7 @@ class SqlStore:
         request_id: str | None,
         contract: Contract | None,
         if_busy: IfBusy,
+        announce: Callable[[Event], None] | None,
     ) -> SubmitReceipt:
         now = _now()
         with self._tx() as db:
@@ -301,46 +308,28 @@ class SqlStore:
                 request_id=request_id,
                 created_at=now,
             )
-            db.execute(
-                q.INSERT_TURN,
-                {
-                    "id": record.turn_id,
-                    "session_id": session_id,
-                    "parent_id": None,
-                    "ordinal": ordinal,
-                    "prompt": prompt,
-                    "request_id": request_id,
-                    "created_at": now,
-                },
-            )
-            db.execute(
-                q.INSERT_RUN,
-                {
-                    "id": record.run_id,
-                    "turn_id": record.turn_id,
-                    "session_id": session_id,
-                    "status": q.QUEUED,
-                    "attempts": 0,
-                    "contract": contract.to_json() if contract else None,
-                    "steps": 0,
-                    "input_tokens": 0,
-                    "output_tokens": 0,
-                    "cached_tokens": 0,
-                    "steer_count": 0,
-                    "steer_cursor": 0,
-                    "inbox_open": True,
-                    "last_seq": 1,
-                    "queued_at": now,
-                    "queue_position": ordinal,
-                },
-            )
             queued = Event(
                 turn_id=record.turn_id, seq=1, kind=EventKind.QUEUED, data={"run_id": record.run_id}
             )
-            self._insert_events(db, [queued], now)
-        return SubmitReceipt(
-            turn=record, created=True, queued_event=queued, interrupted_turn_ids=tuple(interrupted)
-        )
+            if announce is not None:
+                announce(queued)
+            rows = {
+                "b_turn_id": record.turn_id,
+                "b_run_id": record.run_id,
+                "b_session_id": session_id,
+                "b_position": ordinal,
+                "b_prompt": prompt,
+                "b_request_id": request_id,
+                "b_contract": contract.to_json() if contract else None,
+                "b_data": queued.data,
+                "b_now": now,
+            }
+            if self._q.insert_submission is not None:
+                db.execute(self._q.insert_submission, rows)
+            else:
+                for statement in (q.INSERT_TURN, q.INSERT_RUN, q.INSERT_QUEUED):
+                    db.execute(statement, rows)
+        return SubmitReceipt(turn=record, created=True, interrupted_turn_ids=tuple(interrupted))
 
     def _by_request(self, db: Connection, session_id: str, request_id: str) -> TurnRecord | None:
         row = db.execute(
@@ -916,4 +905,4 @@ def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
             f"request_id {turn.request_id!r} was already used for another prompt "
             f"(turn {turn.turn_id})"
         )
-    return SubmitReceipt(turn=turn, created=False, queued_event=None, interrupted_turn_ids=())
+    return SubmitReceipt(turn=turn, created=False, interrupted_turn_ids=())

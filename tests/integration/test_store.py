@@ -214,6 +214,36 @@ def test_a_claim_chained_to_a_turns_end_takes_the_path_and_prefix_the_turn_knows
     assert claimed.history[2].turn.status is TurnStatus.CANCELLED
 
 
+def test_a_driver_woken_inside_a_submission_claims_the_turn_once_it_commits(
+    store: SqlStore,
+) -> None:
+    session_id = new_session(store)
+    claims: list[Any] = []
+    drivers: list[threading.Thread] = []
+
+    def drive() -> None:
+        claims.append(store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0))
+
+    def announce(queued: Any) -> None:
+        # What a kick does, early: a driver goes for the session before the commit.
+        drivers.append(threading.Thread(target=drive))
+        drivers[0].start()
+        time.sleep(0.3)
+        assert claims == []  # it waits for the session row the submission holds
+
+    receipt = store.submit_turn(
+        session_id=session_id,
+        prompt="p",
+        request_id=None,
+        contract=None,
+        if_busy=IfBusy.ENQUEUE,
+        announce=announce,
+    )
+    drivers[0].join(10)
+    _fence, claim = claims[0]
+    assert claim is not None and claim[0].turn.turn_id == receipt.turn.turn_id
+
+
 def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_url: str) -> None:
     engine = create_database_engine(postgres_url)
     store = SqlStore(engine)
