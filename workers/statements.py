@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, bindparam, case, func, insert, literal, select, update
+from sqlalchemy import Boolean, String, bindparam, case, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schemas import tables as t
@@ -333,8 +333,64 @@ class DialectStatements:
         self.insert_events = insert(t.events).on_conflict_do_nothing()
         # One statement and one round trip where three would take three: data-modifying
         # CTEs (PostgreSQL only; foreign keys are checked at the end of the statement).
+        postgres = dialect == "postgresql"
         self.insert_submission = (
             INSERT_QUEUED.add_cte(INSERT_TURN.cte("new_turn"), INSERT_RUN.cte("new_run"))
-            if dialect == "postgresql"
+            if postgres
             else None
         )
+        self.claim_next = _claim_next_fresh() if postgres else None
+
+
+def _claim_next_fresh() -> Any:
+    """NEXT_RUN, and when that run never started, its claim: SET_PARENT, CLAIM_RUN and the
+    insert of its ``started`` event, all in one statement (PostgreSQL's data-modifying
+    CTEs) where four take four round trips.  A run that started before is only read and
+    locked: its claim must first adopt what its events' buffer holds.  Returns the run
+    as NEXT_RUN does, as it was before the claim, and ``claimed``."""
+    run = NEXT_RUN.cte("next_run")
+    fresh = run.c.attempts == 0
+    claim = (
+        update(t.runs)
+        .where(t.runs.c.id == run.c.id, fresh)
+        .values(
+            status=RUNNING,
+            attempts=1,
+            worker=b("worker"),
+            started_at=b("now"),
+            inbox_open=True,
+            last_seq=run.c.last_seq + 1,
+        )
+        .returning(t.runs.c.id)
+        .cte("claim")
+    )
+    hang = (
+        update(t.turns)
+        .where(
+            t.turns.c.id == run.c.turn_id, fresh, t.turns.c.parent_id.is_distinct_from(b("head"))
+        )
+        .values(parent_id=b("head"))
+        .cte("hang")
+    )
+    started = (
+        postgresql.insert(t.events)
+        .from_select(
+            ["turn_id", "seq", "kind", "data", "created_at"],
+            select(
+                run.c.turn_id,
+                run.c.last_seq + 1,
+                literal(EventKind.STARTED.value),
+                func.jsonb_build_object(
+                    "run_id", run.c.id, "attempt", 1, "worker", b("worker", type_=String())
+                ),
+                b("now"),
+            ).where(fresh),
+        )
+        .on_conflict_do_nothing()
+        .cte("started")
+    )
+    return (
+        select(run, claim.c.id.is_not(None).label("claimed"))
+        .outerjoin(claim, claim.c.id == run.c.id)
+        .add_cte(hang, started)
+    )

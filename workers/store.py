@@ -488,14 +488,27 @@ class SqlStore:
     ) -> Claim | None:
         """Claim the next runnable turn of ``session`` (its row as read, updated by what
         ``head`` says when a turn's end in this transaction came after the read)."""
-        run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
+        now = _now()
+        if self._q.claim_next is not None:
+            run = db.execute(
+                self._q.claim_next,
+                {
+                    "b_session_id": session.id,
+                    "b_worker": worker,
+                    "b_now": now,
+                    "b_head": session.head_turn_id,
+                },
+            ).one_or_none()
+        else:
+            run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
         if run is None:
             return None
         turn = turn_of_next_run(run)
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0
-        return self._claim(db, run, worker, floor, session, turn, known, head)
+        written = bool(getattr(run, "claimed", False))
+        return self._claim(db, run, worker, floor, session, turn, known, head, now, written)
 
     def _claim(
         self,
@@ -506,18 +519,23 @@ class SqlStore:
         row: Any,
         turn: TurnRecord,
         known: KnownTurns | None,
-        head: _Head | None = None,
+        head: _Head | None,
+        now: datetime,
+        written: bool,
     ) -> Claim:
-        """Claim ``run`` (its locked row) given its session's ``row`` and prefix
-        ``generation`` (default: the row's).  The steps of history turns ``known`` to the
-        claimant are not loaded."""
-        now = _now()
+        """Claim ``run`` (its locked row, as it was before the claim) given its session's
+        ``row`` and ``head``.  ``written``: the claim's writes were made already, by the
+        statement that read the run.  The steps of history turns ``known`` to the claimant
+        are not loaded."""
         turn_id = run.turn_id
         session = session_record(row)
         if run.attempts == 0 and turn.parent_id != session.head_turn_id:
             # A queued turn hangs under the head as it is when it starts (a turn is
             # stored without a parent, so only a session's first turn skips this write).
-            db.execute(q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id})
+            if not written:
+                db.execute(
+                    q.SET_PARENT, {"b_turn_id": turn_id, "b_parent_id": session.head_turn_id}
+                )
             turn = replace(turn, parent_id=session.head_turn_id)
         seq = max(run.last_seq, seq_floor) + 1
         started = Event(
@@ -526,10 +544,11 @@ class SqlStore:
             kind=EventKind.STARTED,
             data={"run_id": run.id, "attempt": run.attempts + 1, "worker": worker},
         )
-        db.execute(
-            q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
-        )
-        self._insert_events(db, [started], now)
+        if not written:
+            db.execute(
+                q.CLAIM_RUN, {"b_run_id": run.id, "b_worker": worker, "b_now": now, "b_seq": seq}
+            )
+            self._insert_events(db, [started], now)
         generation = head.generation if head else int(row.prefix_generation)
         if head and head.path is not None and turn.parent_id == head.turn_id:
             path = list(head.path)

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event, inspect
+from sqlalchemy import event, inspect, select
 
 from parley.errors import Fenced, SessionNotFound, TurnEnded
+from schemas import tables as t
 from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
 from tests.conftest import terminate_backends
@@ -212,6 +213,36 @@ def test_a_claim_chained_to_a_turns_end_takes_the_path_and_prefix_the_turn_knows
         # the prefix never (the ending turn froze it, or ran with it).
         assert reads == ((1, 0) if n == 3 else (0, 0))
     assert claimed.history[2].turn.status is TurnStatus.CANCELLED
+
+
+def test_a_claim_stores_what_it_returns(store: SqlStore) -> None:
+    # On PostgreSQL a first claim is one statement, a later one several: both must store
+    # the same thing as the claim hands to its driver.
+    session_id = new_session(store)
+    first, _run = submit(store, session_id)
+    second, _run = submit(store, session_id)
+    finish(store, start(store, session_id, worker="a"), 3)
+    floors: list[str] = []
+
+    def adopt(turn_id: str, _fence: int) -> int:
+        floors.append(turn_id)
+        return 5  # the buffer holds seqs up to 5
+
+    for attempt, worker in ((1, "b"), (2, "c")):  # the second claim is a takeover
+        _fence, claim = store.start_drive(session_id, worker=worker, seq_floor=adopt)
+        assert claim is not None
+        claimed, started = claim
+        assert claimed.turn.turn_id == second and claimed.turn.parent_id == first
+        assert store.get_turn(second).parent_id == first
+        state = store.run_state(second)
+        assert (state.status, state.attempts, state.worker) == (TurnStatus.RUNNING, attempt, worker)
+        assert started.data == {"run_id": state.run_id, "attempt": attempt, "worker": worker}
+        assert started.seq == (2 if attempt == 1 else 6) and claimed.next_seq == started.seq + 1
+        assert store.events_after(second, started.seq - 1) == [started]
+        with store.engine.connect() as db:
+            last_seq = db.execute(select(t.runs.c.last_seq).where(t.runs.c.turn_id == second))
+            assert last_seq.scalar_one() == started.seq  # where a resume numbers on from
+    assert floors == [second]  # only the takeover adopts the buffer
 
 
 def test_a_driver_woken_inside_a_submission_claims_the_turn_once_it_commits(
