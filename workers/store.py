@@ -507,7 +507,7 @@ class SqlStore:
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0
-        written = bool(getattr(run, "claimed", False))
+        written = bool(getattr(run, "claimed", False))  # (NEXT_RUN has no such column)
         return self._claim(db, run, worker, floor, session, turn, known, head, now, written)
 
     def _claim(

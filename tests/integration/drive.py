@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from schemas.events import Event, EventKind
@@ -27,10 +27,21 @@ def new_session(store: SqlStore, root: str = "/tmp") -> str:
     return store.create_session(root=root, metadata={}, token_ceiling=None).session_id
 
 
-def submit(store: SqlStore, session_id: str, prompt: str = "p") -> tuple[str, str]:
+def submit(
+    store: SqlStore,
+    session_id: str,
+    prompt: str = "p",
+    *,
+    announce: Callable[[Event], None] | None = None,
+) -> tuple[str, str]:
     """Queue a turn; returns its turn and run ids."""
     receipt = store.submit_turn(
-        session_id=session_id, prompt=prompt, request_id=None, contract=None, if_busy=IfBusy.ENQUEUE
+        session_id=session_id,
+        prompt=prompt,
+        request_id=None,
+        contract=None,
+        if_busy=IfBusy.ENQUEUE,
+        announce=announce,
     )
     return receipt.turn.turn_id, receipt.turn.run_id
 

@@ -262,17 +262,10 @@ def test_a_driver_woken_inside_a_submission_claims_the_turn_once_it_commits(
         time.sleep(0.3)
         assert claims == []  # it waits for the session row the submission holds
 
-    receipt = store.submit_turn(
-        session_id=session_id,
-        prompt="p",
-        request_id=None,
-        contract=None,
-        if_busy=IfBusy.ENQUEUE,
-        announce=announce,
-    )
+    turn_id, _run_id = submit(store, session_id, announce=announce)
     drivers[0].join(10)
     _fence, claim = claims[0]
-    assert claim is not None and claim[0].turn.turn_id == receipt.turn.turn_id
+    assert claim is not None and claim[0].turn.turn_id == turn_id
 
 
 def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_url: str) -> None:
