@@ -2,8 +2,9 @@
 
 A kick names a session, never a turn: whoever holds the session's lock runs a stranded
 running turn first, then queued turns oldest first.  Duplicate kicks are harmless — they
-find the lock taken and return.  Before letting go, the driver looks once more, and after
-letting go it looks again, so a turn submitted at the very moment of release still runs.
+find the lock taken and return, and a submission sends none while a driver holds the
+session.  Letting go returns the session's work mark: changed since the lock was taken,
+something was submitted meanwhile, and the driver goes on.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class SessionDriver:
         Per turn this costs at most two transactions besides its steps: the claim
         (taken with the fence, or by the previous turn's final transaction) and the
         final one, which a final answer with nothing pending shares with its step.
-        Whether anything was submitted while we were letting go is asked of the
-        coordinator's work mark, not of the database."""
+        Whether anything was submitted meanwhile is told by the work mark that letting go
+        of the lock returns, not asked of the database."""
         ran = 0
         while True:
             lock = self.coordinator.try_lock(session_id)
@@ -55,6 +56,6 @@ class SessionDriver:
                 # runs, in case a kick bounced off our lock meanwhile.
                 log.warning("lost session %s to another driver", session_id)
             finally:
-                lock.release()
-            if self.coordinator.work_mark(session_id) == mark:
+                after = lock.release()
+            if after == mark:
                 return ran

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from schemas.events import Event, EventKind
 
@@ -17,20 +17,23 @@ from the store, without their tokens."""
 class LocalLock:
     """A held in-process session lock."""
 
-    def __init__(self, lock: threading.Lock, work_mark: int) -> None:
+    def __init__(self, lock: threading.Lock, work_mark: int, marks: Callable[[], int]) -> None:
         self.work_mark = work_mark
         self._lock = lock
+        self._marks = marks
         self._held = True
 
     def held(self) -> bool:
         """In one process a lock cannot expire: held until released."""
         return self._held
 
-    def release(self) -> None:
-        """Give the lock back (once)."""
-        if self._held:
-            self._held = False
-            self._lock.release()
+    def release(self) -> int | None:
+        """Give the lock back (once); returns the work mark as it stands then."""
+        if not self._held:
+            return None
+        self._held = False
+        self._lock.release()
+        return self._marks()
 
 
 class LocalCoordinator:
@@ -54,7 +57,9 @@ class LocalCoordinator:
         with self._guard:
             lock = self._locks.setdefault(session_id, threading.Lock())
             mark = self._marks.get(session_id, 0)
-        return LocalLock(lock, mark) if lock.acquire(blocking=False) else None
+        if not lock.acquire(blocking=False):
+            return None
+        return LocalLock(lock, mark, lambda: self.work_mark(session_id))
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
         """Publish ``events`` and bump the session's work mark; in-process kicks are

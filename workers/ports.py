@@ -437,8 +437,9 @@ class SessionLock(Protocol):
         """False once the lock was lost (expired, taken over)."""
         ...
 
-    def release(self) -> None:
-        """Give the lock back (no-op if already lost)."""
+    def release(self) -> object:
+        """Give the lock back; returns the session's work mark as it stands then (None
+        if unknown), for the driver to compare with the one it took the lock with."""
         ...
 
 
@@ -448,15 +449,15 @@ class Coordinator(Protocol):
     def try_lock(self, session_id: str) -> SessionLock | None: ...
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
-        """Note that the session got new work (after it is committed, before the kick),
-        publishing ``events`` (its ``queued`` event) with it.  Returns whether the work
-        needs a kick (False while a kick for the session is still waiting to be picked
-        up)."""
+        """Note that the session got new work (while its submission holds the session
+        row, before the kick), publishing ``events`` (its ``queued`` event) with it.
+        Returns whether the work needs a kick: not while an earlier kick still waits for
+        a driver, nor while a driver holds the session (it compares the work mark when it
+        lets go, and goes on)."""
         ...
 
     def work_mark(self, session_id: str) -> object:
-        """The session's work mark: a driver that sees it unchanged after letting go of
-        the lock knows nothing was submitted meanwhile."""
+        """The session's work mark (what a lock's ``release`` returns, read on its own)."""
         ...
 
     def publish(self, events: Sequence[Event], fence: int = 0, *, now: bool = False) -> None:

@@ -85,9 +85,13 @@ if #last == 0 then return 0 end
 return tonumber(string.match(last[1][1], '^(%d+)'))
 """
 
+# KEYS: the lock, the session's kick-pending flag, its work mark.  ARGV: the lock's token.
+# Letting go also lowers the flag, so from here on a submission kicks again; until here
+# submissions needed none, since the driver reads the work mark (returned) before it stops.
 RELEASE_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('DEL', KEYS[2])
+return redis.call('GET', KEYS[3])
 """
 
 INTERRUPT_RECHECK_SECONDS = 0.1
@@ -107,6 +111,7 @@ class RedisLock:
     ) -> None:
         self.work_mark = work_mark
         self.key = c.lock_key(session_id)
+        self.session_id = session_id
         self.token = token
         self._coordinator = coordinator
         self._held = True
@@ -121,16 +126,23 @@ class RedisLock:
             self._held = False
         return self._held
 
-    def release(self) -> None:
-        """Stop extending the lock and delete it if it is still ours."""
+    def release(self) -> object:
+        """Stop extending the lock and delete it if it is still ours; returns the work
+        mark as it stands then (None once released, or if Redis cannot say)."""
+        if self._released:
+            return None
         self._released = True
+        self._held = False
         self._coordinator.heartbeat.drop(self)
-        if self._held:
-            self._held = False
-            try:
-                self._coordinator.scripts.release(keys=[self.key], args=[self.token])
-            except redis.RedisError:
-                log.warning("could not release %s; it expires by itself", self.key)
+        session_id = self.session_id
+        try:
+            return self._coordinator.scripts.release(
+                keys=[self.key, c.kick_pending_key(session_id), c.work_key(session_id)],
+                args=[self.token],
+            )
+        except redis.RedisError:
+            log.warning("could not release %s; it expires by itself", self.key)
+            return None
 
     def extended(self, kept: bool, at: float) -> None:
         """The heartbeat's answer for an extension sent at ``at``."""
@@ -263,9 +275,7 @@ class RedisCoordinator:
             pipe = self.redis.pipeline(transaction=False)
             pipe.set(c.lock_key(session_id), token, nx=True, px=c.LOCK_TTL_MS)
             pipe.get(c.work_key(session_id))
-            # A kick is being handled: submissions from now on must send their own.
-            pipe.delete(c.kick_pending_key(session_id))
-            taken, mark, _ = pipe.execute()
+            taken, mark = pipe.execute()
         except redis.RedisError:
             log.warning("cannot reach Redis to lock session %s", session_id)
             return None
@@ -273,10 +283,10 @@ class RedisCoordinator:
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
         """Bump the session's work mark, publishing ``events`` (and what is queued before
-        them) in the same round trip.  Returns whether to kick: not while an earlier kick
-        for the session still waits in the queue (a driver that takes it up sees this
-        work, and so does one holding the lock meanwhile, through the work mark).  A lost
-        mark or kick only delays a turn until the sweeper's next look."""
+        them) in the same round trip.  Returns whether to kick: not while the session's
+        kick-pending flag is up, from an earlier kick until a driver lets go of the
+        session (that driver sees this work through the work mark).  A lost mark or kick
+        only delays a turn until the sweeper's next look."""
         with self._sending:
             with self._wake:
                 queued, self._pending = self._pending, []

@@ -99,7 +99,7 @@ def test_deltas_never_join_a_token_event_across_another_event_or_step(
     ]
 
 
-def test_a_kick_waiting_for_a_driver_makes_further_kicks_unnecessary(
+def test_no_kick_is_needed_from_a_kick_sent_until_its_driver_lets_go(
     coordinator: RedisCoordinator,
 ) -> None:
     session_id = str(uuid.uuid4())
@@ -107,13 +107,13 @@ def test_a_kick_waiting_for_a_driver_makes_further_kicks_unnecessary(
     assert coordinator.mark_work(session_id) is False  # that kick still waits: it will do
     lock = coordinator.try_lock(session_id)  # a driver takes the kick up
     assert lock is not None
-    try:
-        assert coordinator.mark_work(session_id) is True  # from now on, kick again
-        assert coordinator.try_lock(session_id) is None  # a duplicate kick bounces...
-        assert coordinator.mark_work(session_id) is True  # ...and still counts as taken up
-        assert lock.work_mark != coordinator.work_mark(session_id)  # the driver will look
-    finally:
-        lock.release()
+    assert coordinator.mark_work(session_id) is False  # the driver will see this work...
+    assert coordinator.try_lock(session_id) is None  # (a duplicate kick bounces)
+    after = lock.release()
+    assert after != lock.work_mark  # ...as letting go tells it: it goes on
+    assert after == coordinator.work_mark(session_id)
+    assert coordinator.mark_work(session_id) is True  # nobody holds it now: kick
+    assert lock.release() is None  # released once
 
 
 def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
