@@ -22,6 +22,11 @@ KICK_THROTTLE_SECONDS = 5
 fleet does not flood the queue with kicks."""
 ENDED_BUFFER_SECONDS = 3_600
 """How long a finished turn's replay buffer (tokens included) is kept."""
+IDLE_BUFFER_SECONDS = 86_400
+"""How long a turn's replay buffer lives from its first event while the turn has not
+ended: past that, readers find its committed events in the store, and uncommitted tokens
+of a turn that ran a day are gone.  Bounds what turns that never end (and announcements
+of submissions that rolled back) leave in Redis."""
 WORK_MARK_SECONDS = 3_600
 """How long a session's work mark lives after its last bump."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600
@@ -40,16 +45,17 @@ def kicked_key(session_id: str) -> str:
 
 
 KICK_PENDING_SECONDS = 10
-"""How long a sent kick suppresses further kicks for its session unless a driver picks it
-up sooner; past that (a lost kick), submissions kick again, and the sweeper recovers it
+"""How long a sent kick suppresses further kicks for its session unless a driver lets go
+of the session sooner; past that (a lost kick, or a drive longer than this), submissions
+kick again (a duplicate bounces off a held lock), and the sweeper recovers a lost one
 anyway."""
 
 
 def kick_pending_key(session_id: str) -> str:
-    """Set while a kick for the session waits in the queue; deleted by whoever handles a
-    kick.  Submissions made meanwhile need no kick of their own: the kick's handler looks
-    after they committed, and if it finds the lock held, the holder sees the work mark
-    they bumped."""
+    """Set by the submission that kicks; deleted when a driver lets go of the session
+    (whichever driver: deleting it early only costs a duplicate kick).  Submissions made
+    meanwhile need no kick of their own: the kick's driver claims after they committed,
+    and a driver holding the lock sees the work mark they bumped when it lets go."""
     return f"parley:kick:{session_id}"
 
 

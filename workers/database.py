@@ -52,7 +52,9 @@ def create_database_engine(url: str) -> Engine:
 
 
 def _postgres_engine(url: str) -> Engine:
-    engine = create_engine(url, pool_size=5, max_overflow=10)
+    # READ COMMITTED, whatever the server's default: a claim waits for a submission that
+    # holds its session's row, then reads the runs it committed in a fresh snapshot.
+    engine = create_engine(url, pool_size=5, max_overflow=10, isolation_level="READ COMMITTED")
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

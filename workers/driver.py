@@ -2,9 +2,10 @@
 
 A kick names a session, never a turn: whoever holds the session's lock runs a stranded
 running turn first, then queued turns oldest first.  Duplicate kicks are harmless — they
-find the lock taken and return, and a submission sends none while a driver holds the
-session.  Letting go returns the session's work mark: changed since the lock was taken,
-something was submitted meanwhile, and the driver goes on.
+find the lock taken and return — and a submission sends none while a kick is pending or
+a driver holds the session (up to ``KICK_PENDING_SECONDS``).  Letting go returns the
+session's work mark: changed since the lock was taken, something was submitted
+meanwhile, and the driver goes on.
 """
 
 from __future__ import annotations

@@ -361,6 +361,8 @@ class TurnEnd:
     reply: str | None = None
     error: str | None = None
     partial: str | None = None
+    # The prefix the turn ran with: the session's frozen one, unless ``refresh_prefix``
+    # (a claim in the same transaction takes it as the one in force).
     prefix: Prefix | None = None
     refresh_prefix: bool = False
     claim_next: SeqFloor | None = None
@@ -452,8 +454,8 @@ class Coordinator(Protocol):
         """Note that the session got new work (while its submission holds the session
         row, before the kick), publishing ``events`` (its ``queued`` event) with it.
         Returns whether the work needs a kick: not while an earlier kick still waits for
-        a driver, nor while a driver holds the session (it compares the work mark when it
-        lets go, and goes on)."""
+        a driver, nor (for a while) as a driver holds the session: it compares the work
+        mark when it lets go, and goes on."""
         ...
 
     def work_mark(self, session_id: str) -> object:

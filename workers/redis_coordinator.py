@@ -28,9 +28,12 @@ log = logging.getLogger("parley.redis")
 # Append events to a turn's stream in seq order (skipping any already there), publish
 # them as one message, and say whether an interrupt is pending.  A driver publishes with
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
-# An ``end`` is also noted on the turn's ends stream, for waiters.
+# An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives an hour
+# past its turn's end, and at most IDLE_BUFFER_SECONDS from its first event before that
+# (readers find committed events in the store), so no buffer outlives its use: not one of
+# a turn that never ends, nor one whose submission rolled back after announcing it.
 # KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
-# none), buffer ttl, fence (0: not a driver), then seq, json, seq, json...
+# none), buffer ttl, fence (0: not a driver), idle ttl, then seq, json, seq, json...
 APPEND_AND_PUBLISH = """
 local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
@@ -41,7 +44,7 @@ local top = 0
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
 local ended = tonumber(ARGV[1])
 local fresh = {}
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > top then
     redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
@@ -56,7 +59,11 @@ end
 if #fresh > 0 then
   redis.call('PUBLISH', KEYS[2], '[' .. table.concat(fresh, ',') .. ']')
 end
-if ended > 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
+if ended > 0 then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+elseif #fresh > 0 then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]), 'NX')
+end
 return redis.call('EXISTS', KEYS[3])
 """
 
@@ -99,6 +106,9 @@ COALESCED_TEXT_LIMIT = 4_096
 """A queued token event takes no more deltas once its text is this long: each merge copies
 the text, and a stalled Redis must not make that quadratic."""
 BLOCKING_SOCKET_SECONDS = 10.0
+COMMAND_SOCKET_SECONDS = 5.0
+"""How long any other command may take, connecting included: a submission marks its work
+while it holds its session's row, and a half-open connection must not hold it for long."""
 CHECKED_TURNS_KEPT = 10_000
 
 
@@ -237,7 +247,11 @@ class RedisCoordinator:
     def __init__(self, url: str) -> None:
         self.url = url
         # redis-py's return types depend on decode settings; results are converted here.
-        self.redis: Any = redis.Redis.from_url(url)
+        self.redis: Any = redis.Redis.from_url(
+            url,
+            socket_timeout=COMMAND_SOCKET_SECONDS,
+            socket_connect_timeout=COMMAND_SOCKET_SECONDS,
+        )
         # Blocking stream reads (at most POLL seconds each) need a longer socket timeout
         # than the default, yet a finite one, so a half-open connection cannot hang them.
         self._blocking: Any = redis.Redis.from_url(url, socket_timeout=BLOCKING_SOCKET_SECONDS)
@@ -428,7 +442,12 @@ class RedisCoordinator:
             by_turn.setdefault((event.turn_id, fence), []).append(event)
         for (turn_id, fence), batch in by_turn.items():
             ends = [e.seq for e in batch if e.kind is EventKind.END]
-            args: list[Any] = [ends[-1] if ends else 0, c.ENDED_BUFFER_SECONDS, fence]
+            args: list[Any] = [
+                ends[-1] if ends else 0,
+                c.ENDED_BUFFER_SECONDS,
+                fence,
+                c.IDLE_BUFFER_SECONDS,
+            ]
             for event in batch:
                 args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
             keys = [

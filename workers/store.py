@@ -239,10 +239,11 @@ class SqlStore:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
         ``announce`` is called with the new turn's ``queued`` event inside the
-        transaction, once the turn is sure to be inserted and while the session row is
-        locked: a driver it wakes (by a kick) waits at its claim, which locks that row
-        first, until the turn is committed.  So the kick travels while the transaction
-        finishes instead of after it."""
+        transaction, once the checks passed and while the session row is locked: a driver
+        it wakes (by a kick) waits at its claim, which locks that row first, until the
+        turn is committed.  So the kick travels while the transaction finishes instead of
+        after it.  Should the inserts or the commit still fail, what it announced is for a
+        turn nobody knows: a spurious kick, and a buffer that expires unread."""
         try:
             return self._submit(session_id, prompt, request_id, contract, if_busy, announce)
         except IntegrityConflict:

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from schemas.events import EventKind
+from schemas.events import Event, EventKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
+from workers import constants as c
 from workers.emitter import Emitter
 from workers.redis_coordinator import RedisCoordinator
 
@@ -114,6 +115,23 @@ def test_no_kick_is_needed_from_a_kick_sent_until_its_driver_lets_go(
     assert after == coordinator.work_mark(session_id)
     assert coordinator.mark_work(session_id) is True  # nobody holds it now: kick
     assert lock.release() is None  # released once
+
+
+def test_a_turns_buffer_expires_a_day_after_it_starts_or_an_hour_after_its_end(
+    coordinator: RedisCoordinator,
+) -> None:
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator)
+    emitter.emit(EventKind.QUEUED, {"run_id": "r"})  # a turn that may never end
+    coordinator.flush()
+    stream = c.events_key(turn_id)
+    assert c.IDLE_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.IDLE_BUFFER_SECONDS
+    emitter.emit(EventKind.END, {"outcome": "finished"})
+    coordinator.flush()
+    assert c.ENDED_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
+    coordinator.publish([Event(turn_id=turn_id, seq=9, kind=EventKind.TOKEN, data={})])
+    coordinator.flush()  # a late event does not bring the day back
+    assert coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
 
 
 def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
