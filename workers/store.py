@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, func, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from schemas import tables as t
 from schemas.errors import (
@@ -64,6 +64,8 @@ from workers.ports import (
     TurnEnd,
 )
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
+
+_T = TypeVar("_T")
 
 
 def _now() -> datetime:
@@ -126,20 +128,31 @@ class SqlStore:
             if self._lock is not None:
                 self._lock.release()
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """Reads that need no snapshot shared between them: on PostgreSQL each statement
-        runs on its own (autocommit), sparing a ``BEGIN`` and a ``COMMIT`` round trip per
-        call, which readers polling a turn pay often.  SQLite reads in a transaction."""
+    def _reading(self, read: Callable[[Connection], _T]) -> _T:
+        """Run ``read``, whose statements need no snapshot shared between them: on
+        PostgreSQL each runs on its own (autocommit), sparing a ``BEGIN`` and a ``COMMIT``
+        round trip per call, which readers polling a turn pay often.  SQLite reads in a
+        transaction."""
         if self._lock is not None:
-            with self._tx() as connection:
-                yield connection
-            return
+            with self._tx() as db:
+                return read(db)
+        try:
+            return self._read_once(read)
+        except StoreError as exc:
+            if not _dropped(exc):
+                raise
+        # The server dropped the pooled connection just before it was checked out (its
+        # goodbye not yet on the socket, so the checkout's look missed it).  SQLAlchemy
+        # has discarded it and every connection pooled before; a read changes nothing,
+        # so it runs once more on a fresh connection.
+        return self._read_once(read)
+
+    def _read_once(self, read: Callable[[Connection], _T]) -> _T:
         with (
             _store_errors(),
-            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection,
+            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
         ):
-            yield connection
+            return read(db)
 
     # ------------------------------------------------------------------ sessions
 
@@ -176,8 +189,7 @@ class SqlStore:
 
     def get_session(self, session_id: str) -> SessionRecord:
         """The stored session; :class:`SessionNotFound` if unknown."""
-        with self._read() as db:
-            return self._session(db, session_id)
+        return self._reading(lambda db: self._session(db, session_id))
 
     def _session(self, db: Connection, session_id: str) -> SessionRecord:
         row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
@@ -203,10 +215,12 @@ class SqlStore:
 
     def tree(self, session_id: str) -> list[TurnRecord]:
         """Every turn of every branch, in submission order."""
-        with self._read() as db:
+
+        def read(db: Connection) -> list[TurnRecord]:
             self._session(db, session_id)
-            rows = db.execute(q.TREE, {"b_session_id": session_id}).all()
-        return [turn_record(row) for row in rows]
+            return [turn_record(row) for row in db.execute(q.TREE, {"b_session_id": session_id})]
+
+        return self._reading(read)
 
     def _path(self, db: Connection, head: str | None) -> list[TurnRecord]:
         if head is None:
@@ -217,8 +231,7 @@ class SqlStore:
 
     def get_turn(self, turn_id: str) -> TurnRecord:
         """One turn; :class:`TurnNotFound` if unknown."""
-        with self._read() as db:
-            return self._turn(db, turn_id)
+        return self._reading(lambda db: self._turn(db, turn_id))
 
     def _turn(self, db: Connection, turn_id: str) -> TurnRecord:
         row = db.execute(q.TURN, {"b_turn_id": turn_id}).one_or_none()
@@ -391,19 +404,23 @@ class SqlStore:
 
     def run_state(self, turn_id: str) -> RunState:
         """The execution record of a turn."""
-        with self._read() as db:
-            run = db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
+        run = self._reading(
+            lambda db: db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
+        )
         if run is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
         return run_state_of(run)
 
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
-        with self._read() as db:
+
+        def read(db: Connection) -> list[CommittedStep]:
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             return self._steps(db, [run_id]).get(run_id, [])
+
+        return self._reading(read)
 
     def _steps(self, db: Connection, run_ids: Sequence[str]) -> dict[str, list[CommittedStep]]:
         found: dict[str, list[CommittedStep]] = {}
@@ -446,8 +463,7 @@ class SqlStore:
 
     def pending_steers(self, run_id: str, cursor: int) -> tuple[Steer, ...]:
         """The steers of a run accepted after ``cursor``."""
-        with self._read() as db:
-            return self._pending(db, run_id, cursor)
+        return self._reading(lambda db: self._pending(db, run_id, cursor))
 
     def _pending(self, db: Connection, run_id: str, cursor: int) -> tuple[Steer, ...]:
         rows = db.execute(q.PENDING_STEERS, {"b_run_id": run_id, "b_cursor": cursor}).all()
@@ -457,8 +473,7 @@ class SqlStore:
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
-        with self._read() as db:
-            return list(db.execute(q.SESSIONS_WITH_WORK).scalars())
+        return self._reading(lambda db: list(db.execute(q.SESSIONS_WITH_WORK).scalars()))
 
     def _check_fence(self, db: Connection, session_id: str, fence: int) -> None:
         current = db.execute(q.LOCK_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
@@ -847,8 +862,9 @@ class SqlStore:
 
     def events_after(self, turn_id: str, seq: int) -> list[Event]:
         """The durable events of a turn with ``seq`` greater than the one given."""
-        with self._read() as db:
-            rows = db.execute(q.EVENTS_AFTER, {"b_turn_id": turn_id, "b_seq": seq}).all()
+        rows = self._reading(
+            lambda db: db.execute(q.EVENTS_AFTER, {"b_turn_id": turn_id, "b_seq": seq}).all()
+        )
         return [
             Event(turn_id=turn_id, seq=r.seq, kind=EventKind(r.kind), data=dict(r.data))
             for r in rows
@@ -863,6 +879,12 @@ class SqlStore:
                 table.name: int(db.execute(select(func.count()).select_from(table)).scalar_one())
                 for table in t.metadata.sorted_tables
             }
+
+
+def _dropped(error: StoreError) -> bool:
+    """Whether ``error`` came of a connection the server had dropped."""
+    cause = error.__cause__
+    return isinstance(cause, DBAPIError) and bool(cause.connection_invalidated)
 
 
 class _NotFinal(Exception):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, inspect, select
 
-from parley.errors import Fenced, SessionNotFound, TurnEnded
+from parley.errors import Fenced, SessionNotFound, StoreError, TurnEnded
 from schemas import tables as t
 from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
@@ -280,6 +280,28 @@ def test_pooled_connections_the_server_closed_are_replaced_before_use(postgres_u
         assert store.get_session(session_id).session_id == session_id
         turn_id, _run_id = submit(store, session_id)
         assert store.run_state(turn_id).status is TurnStatus.QUEUED
+    finally:
+        store.close()
+
+
+def test_a_read_on_a_connection_dropped_unseen_runs_again_on_a_fresh_one(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqlStore(create_database_engine(postgres_url))
+    try:
+        session_id = new_session(store)
+        turn_id, _run_id = submit(store, session_id)
+        store.get_session(session_id)  # the pool now holds connections
+        # The server drops them, and the checkout's look misses it (as when its goodbye
+        # has not reached the socket yet): the read's first statement fails.
+        monkeypatch.setattr("workers.database._readable", lambda _connection: False)
+        assert terminate_backends(postgres_url) > 0
+        time.sleep(0.2)
+        assert store.run_state(turn_id).status is TurnStatus.QUEUED
+        assert terminate_backends(postgres_url) > 0
+        time.sleep(0.2)
+        with pytest.raises(StoreError), store._tx() as db:  # a transaction is not re-run
+            store._session(db, session_id)
     finally:
         store.close()
 
