@@ -54,6 +54,8 @@ TAKE_FENCE = (
 
 LOCK_FENCE = select(t.sessions.c.fence).where(t.sessions.c.id == b("session_id")).with_for_update()
 
+LOCK_SESSION = SESSION.with_for_update()
+
 # The fence check of a step commit: charge the tokens only while the fence still holds.
 CHARGE_SESSION = (
     update(t.sessions)
@@ -340,6 +342,7 @@ class DialectStatements:
             else None
         )
         self.claim_next = _claim_next_fresh() if postgres else None
+        self.start_drive = _start_drive_fresh() if postgres else None
 
 
 def _claim_next_fresh() -> Any:
@@ -348,6 +351,52 @@ def _claim_next_fresh() -> Any:
     CTEs) where four take four round trips.  A run that started before is only read and
     locked: its claim must first adopt what its events' buffer holds.  Returns the run
     as NEXT_RUN does, as it was before the claim, and ``claimed``."""
+    run, claim, writes = _fresh_claim(b("head"))
+    return (
+        select(run, claim.c.id.is_not(None).label("claimed"))
+        .outerjoin(claim, claim.c.id == run.c.id)
+        .add_cte(*writes)
+    )
+
+
+SESSION_COLUMNS = tuple(c.name for c in t.sessions.c)
+RUN_PREFIX = "run_"
+
+
+def _start_drive_fresh() -> Any:
+    """TAKE_FENCE and ``_claim_next_fresh`` in one statement, for a driver that just took
+    the session's lock, run on its own (autocommit): one round trip where a transaction
+    takes four.  The run's columns carry the ``run_`` prefix beside the session's.
+
+    One statement reads one snapshot, taken before the fence update waits for a
+    submission holding the session row: a run that submission committed meanwhile is
+    not seen.  ``seen`` says what the snapshot knew (the newest queue position); the
+    session's ``turn_count``, read after the wait, is higher exactly when it missed one."""
+    session = TAKE_FENCE.cte("session")
+    seen = (
+        select(func.coalesce(func.max(t.runs.c.queue_position), 0).label("position"))
+        .where(t.runs.c.session_id == b("session_id"))
+        .cte("seen")
+    )
+    run, claim, writes = _fresh_claim(select(session.c.head_turn_id).scalar_subquery())
+    return (
+        select(
+            *(session.c[name] for name in SESSION_COLUMNS),
+            *(column.label(RUN_PREFIX + column.name) for column in run.c),
+            claim.c.id.is_not(None).label("claimed"),
+            seen.c.position.label("seen"),
+        )
+        .select_from(session)
+        .join(seen, literal(True))
+        .outerjoin(run, literal(True))
+        .outerjoin(claim, claim.c.id == run.c.id)
+        .add_cte(*writes)
+    )
+
+
+def _fresh_claim(head: Any) -> tuple[Any, Any, tuple[Any, ...]]:
+    """The parts of a fresh claim hung under ``head``: the next run (NEXT_RUN), its claim
+    (returning its id), and the writes nothing reads (parent, ``started`` event)."""
     run = NEXT_RUN.cte("next_run")
     fresh = run.c.attempts == 0
     claim = (
@@ -366,10 +415,8 @@ def _claim_next_fresh() -> Any:
     )
     hang = (
         update(t.turns)
-        .where(
-            t.turns.c.id == run.c.turn_id, fresh, t.turns.c.parent_id.is_distinct_from(b("head"))
-        )
-        .values(parent_id=b("head"))
+        .where(t.turns.c.id == run.c.turn_id, fresh, t.turns.c.parent_id.is_distinct_from(head))
+        .values(parent_id=head)
         .cte("hang")
     )
     started = (
@@ -389,8 +436,4 @@ def _claim_next_fresh() -> Any:
         .on_conflict_do_nothing()
         .cte("started")
     )
-    return (
-        select(run, claim.c.id.is_not(None).label("claimed"))
-        .outerjoin(claim, claim.c.id == run.c.id)
-        .add_cte(hang, started)
-    )
+    return run, claim, (hang, started)

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from types import SimpleNamespace
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -485,12 +486,58 @@ class SqlStore:
     ) -> tuple[int, Claim | None]:
         """For a driver that just took the session's lock: a new fencing token and, in the
         same transaction, the claim of the session's next runnable turn (if any)."""
+        if self._q.start_drive is not None:
+            fence, claim = self._start_in_one_statement(
+                self._q.start_drive, session_id, worker, known
+            )
+            if claim is not False:
+                return fence, claim
+            # The run needs its buffer adopted first, or the statement's snapshot missed
+            # one: claim in a transaction that holds the session row, under that fence.
+            with self._tx() as db:
+                locked = db.execute(q.LOCK_SESSION, {"b_session_id": session_id}).one()
+                if locked.fence != fence:
+                    raise Fenced(f"fence {fence} is stale (now {locked.fence})")
+                return fence, self._claim_next(db, locked, fence, worker, seq_floor, known)
         with self._tx() as db:
             session = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).one_or_none()
             if session is None:
                 raise SessionNotFound(f"no session {session_id!r}")
             fence = int(session.fence)
             return fence, self._claim_next(db, session, fence, worker, seq_floor, known)
+
+    def _start_in_one_statement(
+        self, statement: Any, session_id: str, worker: str, known: KnownTurns | None
+    ) -> tuple[int, Claim | Literal[False] | None]:
+        """PostgreSQL: take the fence and claim a fresh run in one statement on its own
+        (``start_drive`` in DialectStatements).  Returns the fence and the claim, None
+        when nothing is runnable, or False when the claim must be made in a transaction:
+        a run that started before, or a snapshot that missed a submission."""
+        now = _now()
+        self.transactions += 1
+        with (
+            _store_errors(),
+            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
+        ):
+            row = db.execute(
+                statement, {"b_session_id": session_id, "b_worker": worker, "b_now": now}
+            ).one_or_none()
+            if row is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            values = row._mapping
+            session = SimpleNamespace(**{name: values[name] for name in q.SESSION_COLUMNS})
+            fence = int(session.fence)
+            if not values["claimed"]:
+                missed = values[q.RUN_PREFIX + "id"] is None and session.turn_count != row.seen
+                return fence, (False if missed or values[q.RUN_PREFIX + "id"] else None)
+            width = len(q.RUN_PREFIX)
+            run = SimpleNamespace(
+                **{k[width:]: v for k, v in values.items() if k.startswith(q.RUN_PREFIX)}
+            )
+            claim = self._claim(
+                db, run, worker, 0, session, turn_of_next_run(run), known, None, now, True
+            )
+            return fence, claim
 
     def _claim_next(
         self,
@@ -589,7 +636,13 @@ class SqlStore:
                 for p in path
             ),
             steps=tuple(steps.get(run.id, ())),
-            pending=self._pending(db, run.id, run.steer_cursor)
+            # The steers the run row counted: a claim made in a statement of its own no
+            # longer holds the row, and a later steer reaches the first boundary anyway.
+            pending=tuple(
+                s
+                for s in self._pending(db, run.id, run.steer_cursor)
+                if s.position <= run.steer_count
+            )
             if run.steer_count > run.steer_cursor
             else (),
             previous_status=run.status,
