@@ -149,11 +149,17 @@ class SqlStore:
         return self._read_once(read)
 
     def _read_once(self, read: Callable[[Connection], _T]) -> _T:
+        with self._autocommit() as db:
+            return read(db)
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[Connection]:
+        """A PostgreSQL connection on which each statement commits on its own."""
         with (
             _store_errors(),
             self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
         ):
-            return read(db)
+            yield db
 
     # ------------------------------------------------------------------ sessions
 
@@ -515,10 +521,7 @@ class SqlStore:
         a run that started before, or a snapshot that missed a submission."""
         now = _now()
         self.transactions += 1
-        with (
-            _store_errors(),
-            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
-        ):
+        with self._autocommit() as db:
             row = db.execute(
                 statement, {"b_session_id": session_id, "b_worker": worker, "b_now": now}
             ).one_or_none()
