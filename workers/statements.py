@@ -52,8 +52,6 @@ TAKE_FENCE = (
     .returning(*t.sessions.c)
 )
 
-LOCK_FENCE = select(t.sessions.c.fence).where(t.sessions.c.id == b("session_id")).with_for_update()
-
 LOCK_SESSION = SESSION.with_for_update()
 
 # The fence check of a step commit: charge the tokens only while the fence still holds.

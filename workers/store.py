@@ -482,10 +482,12 @@ class SqlStore:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
         return self._reading(lambda db: list(db.execute(q.SESSIONS_WITH_WORK).scalars()))
 
-    def _check_fence(self, db: Connection, session_id: str, fence: int) -> None:
-        current = db.execute(q.LOCK_FENCE, {"b_session_id": session_id}).scalar_one_or_none()
-        if current != fence:
-            raise Fenced(f"fence {fence} is stale (now {current})")
+    def _check_fence(self, db: Connection, session_id: str, fence: int) -> Any:
+        """Lock the session row and return it if ``fence`` still holds; else Fenced."""
+        row = db.execute(q.LOCK_SESSION, {"b_session_id": session_id}).one_or_none()
+        if row is None or row.fence != fence:
+            raise Fenced(f"fence {fence} is stale (now {row.fence if row else None})")
+        return row
 
     def start_drive(
         self, session_id: str, *, worker: str, seq_floor: SeqFloor, known: KnownTurns | None = None
@@ -501,9 +503,7 @@ class SqlStore:
             # The run needs its buffer adopted first, or the statement's snapshot missed
             # one: claim in a transaction that holds the session row, under that fence.
             with self._tx() as db:
-                locked = db.execute(q.LOCK_SESSION, {"b_session_id": session_id}).one()
-                if locked.fence != fence:
-                    raise Fenced(f"fence {fence} is stale (now {locked.fence})")
+                locked = self._check_fence(db, session_id, fence)
                 return fence, self._claim_next(db, locked, fence, worker, seq_floor, known)
         with self._tx() as db:
             session = db.execute(q.TAKE_FENCE, {"b_session_id": session_id}).one_or_none()
