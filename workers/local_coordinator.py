@@ -59,7 +59,7 @@ class LocalCoordinator:
             mark = self._marks.get(session_id, 0)
         if not lock.acquire(blocking=False):
             return None
-        return LocalLock(lock, mark, lambda: self.work_mark(session_id))
+        return LocalLock(lock, mark, lambda: self._work_mark(session_id))
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
         """Publish ``events`` and bump the session's work mark; in-process kicks are
@@ -69,8 +69,7 @@ class LocalCoordinator:
             self._marks[session_id] = self._marks.get(session_id, 0) + 1
         return True
 
-    def work_mark(self, session_id: str) -> int:
-        """The session's work mark."""
+    def _work_mark(self, session_id: str) -> int:
         with self._guard:
             return self._marks.get(session_id, 0)
 

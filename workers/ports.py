@@ -458,10 +458,6 @@ class Coordinator(Protocol):
         mark when it lets go, and goes on."""
         ...
 
-    def work_mark(self, session_id: str) -> object:
-        """The session's work mark (what a lock's ``release`` returns, read on its own)."""
-        ...
-
     def publish(self, events: Sequence[Event], fence: int = 0, *, now: bool = False) -> None:
         """Publish events; batched in the background unless ``now``, which sends them
         (and anything queued before them) before returning."""

@@ -323,13 +323,6 @@ class RedisCoordinator:
             # Run twice, the second SET found the first one's flag: kick to be safe.
             return bool(replies[-1]) or twice
 
-    def work_mark(self, session_id: str) -> object:
-        """The session's work mark (None when unknown)."""
-        try:
-            return self.redis.get(c.work_key(session_id))
-        except redis.RedisError:
-            return None
-
     def lock_alive(self, session_id: str) -> bool:
         """Whether some driver holds the session's lock."""
         return bool(self.redis.exists(c.lock_key(session_id)))
