@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, String, bindparam, case, func, insert, literal, select, update
+from sqlalchemy import (
+    Boolean,
+    String,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schemas import tables as t
@@ -22,6 +33,11 @@ QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
 ACTIVE = (QUEUED, RUNNING)
 RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
+
+# Queued or running, spelt with fixed binds rather than an IN list: SQLAlchemy expands an
+# IN list on every execution, while this is the same SQL each time (prepared once, and
+# run straight through psycopg; see workers.store_connection).
+IS_ACTIVE = or_(t.runs.c.status == QUEUED, t.runs.c.status == RUNNING)
 
 
 def b(name: str, **kwargs: Any) -> Any:
@@ -89,7 +105,7 @@ INSERT_PREFIX = t.prefixes.insert()
 
 INSERT_SESSION = t.sessions.insert()
 
-SESSIONS_WITH_WORK = select(t.runs.c.session_id).where(t.runs.c.status.in_(ACTIVE)).distinct()
+SESSIONS_WITH_WORK = select(t.runs.c.session_id).where(IS_ACTIVE).distinct()
 
 # ------------------------------------------------------------------ turns
 
@@ -163,7 +179,7 @@ RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
 RUN_STATUS = select(t.runs.c.status).where(t.runs.c.id == b("run_id"))
 
 ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
-    t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE)
+    t.runs.c.session_id == b("session_id"), IS_ACTIVE
 )
 
 # The run to drive next, locked: a stranded running one first, then the oldest queued.
@@ -176,18 +192,27 @@ NEXT_RUN = (
         t.turns.c.created_at.label("turn_created_at"),
     )
     .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
-    .where(t.runs.c.session_id == b("session_id"), t.runs.c.status.in_(ACTIVE))
+    .where(t.runs.c.session_id == b("session_id"), IS_ACTIVE)
     .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queue_position)
     .limit(1)
     .with_for_update(of=t.runs)
 )
 
+# Every column given, defaults included, so SQLAlchemy has none to fill in per call.
 INSERT_RUN = insert(t.runs).values(
     id=b("run_id"),
     turn_id=b("turn_id"),
     session_id=b("session_id"),
     status=QUEUED,
+    attempts=0,
     contract=b("contract"),
+    steps=0,
+    input_tokens=0,
+    output_tokens=0,
+    cached_tokens=0,
+    steer_count=0,
+    steer_cursor=0,
+    inbox_open=True,
     last_seq=1,
     queued_at=b("now"),
     queue_position=b("position"),

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from schemas import tables as t
@@ -65,6 +65,7 @@ from workers.ports import (
     TurnEnd,
 )
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
+from workers.store_connection import DirectStatements, StoreConnection
 
 _T = TypeVar("_T")
 
@@ -105,6 +106,8 @@ class SqlStore:
         self.engine = engine
         self._lock = transaction_lock(engine)
         self._q = q.DialectStatements(engine.dialect.name)
+        postgres = engine.dialect.name == "postgresql"
+        self._direct = DirectStatements(engine.dialect) if postgres else None
         self.transactions = 0  # counted for logs and benchmarks
 
     @classmethod
@@ -117,19 +120,19 @@ class SqlStore:
         self.engine.dispose()
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _tx(self) -> Iterator[StoreConnection]:
         """One transaction; driver errors become :class:`StoreError`."""
         if self._lock is not None:
             self._lock.acquire()
         self.transactions += 1
         try:
             with _store_errors(), self.engine.begin() as connection:
-                yield connection
+                yield StoreConnection(connection, self._direct)
         finally:
             if self._lock is not None:
                 self._lock.release()
 
-    def _reading(self, read: Callable[[Connection], _T]) -> _T:
+    def _reading(self, read: Callable[[StoreConnection], _T]) -> _T:
         """Run ``read``, whose statements need no snapshot shared between them: on
         PostgreSQL each runs on its own (autocommit), sparing a ``BEGIN`` and a ``COMMIT``
         round trip per call, which readers polling a turn pay often.  SQLite reads in a
@@ -148,18 +151,18 @@ class SqlStore:
         # so it runs once more on a fresh connection.
         return self._read_once(read)
 
-    def _read_once(self, read: Callable[[Connection], _T]) -> _T:
+    def _read_once(self, read: Callable[[StoreConnection], _T]) -> _T:
         with self._autocommit() as db:
             return read(db)
 
     @contextmanager
-    def _autocommit(self) -> Iterator[Connection]:
+    def _autocommit(self) -> Iterator[StoreConnection]:
         """A PostgreSQL connection on which each statement commits on its own."""
         with (
             _store_errors(),
             self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
         ):
-            yield db
+            yield StoreConnection(db, self._direct)
 
     # ------------------------------------------------------------------ sessions
 
@@ -198,7 +201,7 @@ class SqlStore:
         """The stored session; :class:`SessionNotFound` if unknown."""
         return self._reading(lambda db: self._session(db, session_id))
 
-    def _session(self, db: Connection, session_id: str) -> SessionRecord:
+    def _session(self, db: StoreConnection, session_id: str) -> SessionRecord:
         row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
         if row is None:
             raise SessionNotFound(f"no session {session_id!r}")
@@ -223,13 +226,13 @@ class SqlStore:
     def tree(self, session_id: str) -> list[TurnRecord]:
         """Every turn of every branch, in submission order."""
 
-        def read(db: Connection) -> list[TurnRecord]:
+        def read(db: StoreConnection) -> list[TurnRecord]:
             self._session(db, session_id)
             return [turn_record(row) for row in db.execute(q.TREE, {"b_session_id": session_id})]
 
         return self._reading(read)
 
-    def _path(self, db: Connection, head: str | None) -> list[TurnRecord]:
+    def _path(self, db: StoreConnection, head: str | None) -> list[TurnRecord]:
         if head is None:
             return []
         return [turn_record(row) for row in db.execute(q.PATH, {"b_head": head}).all()]
@@ -240,7 +243,7 @@ class SqlStore:
         """One turn; :class:`TurnNotFound` if unknown."""
         return self._reading(lambda db: self._turn(db, turn_id))
 
-    def _turn(self, db: Connection, turn_id: str) -> TurnRecord:
+    def _turn(self, db: StoreConnection, turn_id: str) -> TurnRecord:
         row = db.execute(q.TURN, {"b_turn_id": turn_id}).one_or_none()
         if row is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
@@ -352,7 +355,9 @@ class SqlStore:
                     db.execute(statement, rows)
         return SubmitReceipt(turn=record, created=True, interrupted_turn_ids=tuple(interrupted))
 
-    def _by_request(self, db: Connection, session_id: str, request_id: str) -> TurnRecord | None:
+    def _by_request(
+        self, db: StoreConnection, session_id: str, request_id: str
+    ) -> TurnRecord | None:
         row = db.execute(
             q.TURN_BY_REQUEST, {"b_session_id": session_id, "b_request_id": request_id}
         ).one_or_none()
@@ -421,7 +426,7 @@ class SqlStore:
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
 
-        def read(db: Connection) -> list[CommittedStep]:
+        def read(db: StoreConnection) -> list[CommittedStep]:
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
@@ -429,7 +434,7 @@ class SqlStore:
 
         return self._reading(read)
 
-    def _steps(self, db: Connection, run_ids: Sequence[str]) -> dict[str, list[CommittedStep]]:
+    def _steps(self, db: StoreConnection, run_ids: Sequence[str]) -> dict[str, list[CommittedStep]]:
         found: dict[str, list[CommittedStep]] = {}
         if not run_ids:
             return found
@@ -450,7 +455,7 @@ class SqlStore:
             return self._add_steer(db, run_id, kind, text, _now())
 
     def _add_steer(
-        self, db: Connection, run_id: str, kind: SteerKind, text: str, now: datetime
+        self, db: StoreConnection, run_id: str, kind: SteerKind, text: str, now: datetime
     ) -> Steer:
         position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
@@ -472,7 +477,7 @@ class SqlStore:
         """The steers of a run accepted after ``cursor``."""
         return self._reading(lambda db: self._pending(db, run_id, cursor))
 
-    def _pending(self, db: Connection, run_id: str, cursor: int) -> tuple[Steer, ...]:
+    def _pending(self, db: StoreConnection, run_id: str, cursor: int) -> tuple[Steer, ...]:
         rows = db.execute(q.PENDING_STEERS, {"b_run_id": run_id, "b_cursor": cursor}).all()
         return tuple(Steer(position=r.position, kind=SteerKind(r.kind), text=r.text) for r in rows)
 
@@ -482,7 +487,7 @@ class SqlStore:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
         return self._reading(lambda db: list(db.execute(q.SESSIONS_WITH_WORK).scalars()))
 
-    def _check_fence(self, db: Connection, session_id: str, fence: int) -> Any:
+    def _check_fence(self, db: StoreConnection, session_id: str, fence: int) -> Any:
         """Lock the session row and return it if ``fence`` still holds; else Fenced."""
         row = db.execute(q.LOCK_SESSION, {"b_session_id": session_id}).one_or_none()
         if row is None or row.fence != fence:
@@ -544,7 +549,7 @@ class SqlStore:
 
     def _claim_next(
         self,
-        db: Connection,
+        db: StoreConnection,
         session: Any,
         fence: int,
         worker: str,
@@ -578,7 +583,7 @@ class SqlStore:
 
     def _claim(
         self,
-        db: Connection,
+        db: StoreConnection,
         run: Any,
         worker: str,
         seq_floor: int,
@@ -653,7 +658,7 @@ class SqlStore:
         )
         return claimed, started
 
-    def _prefix(self, db: Connection, session_id: str, generation: int) -> Prefix | None:
+    def _prefix(self, db: StoreConnection, session_id: str, generation: int) -> Prefix | None:
         if generation == 0:
             return None
         payload = db.execute(
@@ -727,7 +732,7 @@ class SqlStore:
             return StepReceipt(pending=self._pending(db, run_id, steer_cursor))
 
     def _insert_step(
-        self, db: Connection, run_id: str, index: int, payload: StepPayload, now: datetime
+        self, db: StoreConnection, run_id: str, index: int, payload: StepPayload, now: datetime
     ) -> None:
         db.execute(
             self._q.insert_step,
@@ -770,7 +775,7 @@ class SqlStore:
 
     def _end_turn(
         self,
-        db: Connection,
+        db: StoreConnection,
         run_id: str,
         session_id: str,
         fence: int,
@@ -872,7 +877,7 @@ class SqlStore:
 
     def _store_prefix(
         self,
-        db: Connection,
+        db: StoreConnection,
         session_id: str,
         generation: int,
         status: TurnStatus,
@@ -901,7 +906,7 @@ class SqlStore:
 
     # ------------------------------------------------------------------ events
 
-    def _insert_events(self, db: Connection, events: Sequence[Event], now: datetime) -> None:
+    def _insert_events(self, db: StoreConnection, events: Sequence[Event], now: datetime) -> None:
         durable = [
             {
                 "turn_id": e.turn_id,

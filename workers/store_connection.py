@@ -1,0 +1,233 @@
+"""The store's connection: SQLAlchemy's, with statements on PostgreSQL run on psycopg.
+
+SQLAlchemy keeps what it is good at: the pool, transactions, isolation levels and the
+SQL itself, built once per statement in :mod:`workers.statements`.  Executing a built
+statement through SQLAlchemy still costs about 30 µs of Python per call (parameter
+construction, execution context, result metadata) on top of psycopg's own work, and a
+turn runs a dozen statements between producer and worker.  So on PostgreSQL a statement
+is compiled once into PostgreSQL's own SQL (``$1`` placeholders, which psycopg's raw
+cursor sends as they are: no query parsing per call), its fixed values and its bind
+processors; each call binds values and runs it on the same DBAPI connection, inside the
+same transaction.
+
+Statements that need what only SQLAlchemy does at execution time (expanding ``IN``
+lists, Python-side column defaults, ``RETURNING`` over many rows) go through SQLAlchemy.
+Errors become SQLAlchemy's, so callers handle one kind, and ``before_cursor_execute``
+listeners see every statement either way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from sqlalchemy import Connection, CursorResult
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError, InvalidRequestError, MultipleResultsFound, NoResultFound
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, Executable
+
+Params = Mapping[str, Any]
+
+
+_PLACEHOLDER = re.compile(r"%\(([^)]+)\)s|%%")
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A statement as psycopg runs it."""
+
+    sql: str
+    names: tuple[str, ...]
+    """The bind names, in the order of their placeholders ``$1``, ``$2``…"""
+    fixed: dict[str, Any]
+    """Values the statement carries itself (literals SQLAlchemy turned into binds)."""
+    processors: tuple[tuple[str, Callable[[Any], Any]], ...]
+    statement: Executable  # held so that its id, the cache key, stays its own
+
+
+class DirectStatements:
+    """The compiled forms of one dialect's statements (PostgreSQL only), built on first
+    use.  One per store; safe to share between threads (a race compiles twice)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._compiled: dict[tuple[int, tuple[str, ...], bool], _Compiled | None] = {}
+
+    def get(self, statement: Executable, keys: tuple[str, ...], many: bool) -> _Compiled | None:
+        """``statement`` compiled for bind names ``keys``; None if it needs SQLAlchemy."""
+        key = (id(statement), keys, many)
+        try:
+            return self._compiled[key]
+        except KeyError:
+            found = self._compiled[key] = self._compile(statement, keys, many)
+            return found
+
+    def _compile(
+        self, statement: Executable, keys: tuple[str, ...], many: bool
+    ) -> _Compiled | None:
+        assert isinstance(statement, ClauseElement)
+        compiled = statement.compile(dialect=self._dialect, column_keys=list(keys))
+        assert isinstance(compiled, SQLCompiler)
+        binds = compiled.bind_names
+        if (
+            compiled.insert_prefetch
+            or compiled.update_prefetch
+            or compiled.literal_execute_params
+            or any(bind.expanding for bind in binds)
+            or (many and compiled.effective_returning)
+        ):
+            return None
+        fixed = {name: bind.effective_value for bind, name in binds.items() if not bind.required}
+        processors = []
+        for bind, name in binds.items():
+            process = bind.type.dialect_impl(self._dialect).bind_processor(self._dialect)
+            if process is not None:
+                processors.append((name, process))
+        names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "%"  # a literal percent sign, escaped for the pyformat style
+            if name not in names:
+                names.append(name)
+            return f"${names.index(name) + 1}"
+
+        return _Compiled(
+            sql=_PLACEHOLDER.sub(number, compiled.string),
+            names=tuple(names),
+            fixed=fixed,
+            processors=tuple(processors),
+            statement=statement,
+        )
+
+
+class StoreConnection:
+    """What the store's methods run their statements on: one SQLAlchemy connection (and
+    whatever transaction it is in), with ``direct`` statements run on psycopg."""
+
+    __slots__ = ("_connection", "_direct")
+
+    def __init__(self, connection: Connection, direct: DirectStatements | None) -> None:
+        self._connection = connection
+        self._direct = direct
+
+    def execute(
+        self, statement: Executable, params: Params | Sequence[Params] | None = None
+    ) -> Rows | CursorResult[Any]:
+        """Run ``statement`` with ``params`` (a list of them: once per item)."""
+        if self._direct is not None:
+            many = [] if params is None or isinstance(params, Mapping) else list(params)
+            first = many[0] if many else params
+            assert first is None or isinstance(first, Mapping)
+            compiled = self._direct.get(statement, tuple(sorted(first or ())), bool(many))
+            if compiled is not None:
+                if many:
+                    return self._run(compiled, [_bind(compiled, p) for p in many], True)
+                return self._run(compiled, _bind(compiled, first), False)
+        return self._connection.execute(statement, params)
+
+    def rollback(self) -> None:
+        """Roll back the transaction now (the caller returns without changes)."""
+        self._connection.rollback()
+
+    def _run(self, compiled: _Compiled, bound: Any, many: bool) -> Rows:
+        connection = self._connection
+        raw = connection.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        try:
+            cursor = psycopg.RawCursor(raw)
+            if connection.dispatch.before_cursor_execute:
+                connection.dispatch.before_cursor_execute(
+                    connection, cursor, compiled.sql, bound, None, many
+                )
+            if many:
+                cursor.executemany(compiled.sql, bound)
+                return Rows((), (), cursor.rowcount)
+            cursor.execute(compiled.sql, bound)
+            result = cursor.pgresult
+            if result is None or not result.nfields:
+                return Rows((), (), cursor.rowcount)
+            names = tuple(result.fname(i).decode() for i in range(result.nfields))  # type: ignore[union-attr]
+            return Rows(names, cursor.fetchall(), cursor.rowcount)
+        except psycopg.Error as exc:
+            broken = raw.broken or raw.closed
+            if broken:
+                connection.invalidate(exc)  # the pool must not hand it out again
+            raise DBAPIError.instance(
+                compiled.sql, bound, exc, psycopg.Error, connection_invalidated=bool(broken)
+            ) from exc
+
+
+def _bind(compiled: _Compiled, params: Params | None) -> list[Any]:
+    """The values of ``compiled``'s placeholders, in order."""
+    bound = {**compiled.fixed, **(params or {})}
+    for name, process in compiled.processors:
+        if name in bound:
+            bound[name] = process(bound[name])
+    try:
+        return [bound[name] for name in compiled.names]
+    except KeyError as missing:
+        raise InvalidRequestError(f"a value is required for bind parameter {missing}") from None
+
+
+class Rows:
+    """A statement's result as the store reads it: SQLAlchemy's ``Result`` methods it
+    uses, over rows read at once, each with attribute access and ``_mapping``."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, names: tuple[str, ...], values: Sequence[tuple[Any, ...]], count: int):
+        make = _row_type(names)._make if names else tuple
+        self._rows = [make(v) for v in values]
+        self.rowcount = count
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+    def all(self) -> list[Any]:
+        return list(self._rows)
+
+    def one(self) -> Any:
+        if len(self._rows) != 1:
+            raise (NoResultFound if not self._rows else MultipleResultsFound)(
+                f"expected one row, got {len(self._rows)}"
+            )
+        return self._rows[0]
+
+    def one_or_none(self) -> Any:
+        if len(self._rows) > 1:
+            raise MultipleResultsFound(f"expected at most one row, got {len(self._rows)}")
+        return self._rows[0] if self._rows else None
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
+
+    def scalar_one_or_none(self) -> Any:
+        row = self.one_or_none()
+        return None if row is None else row[0]
+
+    def scalars(self) -> list[Any]:
+        return [row[0] for row in self._rows]
+
+
+@lru_cache(maxsize=256)
+def _row_type(names: tuple[str, ...]) -> Any:
+    """A tuple type with the columns as attributes and ``_mapping``, as SQLAlchemy's
+    rows have (columns whose names cannot be attributes are renamed, not lost)."""
+    base: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+
+    class Row(base):
+        __slots__ = ()
+
+        @property
+        def _mapping(self) -> dict[str, Any]:
+            return dict(zip(names, self, strict=True))
+
+    return Row
