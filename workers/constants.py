@@ -51,6 +51,11 @@ kick again (a duplicate bounces off a held lock), and the sweeper recovers a los
 anyway."""
 
 
+KICK_GRACE_SECONDS = 2
+"""How long the sweeper trusts a kick sent by a submission to reach a driver before it
+kicks the session itself (a kick queued behind a backlog is late, not lost)."""
+
+
 def kick_pending_key(session_id: str) -> str:
     """Set by the submission that kicks; deleted when a driver lets go of the session
     (whichever driver: deleting it early only costs a duplicate kick).  Submissions made

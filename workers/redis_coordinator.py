@@ -323,9 +323,28 @@ class RedisCoordinator:
             # Run twice, the second SET found the first one's flag: kick to be safe.
             return bool(replies[-1]) or twice
 
-    def lock_alive(self, session_id: str) -> bool:
-        """Whether some driver holds the session's lock."""
-        return bool(self.redis.exists(c.lock_key(session_id)))
+    def unattended(self, session_ids: Sequence[str]) -> list[str]:
+        """Of ``session_ids``, those whose lock no driver holds and that no kick sent in
+        the last ``KICK_GRACE_SECONDS`` is on its way to: what a sweeper must kick.  A
+        kick waiting in the queue behind others is not lost, and kicking its session
+        again would only cost the fleet a task.  One round trip."""
+
+        def look(pipe: Any) -> None:
+            for session_id in session_ids:
+                pipe.exists(c.lock_key(session_id))
+                pipe.pttl(c.kick_pending_key(session_id))
+
+        replies, _ = self.pipeline(look)
+        # The flag is set with KICK_PENDING_SECONDS to live (never refreshed while up), so
+        # what it has left tells its age; -2 means no flag, -1 cannot happen.
+        fresh_above = 1000 * (c.KICK_PENDING_SECONDS - c.KICK_GRACE_SECONDS)
+        return [
+            session_id
+            for session_id, locked, left in zip(
+                session_ids, replies[::2], replies[1::2], strict=True
+            )
+            if not locked and not left > fresh_above
+        ]
 
     def claim_kick(self, session_id: str) -> bool:
         """True at most once per throttle period per session (for the sweeper)."""

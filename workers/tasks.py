@@ -75,12 +75,11 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
 
 
 def sweep(runtime: FleetRuntime, kick: Callable[[str], None]) -> list[str]:
-    """Re-kick every session that has a queued or running turn and no live lock: lost
-    kicks, dead workers and an emptied Redis are all recovered here."""
+    """Re-kick every session that has a queued or running turn, no live lock and no kick
+    sent moments ago: lost kicks, dead workers and an emptied Redis are all recovered
+    here."""
     kicked = []
-    for session_id in runtime.store.sessions_with_work():
-        if runtime.coordinator.lock_alive(session_id):
-            continue
+    for session_id in runtime.coordinator.unattended(runtime.store.sessions_with_work()):
         if runtime.coordinator.claim_kick(session_id):
             kick(session_id)
             kicked.append(session_id)

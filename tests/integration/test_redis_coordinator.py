@@ -117,6 +117,21 @@ def test_no_kick_is_needed_from_a_kick_sent_until_its_driver_lets_go(
     assert lock.release() is None  # released once
 
 
+def test_the_sweeper_leaves_a_session_to_a_fresh_kick_or_a_live_lock_only(
+    coordinator: RedisCoordinator,
+) -> None:
+    idle, kicked, driven, late = (str(uuid.uuid4()) for _ in range(4))
+    assert coordinator.mark_work(kicked) is True  # its kick is still in the queue
+    assert coordinator.mark_work(driven) is True
+    assert coordinator.try_lock(driven) is not None  # a driver holds it
+    assert coordinator.mark_work(late) is True
+    # That kick was sent longer ago than the grace: lost, or its driver died.
+    age_ms = 1000 * c.KICK_GRACE_SECONDS + 100
+    coordinator.redis.pexpire(c.kick_pending_key(late), 1000 * c.KICK_PENDING_SECONDS - age_ms)
+    assert coordinator.unattended([idle, kicked, driven, late]) == [idle, late]
+    assert coordinator.unattended([]) == []
+
+
 def test_a_turns_buffer_expires_a_day_after_it_starts_or_an_hour_after_its_end(
     coordinator: RedisCoordinator,
 ) -> None:
