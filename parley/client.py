@@ -348,22 +348,21 @@ class TurnHandle:
         """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         client = self._client
-        seen, first = 0, True
-        while True:
-            # Block on the turn's ends (one small key, not its tokens); the store, which
-            # holds the truth, is asked first, after each end and after each silent poll
-            # (the coordinator may have lost the signal, or never seen the turn).
-            remaining = None if deadline is None else deadline - time.monotonic()
-            pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
-            pause = 0 if first else max(pause, 0)
-            first = False
-            seen = client.coordinator.wait_end(self.turn_id, seen, timeout=pause) or seen
-            result = client.store.turn_result(self.turn_id)
-            if result is not None:
-                return result
+        # The store, which holds the truth, is asked first, then after each end the
+        # coordinator reports and after each silent poll (it may have lost the signal, or
+        # never seen the turn).  Between, block on the turn's ends (one small key, not its
+        # tokens); reading them from the start returns at once an end already there.
+        seen = 0
+        result = client.store.turn_result(self.turn_id)
+        while result is None:
             self._raise_if_driver_died()
+            remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
+            pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
+            seen = client.coordinator.wait_end(self.turn_id, seen, timeout=pause) or seen
+            result = client.store.turn_result(self.turn_id)
+        return result
 
     def _raise_if_driver_died(self) -> None:
         client = self._client
