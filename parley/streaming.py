@@ -44,11 +44,14 @@ def follow(
     progressed = time.monotonic()
     # While the buffer is live and covers the reader, the reader blocks on it and takes
     # what the blocking read returns: one round trip per batch.  The store is asked
-    # whether the turn is over the first time the reader runs out of events (it may have
-    # started past the end), then only after a poll of silence: a reader that reads the
-    # ``end`` itself stops on it.
+    # whether the turn is over the first time a reader from ``after`` > 0 runs out of
+    # events (it may have started past the end), then only after a poll of silence: a
+    # reader that reads the ``end`` itself stops on it.
     live = False
-    asked = False
+    # A reader from the start cannot be past the end: it stops on the end it reads.  So
+    # it goes straight to blocking on a live buffer, sparing the store a read (and the
+    # buffer two) just as the turn's driver starts.
+    asked = after == 0
     while True:
         batch: list[Event] = []
         if live and asked:
