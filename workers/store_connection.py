@@ -26,13 +26,23 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, CursorResult
+from sqlalchemy import Connection, CursorResult, Insert, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, InvalidRequestError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 Params = Mapping[str, Any]
+
+
+EXECUTE_MANY = -1
+MAX_INSERT_ROWS = 32
+"""Inserts of up to this many rows run as one multi-row statement (compiled per count)."""
+
+
+def row_key(row: int, key: str) -> str:
+    """The bind name of ``key`` in row ``row`` of a multi-row insert."""
+    return f"r{row}_{key}"
 
 
 _PLACEHOLDER = re.compile(r"%\(([^)]+)\)s|%%")
@@ -57,20 +67,32 @@ class DirectStatements:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self._compiled: dict[tuple[int, tuple[str, ...], bool], _Compiled | None] = {}
+        self._compiled: dict[tuple[int, tuple[str, ...], int], _Compiled | None] = {}
 
-    def get(self, statement: Executable, keys: tuple[str, ...], many: bool) -> _Compiled | None:
-        """``statement`` compiled for bind names ``keys``; None if it needs SQLAlchemy."""
-        key = (id(statement), keys, many)
+    def get(self, statement: Executable, keys: tuple[str, ...], rows: int) -> _Compiled | None:
+        """``statement`` compiled for bind names ``keys``, to run once (``rows`` 0), once
+        per item of a list (``EXECUTE_MANY``), or as one insert of ``rows`` rows whose
+        binds are named by :func:`row_key`; None if it needs SQLAlchemy."""
+        key = (id(statement), keys, rows)
         try:
             return self._compiled[key]
         except KeyError:
-            found = self._compiled[key] = self._compile(statement, keys, many)
+            found = self._compiled[key] = self._compile(statement, keys, rows)
             return found
 
-    def _compile(
-        self, statement: Executable, keys: tuple[str, ...], many: bool
-    ) -> _Compiled | None:
+    def _compile(self, statement: Executable, keys: tuple[str, ...], rows: int) -> _Compiled | None:
+        held = statement
+        if rows > 0:
+            assert isinstance(statement, Insert)
+            # Typed here: SQLAlchemy gives only the first row's binds their column's type.
+            columns = statement.table.c
+            statement = statement.values(
+                [
+                    {k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys}
+                    for i in range(rows)
+                ]
+            )
+        many = rows == EXECUTE_MANY
         assert isinstance(statement, ClauseElement)
         compiled = statement.compile(dialect=self._dialect, column_keys=list(keys))
         assert isinstance(compiled, SQLCompiler)
@@ -104,7 +126,7 @@ class DirectStatements:
             names=tuple(names),
             fixed=fixed,
             processors=tuple(processors),
-            statement=statement,
+            statement=held,
         )
 
 
@@ -126,7 +148,14 @@ class StoreConnection:
             many = [] if params is None or isinstance(params, Mapping) else list(params)
             first = many[0] if many else params
             assert first is None or isinstance(first, Mapping)
-            compiled = self._direct.get(statement, tuple(sorted(first or ())), bool(many))
+            keys = tuple(sorted(first or ()))
+            if 0 < len(many) <= MAX_INSERT_ROWS and isinstance(statement, Insert):
+                # One statement, where executemany runs one per row through a pipeline.
+                rows = self._direct.get(statement, keys, len(many))
+                if rows is not None:
+                    flat = {row_key(i, k): v for i, row in enumerate(many) for k, v in row.items()}
+                    return self._run(rows, _bind(rows, flat), False)
+            compiled = self._direct.get(statement, keys, EXECUTE_MANY if many else 0)
             if compiled is not None:
                 if many:
                     return self._run(compiled, [_bind(compiled, p) for p in many], True)
@@ -154,7 +183,7 @@ class StoreConnection:
             result = cursor.pgresult
             if result is None or not result.nfields:
                 return Rows((), (), cursor.rowcount)
-            names = tuple(result.fname(i).decode() for i in range(result.nfields))  # type: ignore[union-attr]
+            names = tuple((result.fname(i) or b"").decode() for i in range(result.nfields))
             return Rows(names, cursor.fetchall(), cursor.rowcount)
         except psycopg.Error as exc:
             broken = raw.broken or raw.closed
