@@ -10,6 +10,7 @@ The engine talks only to the ports in :mod:`workers.ports` and to :class:`SqlSto
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -81,9 +82,14 @@ def _check_holding(holding: Callable[[], bool], where: str) -> None:
         raise Fenced(f"the session lock was lost {where}")
 
 
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()  # a system call: asked once per process
+
+
 def worker_name() -> str:
     """host:pid:thread, stored on the run so an operator can tell who ran it."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+    return f"{_host()}:{os.getpid()}:{threading.current_thread().name}"
 
 
 @dataclass(kw_only=True)

@@ -384,15 +384,11 @@ class RedisCoordinator:
                 return None
             if len(token.data["text"]) >= COALESCED_TEXT_LIMIT:
                 return None
-            merged = Event(
-                turn_id=token.turn_id,
-                seq=token.seq,
-                kind=token.kind,
-                data={**token.data, "text": token.data["text"] + text},
-            )
-            self._pending[-1] = (fence, merged)
+            # In place (this runs once per delta): an event still queued is in nobody
+            # else's hands, and a send takes the queue under this lock before reading it.
+            token.data["text"] += text
             self.deltas_coalesced += 1
-            return merged
+            return token
 
     def _send_pending(self, then: Sequence[tuple[int, Event]] = ()) -> None:
         """Send what is queued, and ``then`` after it, from the caller's thread."""
