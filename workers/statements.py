@@ -366,6 +366,69 @@ class DialectStatements:
         )
         self.claim_next = _claim_next_fresh() if postgres else None
         self.start_drive = _start_drive_fresh() if postgres else None
+        self._postgres = postgres
+        self._end_with_step: dict[int, Any] = {}
+
+    def end_with_step(self, events: int) -> Any:
+        """PostgreSQL: a turn's end with its last step, in one statement (None elsewhere,
+        or past ``MAX_EVENTS_WITH_END`` events).  See :func:`_end_with_step`; built once
+        per number of events stored with it."""
+        if not self._postgres or events > MAX_EVENTS_WITH_END:
+            return None
+        statement = self._end_with_step.get(events)
+        if statement is None:
+            statement = self._end_with_step[events] = _end_with_step(events)
+        return statement
+
+
+MAX_EVENTS_WITH_END = 32
+"""More durable events than this (a step of many tool calls) end a turn in four
+statements rather than compile one more variant of the one."""
+
+
+def event_key(row: int, column: str) -> str:
+    """The bind name of ``column`` of the ``row``-th event stored by ``end_with_step``."""
+    return f"e{row}_{column}"
+
+
+def _end_with_step(events: int) -> Any:
+    """FINISH_SESSION, END_RUN_WITH_STEP, and the inserts of the step and of ``events``
+    events (binds named by :func:`event_key`), in one statement where they take four.
+    Returns the session row as FINISH_SESSION does (none when the fence is stale) and
+    ``advanced``, the runs END_RUN_WITH_STEP updated.  It runs in a transaction that
+    rolls back unless both hold: the statement's parts run whatever the others find.
+
+    The run update waits for the session's (its condition reads it), so rows are locked
+    in the order every writer takes them: session, then run."""
+    finish = FINISH_SESSION.cte("finish")
+    ended = (
+        END_RUN_WITH_STEP.where(select(finish.c.id).exists()).returning(t.runs.c.id).cte("ended")
+    )
+    step = (
+        postgresql.insert(t.steps)
+        .values(
+            run_id=b("run_id"), step_index=b("index"), payload=b("payload"), created_at=b("now")
+        )
+        .on_conflict_do_nothing()
+        .cte("step")
+    )
+    columns = ("turn_id", "seq", "kind", "data")
+    stored = (
+        postgresql.insert(t.events)
+        .values(
+            [
+                {
+                    **{c: bindparam(event_key(n, c), type_=t.events.c[c].type) for c in columns},
+                    "created_at": b("now"),
+                }
+                for n in range(events)
+            ]
+        )
+        .on_conflict_do_nothing()
+        .cte("stored")
+    )
+    advanced = select(func.count()).select_from(ended).scalar_subquery()
+    return select(*finish.c, advanced.label("advanced")).add_cte(step, stored)
 
 
 def _claim_next_fresh() -> Any:

@@ -791,69 +791,28 @@ class SqlStore:
         is pending (else :class:`_NotFinal`); without, the inbox is closed here and what
         is pending is reported undelivered."""
         status = end.status
-        session = db.execute(
-            q.FINISH_SESSION,
-            {
-                "b_session_id": session_id,
-                "b_fence": fence,
-                "b_move_head": status.moves_head,
-                "b_turn_id": end.turn_id,
-                "b_tokens": step[1].usage.total if step else 0,
-            },
-        ).one_or_none()
-        if session is None:
-            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
-        pending: tuple[Steer, ...] = ()
-        if step is None:
+        if step is not None:
+            # Nothing pending (or this fails): nothing undelivered.
+            end_event = _end_event(end, ())
+            session = self._end_with_step(
+                db, run_id, session_id, fence, cursor, [*events, end_event], end, now, step
+            )
+            undelivered: tuple[str, ...] = ()
+        else:
+            session = self._finish_session(db, session_id, fence, end, 0)
             steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
             pending = self._pending(db, run_id, cursor) if steer_count > cursor else ()
-        undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
-        ended = {
-            "b_run_id": run_id,
-            "b_status": status.value,
-            "b_reply": end.reply if status.has_reply else None,
-            "b_error": end.error,
-            "b_partial": end.partial,
-            "b_undelivered": list(undelivered) or None,
-            "b_cursor": max([cursor] + [s.position for s in pending]),
-            "b_now": now,
-            "b_seq": end.end_seq,
-        }
-        if step is None:
+            undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
+            end_event = _end_event(end, undelivered)
+            last = max([cursor] + [s.position for s in pending])
+            ended = _end_values(end, run_id, last, now, undelivered)
             db.execute(q.END_RUN, ended)
-        else:
-            index, payload = step
-            usage = payload.usage
-            advanced = db.execute(
-                q.END_RUN_WITH_STEP,
-                {
-                    **ended,
-                    "b_index": index,
-                    "b_input_tokens": usage.input_tokens,
-                    "b_output_tokens": usage.output_tokens,
-                    "b_cached_tokens": usage.cached_tokens,
-                },
-            ).rowcount
-            if advanced != 1:
-                raise _NotFinal
-            self._insert_step(db, run_id, index, payload, now)
+            self._insert_events(db, [*events, end_event], now)
         generation = self._store_prefix(
             db, session_id, session.prefix_generation, status, end.prefix, end.refresh_prefix, now
         )
-        end_event = Event(
-            turn_id=end.turn_id,
-            seq=end.end_seq,
-            kind=EventKind.END,
-            data={
-                "outcome": status.value,
-                "reply": end.reply,
-                "error": end.error,
-                "undelivered": list(undelivered),
-            },
-        )
-        self._insert_events(db, [*events, end_event], now)
         following = (
             self._claim_next(
                 db,
@@ -874,6 +833,65 @@ class SqlStore:
             prefix_generation=generation,
             next_claim=following,
         )
+
+    def _finish_session(
+        self, db: StoreConnection, session_id: str, fence: int, end: TurnEnd, tokens: int
+    ) -> Any:
+        """FINISH_SESSION: the session row as the turn's end leaves it; Fenced if stale."""
+        session = db.execute(q.FINISH_SESSION, _finish_values(session_id, fence, end, tokens))
+        row = session.one_or_none()
+        if row is None:
+            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
+        return row
+
+    def _end_with_step(
+        self,
+        db: StoreConnection,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        cursor: int,
+        events: Sequence[Event],
+        end: TurnEnd,
+        now: datetime,
+        step: tuple[int, StepPayload],
+    ) -> Any:
+        """The session's, the run's and the step's writes of a turn that ends with its
+        last step, and the events; returns the session row as they leave it."""
+        index, payload = step
+        usage = payload.usage
+        ended = {
+            **_end_values(end, run_id, cursor, now),
+            "b_index": index,
+            "b_input_tokens": usage.input_tokens,
+            "b_output_tokens": usage.output_tokens,
+            "b_cached_tokens": usage.cached_tokens,
+        }
+        durable = [e for e in events if e.kind.durable]
+        fused = self._q.end_with_step(len(durable))
+        if fused is None:
+            session = self._finish_session(db, session_id, fence, end, usage.total)
+            if db.execute(q.END_RUN_WITH_STEP, ended).rowcount != 1:
+                raise _NotFinal
+            self._insert_step(db, run_id, index, payload, now)
+            self._insert_events(db, durable, now)
+            return session
+        values = {
+            **_finish_values(session_id, fence, end, usage.total),
+            **ended,
+            "b_payload": payload.to_json(),
+        }
+        for n, event in enumerate(durable):
+            values[q.event_key(n, "turn_id")] = event.turn_id
+            values[q.event_key(n, "seq")] = event.seq
+            values[q.event_key(n, "kind")] = event.kind.value
+            values[q.event_key(n, "data")] = event.data
+        row = db.execute(fused, values).one_or_none()
+        if row is None:
+            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
+        if row.advanced != 1:
+            raise _NotFinal
+        return row
 
     def _store_prefix(
         self,
@@ -946,6 +964,50 @@ def _dropped(error: StoreError) -> bool:
     """Whether ``error`` came of a connection the server had dropped."""
     cause = error.__cause__
     return isinstance(cause, DBAPIError) and bool(cause.connection_invalidated)
+
+
+def _finish_values(session_id: str, fence: int, end: TurnEnd, tokens: int) -> dict[str, Any]:
+    """FINISH_SESSION's values: ``tokens`` are those of a step committed with the end."""
+    return {
+        "b_session_id": session_id,
+        "b_fence": fence,
+        "b_move_head": end.status.moves_head,
+        "b_turn_id": end.turn_id,
+        "b_tokens": tokens,
+    }
+
+
+def _end_values(
+    end: TurnEnd, run_id: str, cursor: int, now: datetime, undelivered: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """END_RUN's values (and END_RUN_WITH_STEP's, but for the step's)."""
+    status = end.status
+    return {
+        "b_run_id": run_id,
+        "b_status": status.value,
+        "b_reply": end.reply if status.has_reply else None,
+        "b_error": end.error,
+        "b_partial": end.partial,
+        "b_undelivered": list(undelivered) or None,
+        "b_cursor": cursor,
+        "b_now": now,
+        "b_seq": end.end_seq,
+    }
+
+
+def _end_event(end: TurnEnd, undelivered: tuple[str, ...]) -> Event:
+    """The ``end`` event of a turn ending as ``end`` says."""
+    return Event(
+        turn_id=end.turn_id,
+        seq=end.end_seq,
+        kind=EventKind.END,
+        data={
+            "outcome": end.status.value,
+            "reply": end.reply,
+            "error": end.error,
+            "undelivered": list(undelivered),
+        },
+    )
 
 
 class _NotFinal(Exception):

@@ -46,6 +46,11 @@ def test_a_stale_fence_commits_nothing(store: SqlStore) -> None:
         commit(store, old, 0)
     with pytest.raises(Fenced):
         finish(store, old, old.next_seq + 1)
+    last = TurnEnd(
+        turn_id=old.turn_id, status=TurnStatus.FINISHED, reply="r", end_seq=old.next_seq + 1
+    )
+    with pytest.raises(Fenced):
+        commit(store, old, 0, close=True, end=last)  # a last step with its turn's end
     with pytest.raises(Fenced):
         store.close_inbox(run_id=old.run_id, session_id=session_id, fence=old.fence, cursor=0)
     assert store.steps_of(old.turn_id) == []
