@@ -10,10 +10,13 @@ cursor sends as they are: no query parsing per call), its fixed values and its b
 processors; each call binds values and runs it on the same DBAPI connection, inside the
 same transaction.
 
-Statements that need what only SQLAlchemy does at execution time (expanding ``IN``
-lists, Python-side column defaults, ``RETURNING`` over many rows) go through SQLAlchemy.
-Errors become SQLAlchemy's, so callers handle one kind, and ``before_cursor_execute``
-listeners see every statement either way.
+An insert of a few rows runs as one multi-row statement rather than psycopg's
+``executemany`` (a statement per row through a pipeline, which costs more Python than
+the insert).  Statements that need what only SQLAlchemy does at execution time
+(expanding ``IN`` lists, Python-side column defaults, ``RETURNING`` over many rows) go
+through SQLAlchemy.  Errors become SQLAlchemy's, so callers handle one kind, and
+``before_cursor_execute`` listeners see every statement either way (with no execution
+context on the direct path).
 """
 
 from __future__ import annotations
