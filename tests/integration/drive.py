@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from schemas.events import Event, EventKind
 from schemas.messages import StepPayload
 from schemas.records import IfBusy, TurnStatus, Usage
+from workers.database import create_database_engine, migrate
 from workers.ports import FinishReceipt, StepReceipt, TurnEnd
 from workers.store import SqlStore
 
@@ -21,6 +23,18 @@ class Driving:
     run_id: str
     fence: int
     next_seq: int
+
+
+@contextmanager
+def migrated_store(url: str) -> Iterator[SqlStore]:
+    """A store on a new engine for ``url``, its schema migrated; closed after."""
+    engine = create_database_engine(url)
+    migrate(engine)
+    store = SqlStore(engine)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def new_session(store: SqlStore, root: str = "/tmp") -> str:

@@ -19,7 +19,15 @@ from schemas import tables as t
 from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
 from tests.conftest import terminate_backends
-from tests.integration.drive import Driving, commit, finish, new_session, start, submit
+from tests.integration.drive import (
+    Driving,
+    commit,
+    finish,
+    migrated_store,
+    new_session,
+    start,
+    submit,
+)
 from workers import statements as q
 from workers.database import create_database_engine, current_revision, head_revision, migrate
 from workers.ports import ClaimedTurn, TurnEnd
@@ -28,11 +36,8 @@ from workers.store import SqlStore
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[SqlStore]:
-    engine = create_database_engine(db_url)
-    migrate(engine)
-    store = SqlStore(engine)
-    yield store
-    store.close()
+    with migrated_store(db_url) as store:
+        yield store
 
 
 def test_a_stale_fence_commits_nothing(store: SqlStore) -> None:

@@ -14,18 +14,13 @@ from sqlalchemy.exc import IntegrityError
 
 from tests.integration.drive import submit
 from workers import statements as q
-from workers.database import create_database_engine, migrate
 from workers.store import SqlStore
 from workers.store_connection import MAX_INSERT_ROWS, DirectStatements, StoreConnection
 
 
 @pytest.fixture
-def store(postgres_url: str) -> Iterator[SqlStore]:
-    engine = create_database_engine(postgres_url)
-    migrate(engine)
-    store = SqlStore(engine)
-    yield store
-    store.close()
+def store(postgres_store: SqlStore) -> SqlStore:
+    return postgres_store
 
 
 @pytest.fixture
