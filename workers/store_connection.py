@@ -31,7 +31,13 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, CursorResult, Insert, bindparam
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError, InvalidRequestError, MultipleResultsFound, NoResultFound
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InvalidRequestError,
+    MultipleResultsFound,
+    NoResultFound,
+)
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
@@ -39,6 +45,7 @@ Params = Mapping[str, Any]
 
 
 EXECUTE_MANY = -1
+MAX_COMPILED = 512
 MAX_INSERT_ROWS = 32
 """Inserts of up to this many rows run as one multi-row statement (compiled per count)."""
 
@@ -80,7 +87,11 @@ class DirectStatements:
         try:
             return self._compiled[key]
         except KeyError:
-            found = self._compiled[key] = self._compile(statement, keys, rows)
+            found = self._compile(statement, keys, rows)
+            if len(self._compiled) < MAX_COMPILED:
+                # parley's statements are built once; past this, something builds them
+                # per call, and they are compiled per call rather than kept alive.
+                self._compiled[key] = found
             return found
 
     def _compile(self, statement: Executable, keys: tuple[str, ...], rows: int) -> _Compiled | None:
@@ -89,12 +100,15 @@ class DirectStatements:
             assert isinstance(statement, Insert)
             # Typed here: SQLAlchemy gives only the first row's binds their column's type.
             columns = statement.table.c
-            statement = statement.values(
-                [
-                    {k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys}
-                    for i in range(rows)
-                ]
-            )
+            try:
+                statement = statement.values(
+                    [
+                        {k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys}
+                        for i in range(rows)
+                    ]
+                )
+            except ArgumentError:
+                return None  # an insert with values of its own: SQLAlchemy runs it per row
         many = rows == EXECUTE_MANY
         assert isinstance(statement, ClauseElement)
         compiled = statement.compile(dialect=self._dialect, column_keys=list(keys))
@@ -109,11 +123,11 @@ class DirectStatements:
         ):
             return None
         fixed = {name: bind.effective_value for bind, name in binds.items() if not bind.required}
-        processors = []
+        processors = {}  # by name: binds sharing a name share one value, processed once
         for bind, name in binds.items():
             process = bind.type.dialect_impl(self._dialect).bind_processor(self._dialect)
             if process is not None:
-                processors.append((name, process))
+                processors[name] = process
         names: list[str] = []
 
         def number(match: re.Match[str]) -> str:
@@ -128,7 +142,7 @@ class DirectStatements:
             sql=_PLACEHOLDER.sub(number, compiled.string),
             names=tuple(names),
             fixed=fixed,
-            processors=tuple(processors),
+            processors=tuple(processors.items()),
             statement=held,
         )
 
@@ -149,6 +163,8 @@ class StoreConnection:
         """Run ``statement`` with ``params`` (a list of them: once per item)."""
         if self._direct is not None:
             many = [] if params is None or isinstance(params, Mapping) else list(params)
+            if params is not None and not isinstance(params, Mapping) and not many:
+                params = None  # an empty list runs the statement once, as SQLAlchemy does
             first = many[0] if many else params
             assert first is None or isinstance(first, Mapping)
             keys = tuple(sorted(first or ()))
@@ -191,7 +207,10 @@ class StoreConnection:
         except psycopg.Error as exc:
             broken = raw.broken or raw.closed
             if broken:
-                connection.invalidate(exc)  # the pool must not hand it out again
+                # As SQLAlchemy does on a disconnect: this connection and every one pooled
+                # before it are discarded (a server that dropped one dropped them all).
+                connection.invalidate(exc)
+                connection.engine.dispose()
             raise DBAPIError.instance(
                 compiled.sql, bound, exc, psycopg.Error, connection_invalidated=bool(broken)
             ) from exc

@@ -301,9 +301,11 @@ def test_a_read_on_a_connection_dropped_unseen_runs_again_on_a_fresh_one(
     try:
         session_id = new_session(store)
         turn_id, _run_id = submit(store, session_id)
-        store.get_session(session_id)  # the pool now holds connections
+        with store.engine.connect(), store.engine.connect(), store.engine.connect():
+            pass  # the pool now holds three connections
         # The server drops them, and the checkout's look misses it (as when its goodbye
-        # has not reached the socket yet): the read's first statement fails.
+        # has not reached the socket yet): the read's first statement fails, and the
+        # retry must not be handed another of the dead ones.
         monkeypatch.setattr("workers.database._readable", lambda _connection: False)
         assert terminate_backends(postgres_url) > 0
         time.sleep(0.2)
