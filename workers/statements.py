@@ -28,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from schemas import tables as t
 from schemas.events import EventKind
 from schemas.records import TurnStatus
+from workers.store_connection import MAX_INSERT_ROWS, many_rows
 
 QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
@@ -38,6 +39,10 @@ RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
 # IN list on every execution, while this is the same SQL each time (prepared once, and
 # run straight through psycopg; see workers.store_connection).
 IS_ACTIVE = or_(t.runs.c.status == QUEUED, t.runs.c.status == RUNNING)
+
+
+EVENT_COLUMNS = ("turn_id", "seq", "kind", "data")
+"""An event row's columns but ``created_at`` (the time of the transaction storing it)."""
 
 
 def b(name: str, **kwargs: Any) -> Any:
@@ -371,9 +376,9 @@ class DialectStatements:
 
     def end_with_step(self, events: int) -> Any:
         """PostgreSQL: a turn's end with its last step, in one statement (None elsewhere,
-        or past ``MAX_EVENTS_WITH_END`` events).  See :func:`_end_with_step`; built once
-        per number of events stored with it."""
-        if not self._postgres or events > MAX_EVENTS_WITH_END:
+        or past ``MAX_INSERT_ROWS`` events, a step of many tool calls).  See
+        :func:`_end_with_step`; built once per number of events stored with it."""
+        if not self._postgres or events > MAX_INSERT_ROWS:
             return None
         statement = self._end_with_step.get(events)
         if statement is None:
@@ -381,19 +386,10 @@ class DialectStatements:
         return statement
 
 
-MAX_EVENTS_WITH_END = 32
-"""More durable events than this (a step of many tool calls) end a turn in four
-statements rather than compile one more variant of the one."""
-
-
-def event_key(row: int, column: str) -> str:
-    """The bind name of ``column`` of the ``row``-th event stored by ``end_with_step``."""
-    return f"e{row}_{column}"
-
-
 def _end_with_step(events: int) -> Any:
     """FINISH_SESSION, END_RUN_WITH_STEP, and the inserts of the step and of ``events``
-    events (binds named by :func:`event_key`), in one statement where they take four.
+    events (see :func:`many_rows` for their binds' names), in one statement where they
+    take four.
     Returns the session row as FINISH_SESSION does (none when the fence is stale) and
     ``advanced``, the runs END_RUN_WITH_STEP updated.  It runs in a transaction that
     rolls back unless both hold: the statement's parts run whatever the others find.
@@ -412,21 +408,12 @@ def _end_with_step(events: int) -> Any:
         .on_conflict_do_nothing()
         .cte("step")
     )
-    columns = ("turn_id", "seq", "kind", "data")
-    stored = (
-        postgresql.insert(t.events)
-        .values(
-            [
-                {
-                    **{c: bindparam(event_key(n, c), type_=t.events.c[c].type) for c in columns},
-                    "created_at": b("now"),
-                }
-                for n in range(events)
-            ]
-        )
-        .on_conflict_do_nothing()
-        .cte("stored")
-    )
+    stored = many_rows(
+        postgresql.insert(t.events).on_conflict_do_nothing(),
+        EVENT_COLUMNS,
+        events,
+        shared={"created_at": b("now")},
+    ).cte("stored")
     advanced = select(func.count()).select_from(ended).scalar_subquery()
     return select(*finish.c, advanced.label("advanced")).add_cte(step, stored)
 

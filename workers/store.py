@@ -65,7 +65,7 @@ from workers.ports import (
     TurnEnd,
 )
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
-from workers.store_connection import DirectStatements, StoreConnection
+from workers.store_connection import DirectStatements, StoreConnection, row_key
 
 _T = TypeVar("_T")
 
@@ -841,7 +841,7 @@ class SqlStore:
         session = db.execute(q.FINISH_SESSION, _finish_values(session_id, fence, end, tokens))
         row = session.one_or_none()
         if row is None:
-            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
+            raise _stale(fence, end)
         return row
 
     def _end_with_step(
@@ -882,13 +882,10 @@ class SqlStore:
             "b_payload": payload.to_json(),
         }
         for n, event in enumerate(durable):
-            values[q.event_key(n, "turn_id")] = event.turn_id
-            values[q.event_key(n, "seq")] = event.seq
-            values[q.event_key(n, "kind")] = event.kind.value
-            values[q.event_key(n, "data")] = event.data
+            values.update((row_key(n, k), v) for k, v in _event_row(event).items())
         row = db.execute(fused, values).one_or_none()
         if row is None:
-            raise Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
+            raise _stale(fence, end)
         if row.advanced != 1:
             raise _NotFinal
         return row
@@ -925,17 +922,7 @@ class SqlStore:
     # ------------------------------------------------------------------ events
 
     def _insert_events(self, db: StoreConnection, events: Sequence[Event], now: datetime) -> None:
-        durable = [
-            {
-                "turn_id": e.turn_id,
-                "seq": e.seq,
-                "kind": e.kind.value,
-                "data": e.data,
-                "created_at": now,
-            }
-            for e in events
-            if e.kind.durable
-        ]
+        durable = [{**_event_row(e), "created_at": now} for e in events if e.kind.durable]
         if durable:
             db.execute(self._q.insert_events, durable)
 
@@ -964,6 +951,20 @@ def _dropped(error: StoreError) -> bool:
     """Whether ``error`` came of a connection the server had dropped."""
     cause = error.__cause__
     return isinstance(cause, DBAPIError) and bool(cause.connection_invalidated)
+
+
+def _event_row(event: Event) -> dict[str, Any]:
+    """An event's row, but ``created_at`` (see ``statements.EVENT_COLUMNS``)."""
+    return {
+        "turn_id": event.turn_id,
+        "seq": event.seq,
+        "kind": event.kind.value,
+        "data": event.data,
+    }
+
+
+def _stale(fence: int, end: TurnEnd) -> Fenced:
+    return Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
 
 
 def _finish_values(session_id: str, fence: int, end: TurnEnd, tokens: int) -> dict[str, Any]:

@@ -55,6 +55,24 @@ def row_key(row: int, key: str) -> str:
     return f"r{row}_{key}"
 
 
+def many_rows(
+    statement: Insert, keys: Sequence[str], rows: int, shared: Mapping[str, Any] | None = None
+) -> Insert:
+    """``statement`` inserting ``rows`` rows of the columns ``keys``, whose binds are
+    named by :func:`row_key`, plus ``shared`` values common to every row.  Each bind is
+    typed with its column: SQLAlchemy types only the first row's."""
+    columns = statement.table.c
+    return statement.values(
+        [
+            {
+                **{k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys},
+                **(shared or {}),
+            }
+            for i in range(rows)
+        ]
+    )
+
+
 _PLACEHOLDER = re.compile(r"%\(([^)]+)\)s|%%")
 
 
@@ -98,15 +116,8 @@ class DirectStatements:
         held = statement
         if rows > 0:
             assert isinstance(statement, Insert)
-            # Typed here: SQLAlchemy gives only the first row's binds their column's type.
-            columns = statement.table.c
             try:
-                statement = statement.values(
-                    [
-                        {k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys}
-                        for i in range(rows)
-                    ]
-                )
+                statement = many_rows(statement, keys, rows)
             except ArgumentError:
                 return None  # an insert with values of its own: SQLAlchemy runs it per row
         many = rows == EXECUTE_MANY
