@@ -13,13 +13,18 @@ from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
 
 from broker_config.settings import FleetSettings
+from broker_config.transport import transport_for
 from workers import constants as c
 
 
-def create_app(settings: FleetSettings, *, name: str = "parley") -> Any:
-    """A Celery app for ``settings``: producers send kicks with it, workers run them."""
+def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bool = False) -> Any:
+    """A Celery app for ``settings``: producers send kicks with it, workers run them.
+
+    A ``redis://`` broker goes through parley's kombu channel (``broker_config.transport``)
+    unless ``stock_kombu``, which the benchmark's floor uses to measure Celery as shipped."""
     app = Celery(name, broker=settings.broker_url, set_as_current=False)
     app.conf.update(
+        broker_transport=None if stock_kombu else transport_for(settings.broker_url),
         task_serializer="json",
         accept_content=["json"],
         result_serializer="json",

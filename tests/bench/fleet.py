@@ -4,7 +4,8 @@
 
 Needs the machine's PostgreSQL and Redis (Redis database 11 is flushed).  Starts two
 single-process `parley worker`s and `parley beat`, and, for the floor, two
-single-process Celery workers running a noop task with the same broker settings.
+single-process Celery workers running a noop task with the same broker settings on
+kombu's own Redis channel (then once more on parley's, for comparison only).
 """
 
 from __future__ import annotations
@@ -55,13 +56,15 @@ def ms(value: float) -> str:
 # ---------------------------------------------------------------- the floor
 
 
-def noop_floor(database_url: str, queue: str) -> tuple[list[float], float]:
-    """Round trips of a bare Celery task, then tasks/s for 1000 of them."""
+def noop_floor(database_url: str, queue: str, channel: str) -> tuple[list[float], float]:
+    """Round trips of a bare Celery task, then tasks/s for 1000 of them.  ``channel``:
+    "stock" for kombu's Redis channel (the floor), "parley" for parley's."""
     env = {
         **os.environ,
         "PARLEY_DATABASE_URL": database_url,
         "PARLEY_REDIS_URL": REDIS_URL,
         "PARLEY_QUEUE": queue,
+        "PARLEY_BENCH_CHANNEL": channel,
         "PYTHONPATH": str(REPO),
     }
     workers = [
@@ -93,7 +96,7 @@ def noop_floor(database_url: str, queue: str) -> tuple[list[float], float]:
     from broker_config.app import create_app
     from broker_config.settings import FleetSettings
 
-    app = create_app(FleetSettings.from_env(env))
+    app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
     client = redis.Redis.from_url(REDIS_URL)
     try:
         key = f"bench:{uuid.uuid4().hex}"
@@ -245,7 +248,12 @@ def main() -> int:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"rules": RULES}))
 
-        round_trips, noop_rate = noop_floor(database_url, f"bench.noop.{uuid.uuid4().hex[:6]}")
+        round_trips, noop_rate = noop_floor(
+            database_url, f"bench.noop.{uuid.uuid4().hex[:6]}", "stock"
+        )
+        channel_trips, channel_rate = noop_floor(
+            database_url, f"bench.noop.{uuid.uuid4().hex[:6]}", "parley"
+        )
 
         fleet = Fleet(
             database_url=database_url,
@@ -279,6 +287,10 @@ def main() -> int:
     noop = statistics.median(round_trips)
     print(f"bare Celery noop round trip   p50 {ms(noop)}   p95 {ms(pct(round_trips, 0.95))}")
     print(f"bare Celery noop throughput   {noop_rate:7.1f} tasks/s (2 workers)")
+    print(
+        f"  same noop, parley's channel p50 {ms(statistics.median(channel_trips))}   "
+        f"{channel_rate:7.1f} tasks/s (not the floor: what broker_config.transport saves)"
+    )
     print(
         f"submit → first token          p50 {ms(statistics.median(first))}   "
         f"p95 {ms(pct(first, 0.95))}   {statistics.median(first) / noop:4.2f}× noop (target ≤ 3)"

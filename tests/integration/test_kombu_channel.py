@@ -1,0 +1,97 @@
+"""parley's kombu Redis channel against the machine's Redis: messages still go through
+and are acked as with kombu's own channel, but one Redis client serves every publish and
+ack of a channel instead of a new one each, and a channel whose pool was dropped builds a
+client of its new pool.  Which apps get the channel is settled by the broker URL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Consumer, Producer, Queue  # type: ignore[attr-defined]
+
+from broker_config.app import create_app
+from broker_config.settings import FleetSettings
+from broker_config.transport import TRANSPORT, Transport, transport_for
+from tests.fleet import REDIS_TEST_URL, flush_redis
+
+
+@pytest.fixture
+def connection() -> Iterator[Any]:
+    flush_redis(REDIS_TEST_URL)
+    with Connection(REDIS_TEST_URL, transport=TRANSPORT) as connection:
+        yield connection
+
+
+def _count_clients(channel: Any) -> list[Any]:
+    """Record every synchronous Redis client the channel builds."""
+    built: list[Any] = []
+    make = channel.Client
+
+    def client(**kwargs: Any) -> Any:
+        built.append(make(**kwargs))
+        return built[-1]
+
+    channel.Client = client
+    return built
+
+
+def test_publishes_and_acks_share_one_client_and_still_arrive(connection: Any) -> None:
+    assert isinstance(connection.transport, Transport)
+    queue = Queue(f"test.channel.{uuid.uuid4().hex[:8]}")  # type: ignore[no-untyped-call]
+    channel = connection.default_channel
+    built = _count_clients(channel)
+    producer = Producer(channel)
+    for n in range(5):
+        producer.publish({"n": n}, routing_key=queue.name, declare=[queue], serializer="json")
+    received = []
+    with Consumer(channel, queues=[queue], accept=["json"]) as consumer:
+        consumer.register_callback(lambda body, message: (received.append(body), message.ack()))
+        while len(received) < 5:
+            connection.drain_events(timeout=5)
+    assert [body["n"] for body in received] == list(range(5))
+    # kombu's own channel builds one client per publish and two per delivery (its
+    # unacked bookkeeping, then the ack): 17 here, with the queue's declaration.
+    assert len(built) == 1
+    unacked = redis.Redis.from_url(REDIS_TEST_URL).hlen(channel.unacked_key)
+    assert unacked == 0
+
+
+def test_a_channel_whose_pool_was_dropped_builds_a_client_of_the_new_one(connection: Any) -> None:
+    channel = connection.default_channel
+    before = channel._create_client()
+    assert channel._create_client() is before
+    channel._disconnect_pools()
+    after = channel._create_client()
+    assert after is not before
+    assert after.connection_pool is channel.pool
+    assert after.ping()
+
+
+@pytest.mark.parametrize(
+    ("broker_url", "expected"),
+    [
+        ("redis://cache:6379/0", TRANSPORT),
+        # Naming a class would skip the TLS defaults kombu gives this scheme.
+        ("rediss://cache:6379/0", None),
+        ("amqp://guest@rabbit//", None),
+    ],
+)
+def test_only_plain_redis_brokers_get_the_channel(broker_url: str, expected: str | None) -> None:
+    assert transport_for(broker_url) == expected
+    settings = FleetSettings.from_env(
+        {
+            "PARLEY_DATABASE_URL": "postgresql+psycopg://db/parley",
+            "PARLEY_REDIS_URL": "redis://cache:6379/0",
+            "PARLEY_BROKER_URL": broker_url,
+        }
+    )
+    app = create_app(settings)
+    assert app.conf.broker_transport == expected
+    app.close()
+    stock = create_app(settings, stock_kombu=True)
+    assert stock.conf.broker_transport is None
+    stock.close()
