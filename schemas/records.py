@@ -256,3 +256,6 @@ class RunState:
     error: str | None
     worker: str | None = None
     undelivered: tuple[str, ...] = field(default=())
+    # The run's place in its session's queue (the session's turn count when it was
+    # submitted or resumed).
+    queue_position: int = 0

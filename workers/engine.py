@@ -690,6 +690,7 @@ class _TurnRun:
             claim_next=self.engine.coordinator.adopt if self.claim_next else None,
             known=known,
             worker=self.engine.label(),
+            position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
         )
 

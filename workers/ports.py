@@ -368,6 +368,9 @@ class TurnEnd:
     claim_next: SeqFloor | None = None
     known: KnownTurns | None = None
     worker: str = ""
+    # The turn's queue position: the claim is only tried if the session counted a turn
+    # after it (one submitted later reaches the driver by the work mark).
+    position: int = 0
     # The turn's path from the session's root as its claim read it, the turn itself
     # last: a claim in the same transaction need not read the path it extends.
     path: tuple[TurnRecord, ...] = ()

@@ -62,6 +62,7 @@ def run_state_of(run: Any) -> RunState:
         error=run.error,
         worker=run.worker,
         undelivered=tuple(run.undelivered or ()),
+        queue_position=run.queue_position,
     )
 
 

@@ -823,7 +823,8 @@ class SqlStore:
                 end.known,
                 _head_after(end, session.head_turn_id, generation),
             )
-            if end.claim_next
+            # Only a turn submitted (or resumed) after this one can be runnable now.
+            if end.claim_next and session.turn_count > end.position
             else None
         )
         return FinishReceipt(

@@ -191,6 +191,7 @@ def _end_and_claim_next(
         end_seq=claimed.next_seq + 1,
         prefix=prefix,
         claim_next=lambda _turn, _fence: 0,
+        position=claimed.run.queue_position,
         path=(*(p.turn for p in claimed.history), turn),
     )
     d = Driving(turn.session_id, turn.turn_id, claimed.run.run_id, fence, claimed.next_seq)
@@ -223,6 +224,36 @@ def test_a_claim_chained_to_a_turns_end_takes_the_path_and_prefix_the_turn_knows
         # the prefix never (the ending turn froze it, or ran with it).
         assert reads == ((1, 0) if n == 3 else (0, 0))
     assert claimed.history[2].turn.status is TurnStatus.CANCELLED
+
+
+def test_a_turns_end_tries_a_claim_only_if_a_turn_was_counted_after_it(store: SqlStore) -> None:
+    # A driver whose turn is the session's last asks for no claim: the statement would
+    # find nothing, and a turn submitted after the end reaches it by the work mark.
+    session_id = new_session(store)
+    submit(store, session_id, "first")
+    fence, claim = store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0)
+    assert claim is not None
+    second, _run = submit(store, session_id, "second")  # counted before the first ends
+    log = StatementLog(store)
+    prefix = Prefix(system_prompt="s", tools=())
+    claimed = _end_and_claim_next(store, claim[0], fence, TurnStatus.FINISHED, prefix)
+    assert claimed.turn.turn_id == second and claimed.run.queue_position == 2
+    claims = log.count("ORDER BY CASE WHEN")
+    assert claims == 1
+    end = TurnEnd(
+        turn_id=second,
+        status=TurnStatus.FINISHED,
+        reply="r",
+        end_seq=claimed.next_seq + 1,
+        claim_next=lambda _turn, _fence: 0,
+        position=claimed.run.queue_position,
+    )
+    d = Driving(session_id, second, claimed.run.run_id, fence, claimed.next_seq)
+    finished = commit(store, d, 0, close=True, end=end).finished
+    assert finished is not None and finished.next_claim is None
+    assert log.count("ORDER BY CASE WHEN") == claims  # no claim was tried
+    third, _run = submit(store, session_id, "third")
+    assert start(store, session_id).turn_id == third  # the next driver finds it
 
 
 def test_a_claim_stores_what_it_returns(store: SqlStore) -> None:
