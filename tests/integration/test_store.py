@@ -404,6 +404,26 @@ def test_migrations_build_the_same_schema_everywhere(db_url: str, tmp_path: obje
     assert tables == declared
 
 
+def test_the_sweepers_question_is_answered_from_the_runs_in_flight(store: SqlStore) -> None:
+    # Which sessions have a queued or running run: asked every few seconds, so on
+    # PostgreSQL it must read the partial index of runs in flight, not every run stored.
+    assert "status IN ({})".format(", ".join(f"'{s}'" for s in q.ACTIVE)) == t.ACTIVE_RUN
+    done, busy = new_session(store), new_session(store)
+    submit(store, done)
+    d = start(store, done)
+    finish(store, d, d.next_seq + 1)
+    submit(store, busy)
+    with_work = store.sessions_with_work()  # (other tests' sessions too, on PostgreSQL)
+    assert busy in with_work and done not in with_work
+    if store.engine.dialect.name != "postgresql":
+        return  # the fleet's sweeper runs on PostgreSQL
+    sql = str(q.SESSIONS_WITH_WORK.compile(store.engine))
+    with store.engine.connect() as db:
+        db.exec_driver_sql("SET enable_seqscan = off")  # a tiny table is read whole
+        plan = db.exec_driver_sql(f"EXPLAIN {sql}").all()
+    assert "ix_runs_active" in " ".join(str(row) for row in plan)
+
+
 def test_storage_per_turn_does_not_grow_with_the_session(store: SqlStore) -> None:
     session_id = new_session(store)
     counts = []
