@@ -446,12 +446,13 @@ def _start_drive_fresh() -> Any:
 
     One statement reads one snapshot, taken before the fence update waits for a
     submission holding the session row: a run that submission committed meanwhile is
-    not seen.  ``seen`` says what the snapshot knew (the newest queue position); the
-    session's ``turn_count``, read after the wait, is higher exactly when it missed one."""
+    not seen.  ``seen`` is the session's ``turn_count`` in that snapshot (a plain read of
+    the row, beside the update); the one the update returns, read after the wait, is
+    higher exactly when the snapshot missed a submission (or a resume)."""
     session = TAKE_FENCE.cte("session")
     seen = (
-        select(func.coalesce(func.max(t.runs.c.queue_position), 0).label("position"))
-        .where(t.runs.c.session_id == b("session_id"))
+        select(t.sessions.c.turn_count.label("position"))
+        .where(t.sessions.c.id == b("session_id"))
         .cte("seen")
     )
     run, claim, writes = _fresh_claim(select(session.c.head_turn_id).scalar_subquery())
