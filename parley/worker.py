@@ -77,6 +77,13 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
     waits for a worker slot that long-running drivers occupy."""
     stop = stop or threading.Event()
     log.info("sweeping every %.1fs", settings.sweep_seconds)
+    try:
+        # Connect the kicks' producer now, not at the first lost kick: it costs some
+        # 30 ms of imports and setup, and an unreachable broker shows in the log at once.
+        with app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception:
+        log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
     while not stop.is_set():
         try:
             sweep_once()
