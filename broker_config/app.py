@@ -37,7 +37,11 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
         # drops would only make it redo its in-flight step, so let it finish.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS},
+        broker_transport_options={
+            "visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS,
+            "socket_timeout": c.BROKER_SOCKET_SECONDS,
+            "socket_connect_timeout": c.BROKER_SOCKET_SECONDS,
+        },
         task_queues=[Queue(settings.queue)],  # type: ignore[no-untyped-call]
         task_default_queue=settings.queue,
         task_routes={

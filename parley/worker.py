@@ -81,7 +81,7 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
         # Connect the kicks' producer now, not at the first lost kick: it costs some
         # 30 ms of imports and setup, and an unreachable broker shows in the log at once.
         with app.producer_or_acquire() as producer:
-            producer.connection.ensure_connection(max_retries=1)
+            producer.connection.ensure_connection(max_retries=0)
     except Exception:
         log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
     while not stop.is_set():

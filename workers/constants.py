@@ -51,6 +51,11 @@ kick again (a duplicate bounces off a held lock), and the sweeper recovers a los
 anyway."""
 
 
+BROKER_SOCKET_SECONDS = 5.0
+"""How long a command to a Redis broker may take, connecting included.  A submission
+sends its kick while it holds its session's row: a half-open connection must not hold it
+for long (kombu sets no timeout of its own)."""
+
 KICK_GRACE_SECONDS = 2
 """How long the sweeper trusts a kick sent by a submission to reach a driver before it
 kicks the session itself (a kick queued behind a backlog is late, not lost)."""

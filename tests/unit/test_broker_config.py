@@ -51,7 +51,10 @@ def test_every_app_is_json_only_and_at_least_once() -> None:
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_ignore_result and conf.result_backend is None
-    assert conf.broker_transport_options["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
+    options = conf.broker_transport_options
+    assert options["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
+    # A kick is sent while its submission holds the session's row: never wait forever.
+    assert options["socket_timeout"] == options["socket_connect_timeout"] == 5.0
     assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE]
     assert conf.task_routes[c.DRIVE_TASK] == {"queue": c.TURN_QUEUE}
     app.close()
