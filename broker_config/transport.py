@@ -9,7 +9,11 @@ long as the pool it wraps is the channel's.  Everything else, including the conn
 pool and what goes over the wire, is kombu's.
 
 Only for ``redis://`` broker URLs: naming a transport class by hand skips the TLS
-defaults kombu gives the ``rediss`` scheme, so those keep kombu's own transport.
+defaults kombu gives the ``rediss`` scheme, so those keep kombu's own transport.  Two
+things show that the transport was named: a connection's URI (the worker's banner, the
+"Connected to" line) reads ``broker_config.transport:Transport://host:port/db``, and a
+fail-over list of URLs (``redis://a;redis://b``) is on kombu's own channel again after
+kombu switches to the next one.
 """
 
 from __future__ import annotations
@@ -28,14 +32,19 @@ class Channel(kombu_redis.Channel):
     _sync_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
-        if asynchronous:
-            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+        if asynchronous or self._closing:
+            # (A closing channel may still restore its unacked messages: with a client of
+            # its own, as kombu's does, that nothing keeps afterwards.)
+            return super()._create_client(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
         client = self._sync_client
         if client is None or client.connection_pool is not self.pool:
-            # (A channel drops its pool when it closes; a client of the old pool is no
-            # use after that.)
             client = self._sync_client = super()._create_client()  # type: ignore[no-untyped-call]
         return client
+
+    def _disconnect_pools(self) -> None:
+        # After a fork, a failed ping or on close: the client goes with its pool.
+        self._sync_client = None
+        super()._disconnect_pools()  # type: ignore[no-untyped-call]
 
 
 class Transport(kombu_redis.Transport):

@@ -69,6 +69,8 @@ def test_a_channel_whose_pool_was_dropped_builds_a_client_of_the_new_one(connect
     assert after is not before
     assert after.connection_pool is channel.pool
     assert after.ping()
+    channel.close()
+    assert channel._sync_client is None  # nothing of a closed channel is kept
 
 
 @pytest.mark.parametrize(
