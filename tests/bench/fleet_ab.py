@@ -1,0 +1,161 @@
+"""Two checkouts of parley measured side by side, to tell which is faster.
+
+    .venv/bin/python -m tests.bench.fleet_ab OTHER_CHECKOUT [--rounds 12]
+        [--other-python PATH]
+
+This machine's speed moves more from one run to the next than most changes do, so
+`tests.bench.fleet` before and after a change cannot tell them apart.  This starts a
+fleet for each checkout (two `parley worker`s and `parley beat`, its own database, Redis
+database and queue, the same services), then alternates between them: every round ten
+one-step turns on each (submit → first token, submit → end), every fourth round the
+200-turn throughput run on each (turns/s, CPU per turn of every process).  It prints
+the medians.  OTHER_CHECKOUT is a tree such as `git worktree add /tmp/before HEAD~1`;
+`--other-python` runs it with another interpreter (another set of packages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+THIS_CHECKOUT = HERE.parents[2]
+REDIS_URLS = ("redis://127.0.0.1:6379/11", "redis://127.0.0.1:6379/12")
+
+
+def side(redis_url: str) -> None:
+    """One checkout's fleet, driven by commands on stdin (``lat N``, ``tput``, ``quit``);
+    runs with that checkout first on the import path."""
+    import parley
+    from schemas.events import EventKind
+    from tests.bench.fleet import RULES, cpu_by_role, throughput
+    from tests.conftest import fresh_postgres_database
+    from tests.fleet import Fleet, flush_redis
+
+    flush_redis(redis_url)
+    with fresh_postgres_database("ab") as url, tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "workspace"
+        root.mkdir()
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps({"rules": RULES}))
+        fleet = Fleet(
+            database_url=url, redis_url=redis_url, host=f"scripted:{script}", log_dir=Path(tmp)
+        )
+        fleet.start_worker(concurrency=1)
+        fleet.start_worker(concurrency=1)
+        fleet.start_beat()
+        fleet.wait_ready()
+        client = parley.connect(url, redis_url=redis_url, queue=fleet.queue)
+
+        def one_turn() -> tuple[float, float]:
+            session = client.open_session(root)
+            start = time.perf_counter()
+            first = end = 0.0
+            for event in session.submit("one step").events():
+                if not first and event.kind is EventKind.TOKEN:
+                    first = time.perf_counter() - start
+                if event.kind is EventKind.END:
+                    end = time.perf_counter() - start
+            return first, end
+
+        try:
+            for _ in range(20):
+                one_turn()  # warm up both workers
+            print("ready", flush=True)
+            for line in sys.stdin:
+                command = line.split()
+                if command[0] == "lat":
+                    reply: Any = [one_turn() for _ in range(int(command[1]))]
+                elif command[0] == "tput":
+                    before = cpu_by_role(fleet)
+                    rate = throughput(client, root)
+                    after = cpu_by_role(fleet)
+                    reply = [rate, sum(after.values()) - sum(before.values())]
+                else:
+                    break
+                print(json.dumps(reply), flush=True)
+        finally:
+            client.close()
+            fleet.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("other", type=Path, help="the other checkout")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--other-python", default=sys.executable)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        side(args.side)
+        return 0
+    checkouts = {"other": args.other.resolve(), "this": THIS_CHECKOUT}
+    pythons = {"other": args.other_python, "this": sys.executable}
+    sides = {}
+    for (name, tree), redis_url in zip(checkouts.items(), REDIS_URLS, strict=True):
+        sides[name] = subprocess.Popen(
+            [pythons[name], str(HERE), str(tree), "--side", redis_url],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    for process in sides.values():
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise SystemExit("a side did not start; see its output above")
+
+    def ask(name: str, command: str) -> Any:
+        process = sides[name]
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(command + "\n")
+        process.stdin.flush()
+        return json.loads(process.stdout.readline())
+
+    first: dict[str, list[float]] = {name: [] for name in sides}
+    end: dict[str, list[float]] = {name: [] for name in sides}
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    try:
+        for n in range(args.rounds):
+            order = list(sides) if n % 2 == 0 else list(reversed(sides))
+            for name in order:
+                for f, e in ask(name, "lat 10"):
+                    first[name].append(f)
+                    end[name].append(e)
+            if n % 4 == 3:
+                for name in order:
+                    rate, seconds = ask(name, "tput")
+                    rates[name].append(rate)
+                    cpu[name].append(seconds / 200)
+    finally:
+        for process in sides.values():
+            assert process.stdin is not None
+            process.stdin.write("quit\n")
+            process.stdin.close()
+            process.wait(60)
+    for name, tree in checkouts.items():
+        throughput = (
+            f"{statistics.median(rates[name]):6.1f} turns/s, "
+            f"CPU per turn {1e3 * statistics.median(cpu[name]):5.2f} ms"
+            if rates[name]
+            else "(no throughput round: --rounds 4 or more)"
+        )
+        print(
+            f"{name:5s} {tree}: first token p50 {1e3 * statistics.median(first[name]):5.2f} ms, "
+            f"end p50 {1e3 * statistics.median(end[name]):5.2f} ms, {throughput}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
