@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -56,80 +57,95 @@ def ms(value: float) -> str:
 # ---------------------------------------------------------------- the floor
 
 
-def noop_floor(database_url: str, queue: str, channel: str) -> tuple[list[float], float]:
-    """Round trips of a bare Celery task, then tasks/s for 1000 of them.  ``channel``:
-    "stock" for kombu's Redis channel (the floor), "parley" for parley's."""
-    env = {
-        **os.environ,
-        "PARLEY_DATABASE_URL": database_url,
-        "PARLEY_REDIS_URL": REDIS_URL,
-        "PARLEY_QUEUE": queue,
-        "PARLEY_BENCH_CHANNEL": channel,
-        "PYTHONPATH": str(REPO),
-    }
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tests.bench.noop_app",
-                "worker",
-                "--queues",
-                queue,
-                "--concurrency",
-                "1",
-                "--loglevel",
-                "WARNING",
-                "--hostname",
-                f"noop{n}@%h",
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for n in range(2)
-    ]
-    from broker_config.app import create_app
-    from broker_config.settings import FleetSettings
+class NoopFloor:
+    """Two single-process Celery workers running a noop task, and a producer for it.
+    ``channel``: "stock" for kombu's Redis channel (the floor), "parley" for parley's."""
 
-    app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        key = f"bench:{uuid.uuid4().hex}"
-        app.send_task("bench.noop", args=[key], queue=queue)
-        assert client.blpop([key], timeout=60), "noop workers did not start"
-        round_trips = []
-        for _ in range(300):
-            start = time.perf_counter()
-            app.send_task("bench.noop", args=[key], queue=queue)
-            client.blpop([key], timeout=10)
-            round_trips.append(time.perf_counter() - start)
+    def __init__(self, database_url: str, channel: str) -> None:
+        self.queue = f"bench.noop.{uuid.uuid4().hex[:6]}"
+        env = {
+            **os.environ,
+            "PARLEY_DATABASE_URL": database_url,
+            "PARLEY_REDIS_URL": REDIS_URL,
+            "PARLEY_QUEUE": self.queue,
+            "PARLEY_BENCH_CHANNEL": channel,
+            "PYTHONPATH": str(REPO),
+        }
+        self.workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.bench.noop_app",
+                    "worker",
+                    "--queues",
+                    self.queue,
+                    "--concurrency",
+                    "1",
+                    "--loglevel",
+                    "WARNING",
+                    "--hostname",
+                    f"noop{n}@%h",
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            for n in range(2)
+        ]
+        from broker_config.app import create_app
+        from broker_config.settings import FleetSettings
+
+        self.app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
+        self.redis = redis.Redis.from_url(REDIS_URL)
+        self.key = f"bench:{uuid.uuid4().hex}"
+        self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
+        assert self.redis.blpop([self.key], timeout=60), "noop workers did not start"
+
+    def round_trip(self) -> float:
+        """Seconds from sending a noop task until it ran."""
         start = time.perf_counter()
-        for _ in range(1000):
-            app.send_task("bench.noop", args=[key], queue=queue)
-        for _ in range(1000):
-            client.blpop([key], timeout=30)
-        rate = 1000 / (time.perf_counter() - start)
-        return round_trips, rate
-    finally:
-        client.close()
-        app.close()
-        for worker in workers:
+        self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
+        self.redis.blpop([self.key], timeout=10)
+        return time.perf_counter() - start
+
+    def rate(self, count: int) -> float:
+        """Tasks/s for ``count`` tasks sent at once."""
+        start = time.perf_counter()
+        for _ in range(count):
+            self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
+        for _ in range(count):
+            self.redis.blpop([self.key], timeout=30)
+        return count / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Stop the workers (once)."""
+        if not self.workers:
+            return
+        self.redis.close()
+        self.app.close()
+        for worker in self.workers:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(20)
+        self.workers = []
 
 
 # ---------------------------------------------------------------- parley
 
 
-def latencies(client: parley.Client, root: Path, count: int) -> tuple[list[float], list[float]]:
-    """submit → first token and submit → end of a one-step, 70-chunk turn."""
-    first, end = [], []
+def latencies(
+    client: parley.Client, root: Path, count: int, between: Callable[[], float] | None = None
+) -> tuple[list[float], list[float], list[float]]:
+    """submit → first token and submit → end of a one-step, 70-chunk turn; and what
+    ``between`` measures after each turn (the floor sent as kicks are: after a pause)."""
+    first, end, interleaved = [], [], []
     for _ in range(count):
+        if between is not None:
+            interleaved.append(between())
         session = client.open_session(root)
         start = time.perf_counter()
         handle = session.submit("one step")
@@ -141,7 +157,7 @@ def latencies(client: parley.Client, root: Path, count: int) -> tuple[list[float
                 end.append(time.perf_counter() - start)
         assert got_first is not None
         first.append(got_first)
-    return first, end
+    return first, end, interleaved
 
 
 def throughput(client: parley.Client, root: Path) -> float:
@@ -248,12 +264,19 @@ def main() -> int:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"rules": RULES}))
 
-        round_trips, noop_rate = noop_floor(
-            database_url, f"bench.noop.{uuid.uuid4().hex[:6]}", "stock"
-        )
-        channel_trips, channel_rate = noop_floor(
-            database_url, f"bench.noop.{uuid.uuid4().hex[:6]}", "parley"
-        )
+        channel = NoopFloor(database_url, "parley")
+        try:
+            channel_trips = [channel.round_trip() for _ in range(300)]
+            channel_rate = channel.rate(1000)
+        finally:
+            channel.close()
+        floor = NoopFloor(database_url, "stock")  # kept up to be sent between turns too
+        try:
+            round_trips = [floor.round_trip() for _ in range(300)]
+            noop_rate = floor.rate(1000)
+        except BaseException:
+            floor.close()
+            raise
 
         fleet = Fleet(
             database_url=database_url,
@@ -268,7 +291,8 @@ def main() -> int:
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
         try:
             latencies(client, root, 20)  # warm up both workers
-            first, end = latencies(client, root, 200)
+            first, end, paused_trips = latencies(client, root, 200, between=floor.round_trip)
+            floor.close()
             client_before = client.store.transactions
             counters_before = worker_counters(fleet)
             cpu_before = cpu_by_role(fleet)
@@ -281,6 +305,7 @@ def main() -> int:
             sizes = storage(client, root, database_url)
             resume = crash_to_resume(fleet, client, root)
         finally:
+            floor.close()
             client.close()
             fleet.stop()
 
@@ -294,6 +319,11 @@ def main() -> int:
     print(
         f"submit → first token          p50 {ms(statistics.median(first))}   "
         f"p95 {ms(pct(first, 0.95))}   {statistics.median(first) / noop:4.2f}× noop (target ≤ 3)"
+    )
+    paused = statistics.median(paused_trips)
+    print(
+        f"  the noop sent between turns p50 {ms(paused)}   (sent after a pause, as kicks are; "
+        f"first token {statistics.median(first) / paused:4.2f}× that; not the floor)"
     )
     print(
         f"submit → end (70 chunks)      p50 {ms(statistics.median(end))}   p95 {ms(pct(end, 0.95))}"
