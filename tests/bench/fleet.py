@@ -133,6 +133,12 @@ class NoopFloor:
             worker.wait(20)
         self.workers = []
 
+    def __enter__(self) -> NoopFloor:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
 
 # ---------------------------------------------------------------- parley
 
@@ -264,50 +270,41 @@ def main() -> int:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"rules": RULES}))
 
-        channel = NoopFloor(database_url, "parley")
-        try:
+        with NoopFloor(database_url, "parley") as channel:
             channel_trips = [channel.round_trip() for _ in range(300)]
             channel_rate = channel.rate(1000)
-        finally:
-            channel.close()
-        floor = NoopFloor(database_url, "stock")  # kept up to be sent between turns too
-        try:
+        with NoopFloor(database_url, "stock") as floor:  # also sent between turns, below
             round_trips = [floor.round_trip() for _ in range(300)]
             noop_rate = floor.rate(1000)
-        except BaseException:
-            floor.close()
-            raise
-
-        fleet = Fleet(
-            database_url=database_url,
-            redis_url=REDIS_URL,
-            host=f"scripted:{script}",
-            log_dir=Path(tmp),
-        )
-        fleet.start_worker(concurrency=1)
-        fleet.start_worker(concurrency=1)
-        fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
-        fleet.wait_ready()
-        client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
-        try:
-            latencies(client, root, 20)  # warm up both workers
-            first, end, paused_trips = latencies(client, root, 200, between=floor.round_trip)
-            floor.close()
-            client_before = client.store.transactions
-            counters_before = worker_counters(fleet)
-            cpu_before = cpu_by_role(fleet)
-            rate = throughput(client, root)
-            cpu = {k: v - cpu_before[k] for k, v in cpu_by_role(fleet).items()}
-            client_xacts = client.store.transactions - client_before
-            turns, worker_xacts, trips, events, coalesced = (
-                a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
+            fleet = Fleet(
+                database_url=database_url,
+                redis_url=REDIS_URL,
+                host=f"scripted:{script}",
+                log_dir=Path(tmp),
             )
-            sizes = storage(client, root, database_url)
-            resume = crash_to_resume(fleet, client, root)
-        finally:
-            floor.close()
-            client.close()
-            fleet.stop()
+            fleet.start_worker(concurrency=1)
+            fleet.start_worker(concurrency=1)
+            fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
+            fleet.wait_ready()
+            client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
+            try:
+                latencies(client, root, 20)  # warm up both workers
+                first, end, paused_trips = latencies(client, root, 200, between=floor.round_trip)
+                floor.close()  # not needed past here
+                client_before = client.store.transactions
+                counters_before = worker_counters(fleet)
+                cpu_before = cpu_by_role(fleet)
+                rate = throughput(client, root)
+                cpu = {k: v - cpu_before[k] for k, v in cpu_by_role(fleet).items()}
+                client_xacts = client.store.transactions - client_before
+                turns, worker_xacts, trips, events, coalesced = (
+                    a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
+                )
+                sizes = storage(client, root, database_url)
+                resume = crash_to_resume(fleet, client, root)
+            finally:
+                client.close()
+                fleet.stop()
 
     noop = statistics.median(round_trips)
     print(f"bare Celery noop round trip   p50 {ms(noop)}   p95 {ms(pct(round_trips, 0.95))}")

@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,11 @@ REDIS_URLS = ("redis://127.0.0.1:6379/11", "redis://127.0.0.1:6379/12")
 
 def side(redis_url: str) -> None:
     """One checkout's fleet, driven by commands on stdin (``lat N``, ``tput``, ``quit``);
-    runs with that checkout first on the import path."""
+    runs with that checkout first on the import path, so it uses only what that
+    checkout's ``tests.bench.fleet`` has had since before this script (an older
+    ``latencies`` returns two lists, a newer one three)."""
     import parley
-    from schemas.events import EventKind
-    from tests.bench.fleet import RULES, cpu_by_role, throughput
+    from tests.bench.fleet import RULES, cpu_by_role, latencies, throughput
     from tests.conftest import fresh_postgres_database
     from tests.fleet import Fleet, flush_redis
 
@@ -54,26 +54,14 @@ def side(redis_url: str) -> None:
         fleet.start_beat()
         fleet.wait_ready()
         client = parley.connect(url, redis_url=redis_url, queue=fleet.queue)
-
-        def one_turn() -> tuple[float, float]:
-            session = client.open_session(root)
-            start = time.perf_counter()
-            first = end = 0.0
-            for event in session.submit("one step").events():
-                if not first and event.kind is EventKind.TOKEN:
-                    first = time.perf_counter() - start
-                if event.kind is EventKind.END:
-                    end = time.perf_counter() - start
-            return first, end
-
         try:
-            for _ in range(20):
-                one_turn()  # warm up both workers
+            latencies(client, root, 20)  # warm up both workers
             print("ready", flush=True)
             for line in sys.stdin:
                 command = line.split()
                 if command[0] == "lat":
-                    reply: Any = [one_turn() for _ in range(int(command[1]))]
+                    first, end = latencies(client, root, int(command[1]))[:2]
+                    reply: Any = list(zip(first, end, strict=True))
                 elif command[0] == "tput":
                     before = cpu_by_role(fleet)
                     rate = throughput(client, root)
