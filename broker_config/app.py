@@ -13,8 +13,17 @@ from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
 
 from broker_config.settings import FleetSettings
-from broker_config.transport import transport_for
 from workers import constants as c
+
+#: Celery's ``broker_transport`` for parley's kombu channel (``broker_config/transport.py``),
+#: by name: kombu imports it when a connection is made, not when parley is imported.
+TRANSPORT = "broker_config.transport:Transport"
+
+
+def transport_for(broker_url: str) -> str | None:
+    """The ``broker_transport`` setting for ``broker_url``: parley's channel for a
+    ``redis://`` URL, else None (kombu picks by scheme)."""
+    return TRANSPORT if broker_url.startswith("redis://") else None
 
 
 def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bool = False) -> Any:

@@ -8,12 +8,15 @@ only wraps the channel's connection pool.  This channel keeps the one it built, 
 long as the pool it wraps is the channel's.  Everything else, including the connection
 pool and what goes over the wire, is kombu's.
 
-Only for ``redis://`` broker URLs: naming a transport class by hand skips the TLS
-defaults kombu gives the ``rediss`` scheme, so those keep kombu's own transport.  Two
-things show that the transport was named: a connection's URI (the worker's banner, the
-"Connected to" line) reads ``broker_config.transport:Transport://host:port/db``, and a
-fail-over list of URLs (``redis://a;redis://b``) is on kombu's own channel again after
-kombu switches to the next one.
+Selected by name (``broker_config.app.transport_for``), so that kombu imports this
+module, and with it kombu's Redis transport, when a connection is made rather than on
+``import parley``.  Only for ``redis://`` broker URLs: naming a transport class by hand
+skips the TLS defaults kombu gives the ``rediss`` scheme, so those keep kombu's own
+transport.  Two things show that the transport was named: a connection's URI (the
+worker's banner, the "Connected to" line) reads
+``broker_config.transport:Transport://host:port/db``, and a fail-over list of URLs
+(``redis://a;redis://b``) is on kombu's own channel again after kombu switches to the
+next one.
 """
 
 from __future__ import annotations
@@ -21,9 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
-
-#: The value of Celery's ``broker_transport`` that selects this module's transport.
-TRANSPORT = f"{__name__}:Transport"
 
 
 class Channel(kombu_redis.Channel):
@@ -51,9 +51,3 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel
-
-
-def transport_for(broker_url: str) -> str | None:
-    """The ``broker_transport`` setting for ``broker_url``: this module's transport for a
-    ``redis://`` URL, else None (kombu picks by scheme)."""
-    return TRANSPORT if broker_url.startswith("redis://") else None

@@ -13,9 +13,9 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Producer, Queue  # type: ignore[attr-defined]
 
-from broker_config.app import create_app
+from broker_config.app import TRANSPORT, create_app, transport_for
 from broker_config.settings import FleetSettings
-from broker_config.transport import TRANSPORT, Transport, transport_for
+from broker_config.transport import Transport
 from tests.fleet import REDIS_TEST_URL, flush_redis
 
 

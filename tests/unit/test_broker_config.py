@@ -3,6 +3,9 @@ JSON-only configuration every app (producer or worker) gets."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from broker_config.app import create_app
@@ -58,3 +61,14 @@ def test_every_app_is_json_only_and_at_least_once() -> None:
     assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE]
     assert conf.task_routes[c.DRIVE_TASK] == {"queue": c.TURN_QUEUE}
     app.close()
+
+
+def test_importing_parley_leaves_the_brokers_transport_to_the_first_connection() -> None:
+    # The embedded client never talks to a broker: kombu's Redis transport (and parley's
+    # channel on it) are imported by kombu when a fleet connects, not by ``import parley``.
+    probe = "import sys, parley; print(sorted(m for m in sys.modules if 'transport' in m))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert "kombu.transport.redis" not in loaded
+    assert "broker_config.transport" not in loaded
