@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from schemas.errors import InvalidRequest
 
@@ -165,6 +166,13 @@ class Steer:
     text: str
 
 
+class HasJsonForm(Protocol):
+    """What ``to_json()`` gives the stored form of (``parley.mcp.McpServer`` among them:
+    schemas cannot import parley)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Contract:
     """A per-turn bound (``parley.TaskContract``): at most ``max_steps`` model calls and
@@ -176,9 +184,10 @@ class Contract:
     max_tokens: int | None = None
     check: str | None = None
     check_timeout: float = 300.0
-    mcp_servers: tuple[dict[str, Any], ...] = ()
-    """MCP servers for this turn only, in their stored form (``parley.mcp.McpServer``
-    objects are accepted and stored as such); the host's policy must allow starting each."""
+    mcp_servers: Sequence[Mapping[str, Any] | HasJsonForm] = ()
+    """MCP servers for this turn only: ``parley.mcp.McpServer`` objects or their JSON
+    forms, kept as a tuple of JSON forms (dicts); the host's policy must allow starting
+    each."""
 
     def __post_init__(self) -> None:
         servers = self.mcp_servers

@@ -233,7 +233,7 @@ def test_cutting_every_redis_connection_mid_turn_duplicates_no_step(chaos: Chaos
     handle = chaos.client.open_session(chaos.workspace).submit("cut the wire")
     chaos.control.wait_entered()
     admin = redis.Redis.from_url(CHAOS_REDIS_URL)
-    admin.execute_command("CLIENT", "KILL", "TYPE", "normal")
+    admin.client_kill_filter(_type="normal")
     admin.close()
     chaos.control.open_gate()
     result = handle.wait(60)

@@ -139,7 +139,7 @@ def test_an_interrupt_sent_while_the_previous_turn_winds_up_stops_the_next_befor
                 self.gate.wait(10)
 
     hooks = SlowTerminal()
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"when": "^two", "steps": [{"tool_calls": [{"name": "launch"}]}, {"text": "done"}]},
         {"when": ".*", "steps": [{"text": "ok"}]},
     ]

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import parley
+from schemas.messages import ToolCall
 from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import new_session, submit
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
-from workers.ports import DeltaSink, ModelReply, ModelRequest, ToolCall
+from workers.ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 
@@ -29,7 +30,8 @@ class CountingModel:
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
         self.calls += 1
         if self.calls == 1:
-            return ModelReply(text="", tool_calls=(ToolCall(id="c", name="list_files"),))
+            call = ToolCall(id="c", name="list_files", arguments="{}")
+            return ModelReply(text="", tool_calls=(call,))
         return ModelReply(text="done")
 
 

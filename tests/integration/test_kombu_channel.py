@@ -22,7 +22,7 @@ from tests.fleet import REDIS_TEST_URL, flush_redis
 @pytest.fixture
 def connection() -> Iterator[Any]:
     flush_redis(REDIS_TEST_URL)
-    with Connection(REDIS_TEST_URL, transport=TRANSPORT) as connection:
+    with Connection(REDIS_TEST_URL, transport=TRANSPORT) as connection:  # type: ignore[no-untyped-call]
         yield connection
 
 
@@ -44,12 +44,19 @@ def test_publishes_and_acks_share_one_client_and_still_arrive(connection: Any) -
     queue = Queue(f"test.channel.{uuid.uuid4().hex[:8]}")  # type: ignore[no-untyped-call]
     channel = connection.default_channel
     built = _count_clients(channel)
-    producer = Producer(channel)
+    producer = Producer(channel)  # type: ignore[no-untyped-call]
     for n in range(5):
-        producer.publish({"n": n}, routing_key=queue.name, declare=[queue], serializer="json")
+        producer.publish(  # type: ignore[no-untyped-call]
+            {"n": n}, routing_key=queue.name, declare=[queue], serializer="json"
+        )
     received = []
-    with Consumer(channel, queues=[queue], accept=["json"]) as consumer:
-        consumer.register_callback(lambda body, message: (received.append(body), message.ack()))
+
+    def take(body: Any, message: Any) -> None:
+        received.append(body)
+        message.ack()
+
+    with Consumer(channel, queues=[queue], accept=["json"]) as consumer:  # type: ignore[no-untyped-call]
+        consumer.register_callback(take)
         while len(received) < 5:
             connection.drain_events(timeout=5)
     assert [body["n"] for body in received] == list(range(5))

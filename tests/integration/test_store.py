@@ -376,7 +376,8 @@ def test_reads_without_a_transaction_leave_pooled_connections_transactional(
         store.engine.dispose()  # one connection from here on: the read's
         store.get_session(session_id)  # read in autocommit, without BEGIN and COMMIT
         with store.engine.connect() as connection:
-            assert connection.connection.driver_connection.autocommit is False
+            driver = connection.connection.driver_connection
+            assert driver is not None and driver.autocommit is False
         charge = {"b_session_id": session_id, "b_fence": 0, "b_tokens": 5}
         with pytest.raises(SessionNotFound), store._tx() as db:
             assert db.execute(q.CHARGE_SESSION, charge).rowcount == 1

@@ -256,6 +256,12 @@ def assert_rounds_are_contiguous(messages: Sequence[Message]) -> None:
             assert answered == [c.id for c in message.tool_calls]
 
 
+def loaded(turn: PathTurn) -> tuple[CommittedStep, ...]:
+    """The steps of a history turn the generator made (always loaded)."""
+    assert turn.steps is not None
+    return turn.steps
+
+
 @settings(database=None, max_examples=150, deadline=None)
 @given(conversations())
 def test_assemble_complete_steps(
@@ -264,7 +270,7 @@ def test_assemble_complete_steps(
     history, steps, pending = conversation
     messages = assemble(history_messages(history), "now", steps, pending)
     assert_rounds_are_contiguous(messages)
-    all_steps = [s for turn in history for s in turn.steps] + steps
+    all_steps = [s for turn in history for s in loaded(turn)] + steps
     expected_length = (
         len(history)
         + 1
@@ -288,13 +294,13 @@ def test_removing_any_tool_result_raises(
     # Every (turn, step) with at least one result; turn None is the current turn.
     candidates = [
         (t, s)
-        for t, turn_steps in [*((t, h.steps) for t, h in enumerate(history)), (None, steps)]
+        for t, turn_steps in [*((t, loaded(h)) for t, h in enumerate(history)), (None, steps)]
         for s, one in enumerate(turn_steps)
         if one.payload.tool_results
     ]
     assume(candidates)
     t, s = data.draw(st.sampled_from(candidates))
-    target = (steps if t is None else history[t].steps)[s]
+    target = (steps if t is None else loaded(history[t]))[s]
     drop = data.draw(st.integers(min_value=0, max_value=len(target.payload.tool_results) - 1))
     kept = target.payload.tool_results[:drop] + target.payload.tool_results[drop + 1 :]
     broken = step(
@@ -306,7 +312,7 @@ def test_removing_any_tool_result_raises(
         turn = history[t]
         history = [
             *history[:t],
-            PathTurn(turn=turn.turn, steps=(*turn.steps[:s], broken, *turn.steps[s + 1 :])),
+            PathTurn(turn=turn.turn, steps=(*loaded(turn)[:s], broken, *loaded(turn)[s + 1 :])),
             *history[t + 1 :],
         ]
     with pytest.raises(CodecError):

@@ -21,6 +21,7 @@ from schemas.messages import (
     UserMessage,
 )
 from schemas.records import Usage
+from tests.providers.sink import RecordingSink
 from workers.ports import ModelReply, ModelRequest
 
 PREFIX = Prefix(system_prompt="s", tools=())
@@ -39,9 +40,9 @@ def assistant(text: str = "", *calls: ToolCall) -> AssistantMessage:
 
 
 def answer(model: ScriptedModel, req: ModelRequest) -> tuple[ModelReply, list[str]]:
-    deltas: list[str] = []
-    reply = model.stream(req, deltas.append)
-    return reply, deltas
+    sink = RecordingSink()
+    reply = model.stream(req, sink)
+    return reply, sink.deltas
 
 
 def model_of(*rules: dict[str, Any]) -> ScriptedModel:
@@ -84,13 +85,13 @@ def test_rule_matches_the_last_prompt_not_history_or_steers() -> None:
 def test_no_matching_rule_is_invalid_request() -> None:
     model = model_of(steps_rule("^only this$", "x"))
     with pytest.raises(InvalidRequest):
-        model.stream(request(user("something else")), lambda _d: None)
+        model.stream(request(user("something else")), RecordingSink())
 
 
 def test_request_without_a_prompt_is_invalid_request() -> None:
     model = model_of(steps_rule(".*", "x"))
     with pytest.raises(InvalidRequest):
-        model.stream(request(user("a steer", origin="steer")), lambda _d: None)
+        model.stream(request(user("a steer", origin="steer")), RecordingSink())
 
 
 # ---------------------------------------------------------------------------- step choice
