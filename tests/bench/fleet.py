@@ -235,15 +235,20 @@ def bytes_of_turn(database_url: str, turn_id: str) -> int:
     return int(row[0])
 
 
-def storage(client: parley.Client, root: Path, database_url: str) -> dict[int, int]:
-    """Bytes stored for turns 10 and 1000 of one session."""
+def storage(
+    client: parley.Client, root: Path, database_url: str
+) -> tuple[dict[int, int], dict[int, float]]:
+    """Bytes stored for turns 10 and 1000 of one session, and the median seconds of
+    ``session.turn`` (submit, run, wait) around each."""
     session = client.open_session(root)
-    sizes = {}
+    sizes, times = {}, []
     for n in range(1, 1001):
+        start = time.perf_counter()
         result = session.turn(f"one of many {n}")
+        times.append(time.perf_counter() - start)
         if n in (10, 1000):
             sizes[n] = bytes_of_turn(database_url, result.turn_id)
-    return sizes
+    return sizes, {10: statistics.median(times[:20]), 1000: statistics.median(times[-20:])}
 
 
 def crash_to_resume(fleet: Fleet, client: parley.Client, root: Path) -> float:
@@ -300,7 +305,7 @@ def main() -> int:
                 turns, worker_xacts, trips, events, coalesced = (
                     a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
                 )
-                sizes = storage(client, root, database_url)
+                sizes, turn_times = storage(client, root, database_url)
                 resume = crash_to_resume(fleet, client, root)
             finally:
                 client.close()
@@ -348,6 +353,11 @@ def main() -> int:
     print(
         f"bytes stored per turn         turn 10: {sizes[10]} B   turn 1000: {sizes[1000]} B "
         f"({sizes[1000] / sizes[10]:4.2f}×)"
+    )
+    print(
+        f"one turn, submit to result    turns 1–20: {ms(turn_times[10])}   turns 981–1000: "
+        f"{ms(turn_times[1000])} ({turn_times[1000] / turn_times[10]:4.2f}×; each request "
+        "carries the whole history)"
     )
     print(f"SIGKILL → running elsewhere   {resume:5.2f} s (target ≤ 15)")
     return 0
