@@ -440,10 +440,15 @@ def test_a_turns_path_is_walked_by_key_not_by_scanning_every_turn_per_level(
     path = store.history(session_id)
     assert [turn.prompt for turn in path] == [f"p{n}" for n in range(depth)]
     assert [turn.parent_id for turn in path] == [None, *(turn.turn_id for turn in path[:-1])]
-    if store.engine.dialect.name != "postgresql":
-        return  # SQLite plans the walk as lookups by key whatever the table's size
     compiled = q.PATH.compile(store.engine)
     params = {**compiled.params, "b_head": path[-1].turn_id}
+    if store.engine.dialect.name != "postgresql":
+        with store.engine.connect() as db:
+            steps = db.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {compiled}", tuple(params[k] for k in compiled.positiontup)
+            ).all()
+        assert not any("SCAN turns" in step[3] for step in steps)  # lookups by key only
+        return
     with store.engine.connect() as db:
         plan = db.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", params).scalar_one()
     walk = _plan_node(plan[0]["Plan"], "CTE walk")
