@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,21 +21,22 @@ class FleetSettings:
     host: str | None
     queue: str = c.TURN_QUEUE
     sweep_seconds: float = c.SWEEP_SECONDS
+    replay_seconds: int = c.ENDED_BUFFER_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FleetSettings:
         """``PARLEY_DATABASE_URL``, ``PARLEY_REDIS_URL``, ``PARLEY_HOST``, and optionally
-        ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE`` and
-        ``PARLEY_SWEEP_SECONDS``."""
+        ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE``,
+        ``PARLEY_SWEEP_SECONDS`` and ``PARLEY_REPLAY_SECONDS``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
         if missing:
             raise InvalidRequest(f"the fleet needs {', '.join(missing)} in the environment")
         redis_url = env["PARLEY_REDIS_URL"]
-        try:
-            sweep_seconds = float(env.get("PARLEY_SWEEP_SECONDS", c.SWEEP_SECONDS))
-        except ValueError:
-            raise InvalidRequest("PARLEY_SWEEP_SECONDS must be a number") from None
+        sweep_seconds = _seconds(env, "PARLEY_SWEEP_SECONDS", c.SWEEP_SECONDS)
+        replay_seconds = _seconds(env, "PARLEY_REPLAY_SECONDS", c.ENDED_BUFFER_SECONDS)
+        if replay_seconds != int(replay_seconds):
+            raise InvalidRequest("PARLEY_REPLAY_SECONDS must be a whole number of seconds")
         return cls(
             database_url=env["PARLEY_DATABASE_URL"],
             redis_url=redis_url,
@@ -42,4 +44,19 @@ class FleetSettings:
             host=env.get("PARLEY_HOST") or None,
             queue=env.get("PARLEY_QUEUE") or c.TURN_QUEUE,
             sweep_seconds=sweep_seconds,
+            replay_seconds=int(replay_seconds),
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """``env[name]`` as a positive, finite number of seconds (``default`` if unset)."""
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a number of seconds, not {text!r}") from None
+    if not 0 < value < math.inf:
+        raise InvalidRequest(f"{name} must be a positive number of seconds, not {text!r}")
+    return value

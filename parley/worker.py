@@ -35,7 +35,10 @@ def runtime() -> FleetRuntime:
     if _runtime is None or _runtime.pid != os.getpid():
         host = load_host(settings.host) if settings.host else host_from_environment()
         _runtime = FleetRuntime.build(
-            database_url=settings.database_url, redis_url=settings.redis_url, host=host
+            database_url=settings.database_url,
+            redis_url=settings.redis_url,
+            host=host,
+            replay_seconds=settings.replay_seconds,
         )
     return _runtime
 

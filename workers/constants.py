@@ -21,7 +21,12 @@ KICK_THROTTLE_SECONDS = 5
 """The sweeper kicks one session at most once per this long, so a backlog larger than the
 fleet does not flood the queue with kicks."""
 ENDED_BUFFER_SECONDS = 3_600
-"""How long a finished turn's replay buffer (tokens included) is kept."""
+"""How long a finished turn's replay buffer (tokens included) is kept, unless the fleet's
+``PARLEY_REPLAY_SECONDS`` says otherwise.  Each costs Redis some 5 KB plus its events."""
+ENDS_STREAM_SECONDS = 60
+"""How long a finished turn's ends stream is kept.  Only a waiter that asked the store
+before the end and blocks on the stream after it reads it then; any later waiter finds
+the end in the store.  (A stream costs Redis some 5 KB, however short.)"""
 IDLE_BUFFER_SECONDS = 86_400
 """How long a turn's replay buffer lives from its first event while the turn has not
 ended: past that, readers find its committed events in the store, and uncommitted tokens

@@ -29,11 +29,13 @@ log = logging.getLogger("parley.redis")
 # them as one message, and say whether an interrupt is pending.  A driver publishes with
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
 # An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives an hour
-# past its turn's end, and at most IDLE_BUFFER_SECONDS from its first event before that
-# (readers find committed events in the store), so no buffer outlives its use: not one of
-# a turn that never ends, nor one whose submission rolled back after announcing it.
+# past its turn's end (the ends stream a minute), and at most IDLE_BUFFER_SECONDS from its
+# first event before that (readers find committed events in the store), so no buffer
+# outlives its use: not one of a turn that never ends, nor one whose submission rolled
+# back after announcing it.
 # KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
-# none), buffer ttl, fence (0: not a driver), idle ttl, then seq, json, seq, json...
+# none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
+# json...
 APPEND_AND_PUBLISH = """
 local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
@@ -44,7 +46,7 @@ local top = 0
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
 local ended = tonumber(ARGV[1])
 local fresh = {}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > top then
     redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
@@ -52,7 +54,7 @@ for i = 5, #ARGV, 2 do
     fresh[#fresh + 1] = ARGV[i + 1]
     if seq == ended then
       redis.call('XADD', KEYS[5], seq .. '-0', 'e', '')
-      redis.call('EXPIRE', KEYS[5], tonumber(ARGV[2]))
+      redis.call('EXPIRE', KEYS[5], tonumber(ARGV[5]))
     end
   end
 end
@@ -244,8 +246,11 @@ class _Scripts:
 class RedisCoordinator:
     """Implements :class:`workers.ports.Coordinator` on Redis."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, replay_seconds: int = c.ENDED_BUFFER_SECONDS) -> None:
+        """``replay_seconds``: how long the replay buffer of a turn this process ends is
+        kept after its end (a driver's setting)."""
         self.url = url
+        self.replay_seconds = replay_seconds
         # redis-py's return types depend on decode settings; results are converted here.
         self.redis: Any = redis.Redis.from_url(
             url,
@@ -452,9 +457,10 @@ class RedisCoordinator:
             ends = [e.seq for e in batch if e.kind is EventKind.END]
             args: list[Any] = [
                 ends[-1] if ends else 0,
-                c.ENDED_BUFFER_SECONDS,
+                self.replay_seconds,
                 fence,
                 c.IDLE_BUFFER_SECONDS,
+                c.ENDS_STREAM_SECONDS,
             ]
             for event in batch:
                 args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]

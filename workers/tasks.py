@@ -31,10 +31,12 @@ class FleetRuntime:
     pid: int
 
     @classmethod
-    def build(cls, *, database_url: str, redis_url: str, host: Host | None) -> FleetRuntime:
+    def build(
+        cls, *, database_url: str, redis_url: str, host: Host | None, replay_seconds: int
+    ) -> FleetRuntime:
         """Connect to PostgreSQL and Redis (call after the fork)."""
         store = SqlStore.from_url(database_url)
-        coordinator = RedisCoordinator(redis_url)
+        coordinator = RedisCoordinator(redis_url, replay_seconds=replay_seconds)
         engine = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
         return cls(store=store, coordinator=coordinator, engine=engine, pid=os.getpid())
 

@@ -30,6 +30,7 @@ import parley
 from schemas.events import EventKind
 from tests.conftest import fresh_postgres_database
 from tests.fleet import REPO, Fleet, flush_redis
+from workers import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
@@ -237,9 +238,10 @@ def bytes_of_turn(database_url: str, turn_id: str) -> int:
 
 def storage(
     client: parley.Client, root: Path, database_url: str
-) -> tuple[dict[int, int], dict[int, float]]:
-    """Bytes stored for turns 10 and 1000 of one session, and the median seconds of
-    ``session.turn`` (submit, run, wait) around each."""
+) -> tuple[dict[int, int], dict[int, float], tuple[int, int]]:
+    """Bytes stored for turns 10 and 1000 of one session, the median seconds of
+    ``session.turn`` (submit, run, wait) around each, and the bytes the last turn holds
+    in Redis once ended: its replay buffer, and its ends stream."""
     session = client.open_session(root)
     sizes, times = {}, []
     for n in range(1, 1001):
@@ -248,7 +250,14 @@ def storage(
         times.append(time.perf_counter() - start)
         if n in (10, 1000):
             sizes[n] = bytes_of_turn(database_url, result.turn_id)
-    return sizes, {10: statistics.median(times[:20]), 1000: statistics.median(times[-20:])}
+    cache = redis.Redis.from_url(REDIS_URL)
+    in_redis = tuple(
+        int(cache.memory_usage(key) or 0)
+        for key in (c.events_key(result.turn_id), c.ends_key(result.turn_id))
+    )
+    cache.close()
+    medians = {10: statistics.median(times[:20]), 1000: statistics.median(times[-20:])}
+    return sizes, medians, (in_redis[0], in_redis[1])
 
 
 def crash_to_resume(fleet: Fleet, client: parley.Client, root: Path) -> float:
@@ -305,7 +314,7 @@ def main() -> int:
                 turns, worker_xacts, trips, events, coalesced = (
                     a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
                 )
-                sizes, turn_times = storage(client, root, database_url)
+                sizes, turn_times, in_redis = storage(client, root, database_url)
                 resume = crash_to_resume(fleet, client, root)
             finally:
                 client.close()
@@ -353,6 +362,11 @@ def main() -> int:
     print(
         f"bytes stored per turn         turn 10: {sizes[10]} B   turn 1000: {sizes[1000]} B "
         f"({sizes[1000] / sizes[10]:4.2f}×)"
+    )
+    print(
+        f"Redis bytes per ended turn    {in_redis[0]} B replay buffer (kept "
+        f"PARLEY_REPLAY_SECONDS, default {c.ENDED_BUFFER_SECONDS} s) + {in_redis[1]} B ends "
+        f"stream (kept {c.ENDS_STREAM_SECONDS} s)"
     )
     print(
         f"one turn, submit to result    turns 1–20: {ms(turn_times[10])}   turns 981–1000: "

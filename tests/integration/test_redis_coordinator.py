@@ -144,9 +144,25 @@ def test_a_turns_buffer_expires_a_day_after_it_starts_or_an_hour_after_its_end(
     emitter.emit(EventKind.END, {"outcome": "finished"})
     coordinator.flush()
     assert c.ENDED_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
+    # The ends stream is for waiters that blocked before the end: it goes within a minute.
+    ends = coordinator.redis.ttl(c.ends_key(turn_id))
+    assert 0 < ends <= c.ENDS_STREAM_SECONDS < c.ENDED_BUFFER_SECONDS
     coordinator.publish([Event(turn_id=turn_id, seq=9, kind=EventKind.TOKEN, data={})])
     coordinator.flush()  # a late event does not bring the day back
     assert coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
+
+
+def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable() -> None:
+    coordinator = RedisCoordinator(REDIS_TEST_URL, replay_seconds=120)
+    try:
+        turn_id = str(uuid.uuid4())
+        emitter = Emitter(turn_id, 1, coordinator)
+        emitter.emit(EventKind.QUEUED, {"run_id": "r"})
+        emitter.emit(EventKind.END, {"outcome": "finished"})
+        coordinator.flush()
+        assert 110 < coordinator.redis.ttl(c.events_key(turn_id)) <= 120
+    finally:
+        coordinator.close()
 
 
 def test_a_server_that_lost_its_scripts_gets_them_loaded_again(

@@ -25,15 +25,22 @@ def test_settings_come_from_the_environment_with_the_broker_defaulting_to_redis(
     assert settings.broker_url == "redis://cache:6379/0"
     assert settings.queue == c.TURN_QUEUE
     assert settings.sweep_seconds == c.SWEEP_SECONDS
+    assert settings.replay_seconds == c.ENDED_BUFFER_SECONDS
     other = FleetSettings.from_env(
         {
             **ENV,
             "PARLEY_BROKER_URL": "redis://broker/1",
             "PARLEY_QUEUE": "q",
             "PARLEY_SWEEP_SECONDS": "0.5",
+            "PARLEY_REPLAY_SECONDS": "600",
         }
     )
-    assert (other.broker_url, other.queue, other.sweep_seconds) == ("redis://broker/1", "q", 0.5)
+    assert (other.broker_url, other.queue, other.sweep_seconds, other.replay_seconds) == (
+        "redis://broker/1",
+        "q",
+        0.5,
+        600,
+    )
 
 
 @pytest.mark.parametrize("missing", ["PARLEY_DATABASE_URL", "PARLEY_REDIS_URL"])
@@ -42,9 +49,16 @@ def test_missing_settings_are_a_clear_error(missing: str) -> None:
         FleetSettings.from_env({k: v for k, v in ENV.items() if k != missing})
 
 
-def test_a_bad_sweep_period_is_a_clear_error() -> None:
-    with pytest.raises(InvalidRequest):
-        FleetSettings.from_env({**ENV, "PARLEY_SWEEP_SECONDS": "soon"})
+@pytest.mark.parametrize("name", ["PARLEY_SWEEP_SECONDS", "PARLEY_REPLAY_SECONDS"])
+@pytest.mark.parametrize("value", ["soon", "", "0", "-1", "nan", "inf"])
+def test_a_bad_period_is_a_clear_error(name: str, value: str) -> None:
+    with pytest.raises(InvalidRequest, match=name):
+        FleetSettings.from_env({**ENV, name: value})
+
+
+def test_the_replay_period_is_whole_seconds() -> None:
+    with pytest.raises(InvalidRequest, match="whole number"):
+        FleetSettings.from_env({**ENV, "PARLEY_REPLAY_SECONDS": "1.5"})
 
 
 def test_every_app_is_json_only_and_at_least_once() -> None:
