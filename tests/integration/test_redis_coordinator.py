@@ -158,9 +158,13 @@ def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable()
         turn_id = str(uuid.uuid4())
         emitter = Emitter(turn_id, 1, coordinator)
         emitter.emit(EventKind.QUEUED, {"run_id": "r"})
-        emitter.emit(EventKind.END, {"outcome": "finished"})
+        emitter.emit(EventKind.END, {"outcome": "cancelled"})
         coordinator.flush()
-        assert 110 < coordinator.redis.ttl(c.events_key(turn_id)) <= 120
+        stream = c.events_key(turn_id)
+        assert 110 < coordinator.redis.ttl(stream) <= 120
+        # Resumed, the turn runs again: its buffer must last the run, not the replay.
+        assert coordinator.adopt(turn_id, fence=2) == 2
+        assert coordinator.redis.ttl(stream) > c.IDLE_BUFFER_SECONDS - 5
     finally:
         coordinator.close()
 
