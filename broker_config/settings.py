@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from schemas.errors import InvalidRequest
 from workers import constants as c
 
+# Redis refuses an EXPIRE far enough out; no replay needs more than a year.
+MAX_REPLAY_SECONDS = 365 * 86_400
+
 
 @dataclass(frozen=True, kw_only=True)
 class FleetSettings:
@@ -35,8 +38,11 @@ class FleetSettings:
         redis_url = env["PARLEY_REDIS_URL"]
         sweep_seconds = _seconds(env, "PARLEY_SWEEP_SECONDS", c.SWEEP_SECONDS)
         replay_seconds = _seconds(env, "PARLEY_REPLAY_SECONDS", c.ENDED_BUFFER_SECONDS)
-        if replay_seconds != int(replay_seconds):
-            raise InvalidRequest("PARLEY_REPLAY_SECONDS must be a whole number of seconds")
+        if replay_seconds != int(replay_seconds) or replay_seconds > MAX_REPLAY_SECONDS:
+            raise InvalidRequest(
+                "PARLEY_REPLAY_SECONDS must be a whole number of seconds, at most "
+                f"{MAX_REPLAY_SECONDS} (a year)"
+            )
         return cls(
             database_url=env["PARLEY_DATABASE_URL"],
             redis_url=redis_url,
@@ -49,9 +55,10 @@ class FleetSettings:
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    """``env[name]`` as a positive, finite number of seconds (``default`` if unset)."""
+    """``env[name]`` as a positive, finite number of seconds (``default`` if unset or
+    empty, as for every setting)."""
     text = env.get(name)
-    if text is None:
+    if not text:
         return default
     try:
         value = float(text)

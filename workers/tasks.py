@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workers import constants as c
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.ports import Host
@@ -32,7 +33,12 @@ class FleetRuntime:
 
     @classmethod
     def build(
-        cls, *, database_url: str, redis_url: str, host: Host | None, replay_seconds: int
+        cls,
+        *,
+        database_url: str,
+        redis_url: str,
+        host: Host | None,
+        replay_seconds: int = c.ENDED_BUFFER_SECONDS,
     ) -> FleetRuntime:
         """Connect to PostgreSQL and Redis (call after the fork)."""
         store = SqlStore.from_url(database_url)
