@@ -191,7 +191,7 @@ class Contract:
 
     def __post_init__(self) -> None:
         servers = self.mcp_servers
-        if isinstance(servers, dict | str) or not isinstance(servers, list | tuple):
+        if isinstance(servers, str | bytes | Mapping) or not isinstance(servers, Sequence):
             raise InvalidRequest("mcp_servers must be a list of MCP servers")
         stored = tuple(_stored_form(s) for s in servers)
         if not all(isinstance(s, dict) for s in stored):
@@ -244,7 +244,9 @@ class Contract:
 def _stored_form(server: Any) -> Any:
     """An MCP server spec as stored: its JSON form (schemas cannot import parley)."""
     to_json = getattr(server, "to_json", None)
-    return to_json() if callable(to_json) else server
+    if callable(to_json):
+        return to_json()
+    return dict(server) if isinstance(server, Mapping) else server
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections import UserList
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -54,6 +56,23 @@ def test_valid_contracts_round_trip(options: dict[str, Any]) -> None:
 
 def test_no_contract_stays_none() -> None:
     assert Contract.from_json(None) is None
+
+
+def test_a_contracts_mcp_servers_take_what_their_type_says() -> None:
+    # Any sequence of mappings or of objects with to_json(): kept as a tuple of dicts.
+    spec = {"name": "calc", "command": ["calc-mcp"]}
+
+    class Spec:
+        def to_json(self) -> dict[str, Any]:
+            return dict(spec)
+
+    contract = Contract(mcp_servers=UserList([MappingProxyType(spec), Spec()]))
+    assert contract.mcp_servers == (spec, spec)
+    assert all(type(s) is dict for s in contract.mcp_servers)
+    assert Contract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
+    for wrong in ("calc", spec, [3]):
+        with pytest.raises(InvalidRequest, match="mcp_servers"):
+            Contract(mcp_servers=wrong)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- StepPayload
