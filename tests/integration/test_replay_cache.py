@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import parley
+from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from tests.helpers import RecordingModel
-from workers.replay_cache import ReplayCache
+from workers.replay_cache import ReplayCache, replay_size
 from workers.store import SqlStore
 
 RULES = [
@@ -115,10 +116,38 @@ def test_a_cancelled_turn_resumed_elsewhere_is_replayed_whole(tmp_path: Path) ->
 
 
 def test_the_cache_keeps_only_settled_turns_and_stays_bounded() -> None:
-    cache = ReplayCache(capacity=2)
+    cache = ReplayCache(capacity_bytes=2 * replay_size(()))
     cache.put("cancelled", parley.TurnStatus.CANCELLED, ())
     cache.put("failed", parley.TurnStatus.FAILED, ())
     assert len(cache) == 0
     for name in ("a", "b", "c"):
         cache.put(name, parley.TurnStatus.FINISHED, ())
     assert not cache.knows("a") and cache.knows("b") and cache.knows("c")
+
+
+def test_the_cache_is_bounded_by_what_its_turns_hold_not_by_their_number() -> None:
+    # A turn whose tool read a big file weighs what a thousand chat turns do.
+    chat = (UserMessage(text="hello"), AssistantMessage(text="hi there"))
+    reads = (
+        UserMessage(text="read it"),
+        AssistantMessage(text="", tool_calls=(ToolCall(id="c", name="read", arguments="{}"),)),
+        ToolMessage(call_id="c", name="read", content="x" * 200_000),
+        AssistantMessage(text="done"),
+    )
+    cache = ReplayCache(capacity_bytes=1_000_000)
+    for n in range(1000):
+        cache.put(f"chat{n}", parley.TurnStatus.FINISHED, chat)
+    assert len(cache) == 1000 and cache.size <= 1_000_000
+    for n in range(10):
+        cache.put(f"reads{n}", parley.TurnStatus.FINISHED, reads)
+    assert cache.size <= 1_000_000
+    assert cache.knows("reads9") and not cache.knows("reads0")  # only the newest fit
+    assert not cache.knows("chat0")  # the least recently used went first
+    cache.put("huge", parley.TurnStatus.FINISHED, reads * 10)  # bigger than it all: skipped
+    assert not cache.knows("huge") and cache.knows("reads9")
+    cache.put("reads9", parley.TurnStatus.FINISHED, chat)  # put again: counted once
+    assert cache.size == sum(replay_size(m) for m in _held(cache))
+
+
+def _held(cache: ReplayCache) -> list[tuple[Message, ...]]:
+    return [entry[0] for entry in cache._entries.values()]
