@@ -81,7 +81,8 @@ return 0
 
 # Make a driver's fence the turn's publisher (never lowering it), drop an interrupt flag
 # the claim already read from the durable inbox, give the buffer a running turn's life
-# again (a resumed turn's was set to expire after its earlier end), and return the newest
+# again unless a newer driver adopted it (a resumed turn's was set to expire after its
+# earlier end), and return the newest
 # seq in the buffer, so the driver numbers its events above everything published.
 # KEYS: owner, stream, interrupt flag.  ARGV: fence, ttl of a running turn's keys.
 ADOPT_TURN = """
@@ -89,7 +90,9 @@ local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > owner then
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 end
-redis.call('EXPIRE', KEYS[2], ARGV[2])
+if tonumber(ARGV[1]) >= owner then
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
 redis.call('DEL', KEYS[3])
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last == 0 then return 0 end

@@ -14,6 +14,7 @@ chat is a few hundred bytes, one whose tools read files can be a hundred kilobyt
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -27,24 +28,25 @@ DEFAULT_CAPACITY_BYTES = 64 * 1024 * 1024
 ENTRY_BYTES = 200
 """What a cached turn costs besides its messages' texts (its id, the entry, the tuple)."""
 
-MESSAGE_BYTES = 150
-"""What a message costs besides its texts (the object and its fields)."""
+MESSAGE_BYTES = 100
+"""What a message costs besides its texts (the object and its other fields)."""
 
 
 def replay_size(messages: Sequence[Message]) -> int:
-    """About how many bytes a turn's replayed messages take in memory."""
+    """About how many bytes a turn's replayed messages take in memory (texts counted
+    exactly: a character of CJK text takes two or four bytes, not one)."""
     size = ENTRY_BYTES
     for message in messages:
         size += MESSAGE_BYTES
         if isinstance(message, UserMessage):
-            size += len(message.text)
+            size += sys.getsizeof(message.text)
         elif isinstance(message, AssistantMessage):
-            size += len(message.text) + sum(
-                MESSAGE_BYTES + len(c.id) + len(c.name) + len(c.arguments)
+            size += sys.getsizeof(message.text) + sum(
+                MESSAGE_BYTES + sum(map(sys.getsizeof, (c.id, c.name, c.arguments)))
                 for c in message.tool_calls
             )
         elif isinstance(message, ToolMessage):
-            size += len(message.call_id) + len(message.name) + len(message.content)
+            size += sum(map(sys.getsizeof, (message.call_id, message.name, message.content)))
     return size
 
 

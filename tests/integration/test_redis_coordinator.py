@@ -165,6 +165,9 @@ def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable()
         # Resumed, the turn runs again: its buffer must last the run, not the replay.
         assert coordinator.adopt(turn_id, fence=2) == 2
         assert coordinator.redis.ttl(stream) > c.IDLE_BUFFER_SECONDS - 5
+        coordinator.redis.expire(stream, 60)  # (as if it had ended again)
+        assert coordinator.adopt(turn_id, fence=1) == 2  # a stale driver gives no new life
+        assert coordinator.redis.ttl(stream) <= 60
     finally:
         coordinator.close()
 

@@ -450,11 +450,11 @@ def test_a_turns_path_is_walked_by_key_not_by_scanning_every_turn_per_level(
         # (A regression guard only: SQLite looked turns up by key with the old walk too.)
         assert not any("SCAN turns" in step[3] for step in steps)
         return
-    with store.engine.begin() as db:
-        # Another session's 500 turns: the table then holds at least 800, where a lookup
-        # by key is the plan's choice for one row with a margin (about 250 is the tipping
-        # point), while a join in the recursive term still gets a scan per level (until
-        # about 2500).
+    with store.engine.connect() as db:
+        # Another session's 500 turns, rolled back after: the table then holds at least
+        # 800 for this EXPLAIN, where a lookup by key is the plan's choice for one row with
+        # a margin (about 250 is the tipping point), while a join in the recursive term
+        # still gets a scan per level (until about 2500).
         db.exec_driver_sql(
             "INSERT INTO turns (id, session_id, parent_id, ordinal, prompt, created_at) "
             "SELECT gen_random_uuid()::text, %(s)s, NULL, n, 'filler', now() "
@@ -462,6 +462,7 @@ def test_a_turns_path_is_walked_by_key_not_by_scanning_every_turn_per_level(
             {"s": new_session(store)},
         )
         plan = db.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", params).scalar_one()
+        db.rollback()
     walk = _plan_node(plan[0]["Plan"], "CTE walk")
     assert _rows_read(walk, "turns") <= 2 * depth  # with a scan per level: over depth²
 
