@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -196,6 +197,10 @@ class Contract:
         stored = tuple(_stored_form(s) for s in servers)
         if not all(isinstance(s, dict) for s in stored):
             raise InvalidRequest("each of mcp_servers must be an McpServer or its JSON form")
+        try:
+            json.dumps(stored)  # stored with the turn: refused now, not at the submission
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest(f"mcp_servers must be JSON: {exc}") from None
         object.__setattr__(self, "mcp_servers", stored)
         for name in ("max_steps", "max_tokens"):
             value = getattr(self, name)

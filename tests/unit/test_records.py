@@ -70,7 +70,7 @@ def test_a_contracts_mcp_servers_take_what_their_type_says() -> None:
     assert contract.mcp_servers == (spec, spec)
     assert all(type(s) is dict for s in contract.mcp_servers)
     assert Contract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
-    for wrong in ("calc", spec, [3]):
+    for wrong in ("calc", spec, [3], [{"name": "calc", "env": MappingProxyType({})}]):
         with pytest.raises(InvalidRequest, match="mcp_servers"):
             Contract(mcp_servers=wrong)  # type: ignore[arg-type]
 
