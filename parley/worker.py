@@ -8,12 +8,13 @@ process builds its runtime after the fork (``worker_process_init``), never befor
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import sys
 import threading
 from typing import Any
 
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 
 from broker_config.app import create_app, send_kick
 from broker_config.settings import FleetSettings
@@ -45,6 +46,19 @@ def runtime() -> FleetRuntime:
 
 SWITCH_INTERVAL_SECONDS = 0.0005
 
+# One byte shared by a worker's main process and the pool processes it forks (an
+# anonymous shared mapping made before the fork): set when the worker shuts down warm,
+# so that its drivers finish the turn they run and hand their sessions over, rather than
+# drain the sessions' backlogs (which could hold a deploy for as long as those turns
+# take).  Not a signal: billiard claims SIGUSR1 for soft time limits and resets others
+# after Celery's per-process hook has run.
+_stopping = mmap.mmap(-1, 1)
+
+
+def stopping() -> bool:
+    """Whether this worker is shutting down."""
+    return _stopping[0] == 1
+
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _build_after_fork(**_kwargs: Any) -> None:
@@ -55,11 +69,28 @@ def _build_after_fork(**_kwargs: Any) -> None:
     runtime()
 
 
+@worker_shutting_down.connect  # type: ignore[untyped-decorator]
+def _stop_driving(**_kwargs: Any) -> None:
+    # Sent in the main process on a warm or cold shutdown; its pool processes see the
+    # byte at their next look (and with the solo and threads pools, so does it).
+    _stopping[0] = 1
+
+
+def hand_over(session_id: str) -> None:
+    """Pass a session on to another worker: a kick, unless one is pending already (the
+    sweeper covers a kick that cannot be sent)."""
+    try:
+        if runtime().coordinator.mark_work(session_id):
+            send_kick(app, settings, session_id)
+    except Exception:
+        log.warning("could not hand session %s over; the sweeper will", session_id)
+
+
 @app.task(name=c.DRIVE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
 def drive(session_id: str) -> int:
     """Handle a kick for ``session_id``."""
     validate_ids(session_id)
-    return drive_session(runtime(), session_id)
+    return drive_session(runtime(), session_id, stopping=stopping, hand_over=hand_over)
 
 
 @app.task(name=c.SWEEP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]

@@ -52,9 +52,16 @@ class FleetRuntime:
         self.store.close()
 
 
-def drive_session(runtime: FleetRuntime, session_id: str) -> int:
+def drive_session(
+    runtime: FleetRuntime,
+    session_id: str,
+    *,
+    stopping: Callable[[], bool] = lambda: False,
+    hand_over: Callable[[str], None] = lambda _session_id: None,
+) -> int:
     """Handle a kick: run the session's runnable turns if nobody else is.  Returns how
-    many turns ran here; a duplicate kick returns 0 at once."""
+    many turns ran here; a duplicate kick returns 0 at once.  Once ``stopping``, the
+    driver finishes its turn and passes the session to ``hand_over``."""
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
@@ -64,7 +71,8 @@ def drive_session(runtime: FleetRuntime, session_id: str) -> int:
         coordinator.events_sent,
         coordinator.deltas_coalesced,
     )
-    ran = SessionDriver(runtime.engine).drive(session_id)
+    driver = SessionDriver(runtime.engine, stopping=stopping, hand_over=hand_over)
+    ran = driver.drive(session_id)
     coordinator.flush()
     transactions = store.transactions - before[0]
     if ran or transactions:

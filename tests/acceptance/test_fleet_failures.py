@@ -146,6 +146,51 @@ def test_a_worker_killed_while_streaming_is_replaced_and_readers_are_told(chaos:
     assert "".join(redone) == text  # after the restart, the tokens are the committed text
 
 
+def test_a_worker_told_to_stop_finishes_its_turn_and_hands_the_session_over(
+    chaos: Chaos,
+) -> None:
+    # A deploy stops a worker with SIGTERM to its main process (systemd's KillMode=mixed).
+    # Its driver must finish the turn it runs, not the session's whole backlog, and the
+    # rest must go on at once on another worker, with no step redone.
+    chaos.control.script(
+        [
+            {
+                "when": "^gated",
+                "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "a"}],
+            },
+            {"when": ".*", "steps": [{"text": "b"}]},
+        ]
+    )
+    session = chaos.client.open_session(chaos.workspace)
+    handles = [session.submit(prompt) for prompt in ("gated", "second", "third")]
+    chaos.control.wait_entered()
+    driver = chaos.driver_pid(handles[0].turn_id)
+    worker = next(w for w in chaos.workers if w.pid == chaos.worker_group_of(driver))
+    os.kill(worker.pid, signal.SIGTERM)
+    time.sleep(0.5)  # the signal reaches the driver while its turn waits at the gate
+    chaos.control.open_gate()
+
+    results = [handle.wait(60) for handle in handles]
+    assert [r.outcome for r in results] == [parley.TurnStatus.FINISHED] * 3
+    assert [r.reply for r in results] == ["a", "b", "b"]
+    worker.wait(20)  # it exits once its turn is done, without the backlog
+    assert chaos.driver_pid(handles[0].turn_id) == driver
+    survivor = next(w for w in chaos.workers if w is not worker)
+    groups = {_group_of(chaos.driver_pid(h.turn_id)) for h in handles[1:]}
+    assert groups == {survivor.pid}, "the stopping worker ran the session's backlog"
+    assert [chaos.client.store.run_state(h.turn_id).attempts for h in handles] == [1, 1, 1]
+    kinds = [e.kind for h in handles for e in h.events()]
+    assert EventKind.STEP_RESTARTED not in kinds
+
+
+def _group_of(pid: int) -> int | None:
+    """The process group of ``pid``, or None once it is gone."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> None:
     chaos.control.script(
         [{"when": "pause", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
