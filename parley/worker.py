@@ -51,8 +51,10 @@ SWITCH_INTERVAL_SECONDS = 0.0005
 # so that its drivers finish the turn they run and hand their sessions over, rather than
 # drain the sessions' backlogs (which could hold a deploy for as long as those turns
 # take).  Not a signal: billiard claims SIGUSR1 for soft time limits and resets others
-# after Celery's per-process hook has run.
+# after Celery's per-process hook has run.  Pool processes must be forked for this (the
+# default on Linux); spawned ones each get a byte of their own, and drain as before.
 _stopping = mmap.mmap(-1, 1)
+_made_in = os.getpid()
 
 
 def stopping() -> bool:
@@ -66,22 +68,29 @@ def _build_after_fork(**_kwargs: Any) -> None:
     # heartbeat): with Python's default 5 ms switch interval a thread whose socket read
     # finished can wait milliseconds for the GIL, which every transaction then pays.
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    if _made_in == os.getpid():
+        log.warning(
+            "this pool process was not forked from the worker: a warm shutdown cannot "
+            "reach its drivers, which will drain their sessions before the worker stops"
+        )
     runtime()
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]
 def _stop_driving(**_kwargs: Any) -> None:
-    # Sent in the main process on a warm or cold shutdown; its pool processes see the
-    # byte at their next look (and with the solo and threads pools, so does it).
+    # Sent in the main process on a warm shutdown (SIGTERM, a first SIGINT): its pool
+    # processes see the byte at their next look, and with the solo and threads pools so
+    # does it.  (On a cold one the tasks are cancelled first.)
     _stopping[0] = 1
 
 
 def hand_over(session_id: str) -> None:
-    """Pass a session on to another worker: a kick, unless one is pending already (the
-    sweeper covers a kick that cannot be sent)."""
+    """Pass a session on to another worker: a kick, always.  The kick being handled may
+    still hold the session's kick-pending flag, which would stop a submission's kick;
+    a duplicate kick is harmless.  The sweeper covers one that cannot be sent."""
     try:
-        if runtime().coordinator.mark_work(session_id):
-            send_kick(app, settings, session_id)
+        runtime().coordinator.mark_work(session_id)  # (the work mark and the flag)
+        send_kick(app, settings, session_id)
     except Exception:
         log.warning("could not hand session %s over; the sweeper will", session_id)
 

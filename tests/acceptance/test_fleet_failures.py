@@ -21,6 +21,7 @@ from schemas.events import EventKind
 from tests.conftest import fresh_postgres_database, terminate_backends
 from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control
+from workers.constants import kicked_key
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -167,8 +168,9 @@ def test_a_worker_told_to_stop_finishes_its_turn_and_hands_the_session_over(
     driver = chaos.driver_pid(handles[0].turn_id)
     worker = next(w for w in chaos.workers if w.pid == chaos.worker_group_of(driver))
     os.kill(worker.pid, signal.SIGTERM)
-    time.sleep(0.5)  # the signal reaches the driver while its turn waits at the gate
-    chaos.control.open_gate()
+    log = chaos.fleet.log_dir / f"{chaos.fleet.queue}-worker-{chaos.workers.index(worker)}.log"
+    wait_until(lambda: b"Warm shutdown" in log.read_bytes(), what="the warm shutdown")
+    chaos.control.open_gate()  # (the turn waited at the gate meanwhile)
 
     results = [handle.wait(60) for handle in handles]
     assert [r.outcome for r in results] == [parley.TurnStatus.FINISHED] * 3
@@ -181,6 +183,8 @@ def test_a_worker_told_to_stop_finishes_its_turn_and_hands_the_session_over(
     assert [chaos.client.store.run_state(h.turn_id).attempts for h in handles] == [1, 1, 1]
     kinds = [e.kind for h in handles for e in h.events()]
     assert EventKind.STEP_RESTARTED not in kinds
+    # Handed over with a kick, not found seconds later by the sweeper.
+    assert not redis.Redis.from_url(CHAOS_REDIS_URL).exists(kicked_key(session.id))
 
 
 def _group_of(pid: int) -> int | None:

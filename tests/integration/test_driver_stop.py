@@ -1,0 +1,63 @@
+"""A driver whose process is stopping runs no more than the turn it has, then hands its
+session over (the fleet's warm shutdown; the processes themselves are tested in
+tests/acceptance/test_fleet_failures.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import parley
+from schemas.records import TurnStatus
+from tests.integration.drive import new_session, submit
+from workers.driver import SessionDriver
+from workers.engine import TurnEngine
+from workers.local_coordinator import LocalCoordinator
+from workers.ports import DeltaSink, ModelReply, ModelRequest
+from workers.store import SqlStore
+
+
+class StopDuringFirstTurn:
+    """Answers, and on its first call says the process is stopping."""
+
+    name = "stopper"
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.calls = 0
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        self.calls += 1
+        self.stop = True
+        return ModelReply(text="done")
+
+
+def driver_for(store: SqlStore, model: StopDuringFirstTurn, handed: list[str]) -> SessionDriver:
+    engine = TurnEngine(store=store, coordinator=LocalCoordinator(), host=parley.Host(model=model))
+    return SessionDriver(engine, stopping=lambda: model.stop, hand_over=handed.append)
+
+
+def test_a_stopping_driver_finishes_its_turn_claims_no_other_and_hands_over(
+    sqlite_store: SqlStore, tmp_path: Path
+) -> None:
+    store, model = sqlite_store, StopDuringFirstTurn()
+    handed: list[str] = []
+    session_id = new_session(store, root=str(tmp_path))
+    turns = [submit(store, session_id, f"turn {n}")[0] for n in range(3)]
+    assert driver_for(store, model, handed).drive(session_id) == 1
+    statuses = [store.run_state(turn_id).status for turn_id in turns]
+    # The first turn's end claimed nothing: the others are queued, not left claimed.
+    assert statuses == [TurnStatus.FINISHED, TurnStatus.QUEUED, TurnStatus.QUEUED]
+    assert handed == [session_id] and model.calls == 1
+
+
+def test_a_kick_that_reaches_a_stopping_driver_is_handed_over_untouched(
+    sqlite_store: SqlStore, tmp_path: Path
+) -> None:
+    store, model = sqlite_store, StopDuringFirstTurn()
+    handed: list[str] = []
+    model.stop = True
+    session_id = new_session(store, root=str(tmp_path))
+    turn_id, _ = submit(store, session_id)
+    assert driver_for(store, model, handed).drive(session_id) == 0
+    assert store.run_state(turn_id).status is TurnStatus.QUEUED
+    assert handed == [session_id] and model.calls == 0
