@@ -65,6 +65,11 @@ KICK_GRACE_SECONDS = 2
 """How long the sweeper trusts a kick sent by a submission to reach a driver before it
 kicks the session itself (a kick queued behind a backlog is late, not lost)."""
 
+DRIVE_SLICE_SECONDS = 30.0
+"""How long a fleet driver keeps one session before it hands it over (after the turn it
+runs) with a kick, which queues behind the kicks of other sessions: a session that never
+stops receiving turns cannot hold a worker slot while others wait."""
+
 
 def kick_pending_key(session_id: str) -> str:
     """Set by the submission that kicks; deleted when a driver lets go of the session

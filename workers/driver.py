@@ -11,6 +11,7 @@ meanwhile, and the driver goes on.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from schemas.errors import Fenced
@@ -22,25 +23,30 @@ log = logging.getLogger("parley.driver")
 class SessionDriver:
     """Drains one session's runnable turns with one engine.
 
-    ``stopping`` says the process is shutting down: the driver then finishes the turn it
-    runs, claims no other, and hands the session over with ``hand_over`` (a kick, so that
-    another worker goes on with it at once) instead of draining its backlog first."""
+    ``stopping`` says the process is shutting down, and ``slice_seconds`` (None: no limit)
+    is how long one drive may keep a worker slot while other sessions' kicks may wait.
+    Past either, the driver finishes the turn it runs, claims no other, and hands the
+    session over with ``hand_over`` (a kick, so that another worker, or this one after
+    the kicks queued before it, goes on with it)."""
 
     def __init__(
         self,
         engine: TurnEngine,
         *,
         stopping: Callable[[], bool] = lambda: False,
+        slice_seconds: float | None = None,
         hand_over: Callable[[str], None] = lambda _session_id: None,
     ) -> None:
         self.engine = engine
         self.store = engine.store
         self.coordinator = engine.coordinator
         self.stopping = stopping
+        self.slice_seconds = slice_seconds
         self.hand_over = hand_over
 
     def drive(self, session_id: str) -> int:
-        """Run every runnable turn of the session; returns how many ran here.
+        """Run every runnable turn of the session (at least one, unless stopping, and
+        within the slice); returns how many ran here.
 
         Per turn this costs at most two transactions besides its steps: the claim
         (taken with the fence, or by the previous turn's final transaction) and the
@@ -48,6 +54,11 @@ class SessionDriver:
         Whether anything was submitted meanwhile is told by the work mark that letting go
         of the lock returns, not asked of the database."""
         ran = 0
+        ends = None if self.slice_seconds is None else time.monotonic() + self.slice_seconds
+
+        def going_on() -> bool:
+            return not self.stopping() and (ends is None or time.monotonic() < ends)
+
         while True:
             if self.stopping():
                 self.hand_over(session_id)
@@ -56,7 +67,7 @@ class SessionDriver:
             if lock is None:
                 return ran  # another driver has it; it will see our turn
             mark = lock.work_mark
-            stopped = False
+            handing_over = False
             try:
                 fence, claim = self.store.start_drive(
                     session_id,
@@ -65,25 +76,22 @@ class SessionDriver:
                     known=self.engine.replay_cache.knows,
                 )
                 while claim is not None and lock.held():
-                    # A turn claimed before the stop is run: left claimed, it would cost
-                    # its next driver an attempt.
+                    # A turn claimed before the stop or the slice's end is run: left
+                    # claimed, it would cost its next driver an attempt.
                     _status, claim = self.engine.run_claimed(
-                        claim, fence, holding=lock.held, claim_next=self._going_on
+                        claim, fence, holding=lock.held, claim_next=going_on
                     )
                     ran += 1
-                stopped = self.stopping()
+                handing_over = not going_on()
             except Fenced:
                 # Another driver has the session now; the work-mark check below still
                 # runs, in case a kick bounced off our lock meanwhile.
                 log.warning("lost session %s to another driver", session_id)
             finally:
                 after = lock.release()
-            if stopped:
-                # Turns may be left: the session goes to another worker.
+            if handing_over:
+                # Turns may be left: the session goes on after a kick.
                 self.hand_over(session_id)
                 return ran
             if after == mark:
                 return ran
-
-    def _going_on(self) -> bool:
-        return not self.stopping()

@@ -60,8 +60,9 @@ def drive_session(
     hand_over: Callable[[str], None] = lambda _session_id: None,
 ) -> int:
     """Handle a kick: run the session's runnable turns if nobody else is.  Returns how
-    many turns ran here; a duplicate kick returns 0 at once.  Once ``stopping``, the
-    driver finishes its turn and passes the session to ``hand_over``."""
+    many turns ran here; a duplicate kick returns 0 at once.  Once ``stopping``, or past
+    ``DRIVE_SLICE_SECONDS``, the driver finishes its turn and passes the session to
+    ``hand_over``."""
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
@@ -71,7 +72,12 @@ def drive_session(
         coordinator.events_sent,
         coordinator.deltas_coalesced,
     )
-    driver = SessionDriver(runtime.engine, stopping=stopping, hand_over=hand_over)
+    driver = SessionDriver(
+        runtime.engine,
+        stopping=stopping,
+        slice_seconds=c.DRIVE_SLICE_SECONDS,
+        hand_over=hand_over,
+    )
     ran = driver.drive(session_id)
     coordinator.flush()
     transactions = store.transactions - before[0]

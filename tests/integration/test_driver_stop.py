@@ -1,6 +1,6 @@
-"""A driver whose process is stopping runs no more than the turn it has, then hands its
-session over (the fleet's warm shutdown; the processes themselves are tested in
-tests/acceptance/test_fleet_failures.py)."""
+"""A driver whose process is stopping, or whose slice is over, runs no more than the turn
+it has, then hands its session over (the fleet's warm shutdown and fairness between
+sessions; the processes themselves are tested in tests/acceptance/test_fleet_failures.py)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,22 @@ class StopDuringFirstTurn:
         return ModelReply(text="done")
 
 
-def driver_for(store: SqlStore, model: StopDuringFirstTurn, handed: list[str]) -> SessionDriver:
+def driver_for(
+    store: SqlStore,
+    model: StopDuringFirstTurn,
+    handed: list[str],
+    *,
+    slice_seconds: float | None = None,
+    stops: bool = True,
+) -> SessionDriver:
+    """A driver whose process stops when ``model`` says so (if ``stops``)."""
     engine = TurnEngine(store=store, coordinator=LocalCoordinator(), host=parley.Host(model=model))
-    return SessionDriver(engine, stopping=lambda: model.stop, hand_over=handed.append)
+    return SessionDriver(
+        engine,
+        stopping=lambda: stops and model.stop,
+        slice_seconds=slice_seconds,
+        hand_over=handed.append,
+    )
 
 
 def test_a_stopping_driver_finishes_its_turn_claims_no_other_and_hands_over(
@@ -61,3 +74,20 @@ def test_a_kick_that_reaches_a_stopping_driver_is_handed_over_untouched(
     assert driver_for(store, model, handed).drive(session_id) == 0
     assert store.run_state(turn_id).status is TurnStatus.QUEUED
     assert handed == [session_id] and model.calls == 0
+
+
+def test_a_driver_past_its_slice_runs_the_turn_it_has_then_hands_over(
+    sqlite_store: SqlStore, tmp_path: Path
+) -> None:
+    # A session that keeps receiving turns must not keep a worker slot: past its slice
+    # the driver lets the kicks queued behind it go first (and always runs one turn).
+    store, model = sqlite_store, StopDuringFirstTurn()
+    handed: list[str] = []
+    session_id = new_session(store, root=str(tmp_path))
+    turns = [submit(store, session_id, f"turn {n}")[0] for n in range(3)]
+    sliced = driver_for(store, model, handed, slice_seconds=0, stops=False)
+    assert sliced.drive(session_id) == 1
+    statuses = [store.run_state(turn_id).status for turn_id in turns]
+    assert statuses == [TurnStatus.FINISHED, TurnStatus.QUEUED, TurnStatus.QUEUED]
+    assert handed == [session_id]
+    assert driver_for(store, model, [], slice_seconds=60, stops=False).drive(session_id) == 2
