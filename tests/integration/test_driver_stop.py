@@ -49,17 +49,27 @@ def driver_for(
     )
 
 
+def three_queued_turns(store: SqlStore, root: Path) -> tuple[str, list[str]]:
+    """A new session with three queued turns: its id and theirs."""
+    session_id = new_session(store, root=str(root))
+    return session_id, [submit(store, session_id, f"turn {n}")[0] for n in range(3)]
+
+
+def statuses(store: SqlStore, turns: list[str]) -> list[TurnStatus]:
+    return [store.run_state(turn_id).status for turn_id in turns]
+
+
+FIRST_ONLY = [TurnStatus.FINISHED, TurnStatus.QUEUED, TurnStatus.QUEUED]
+
+
 def test_a_stopping_driver_finishes_its_turn_claims_no_other_and_hands_over(
     sqlite_store: SqlStore, tmp_path: Path
 ) -> None:
-    store, model = sqlite_store, StopDuringFirstTurn()
-    handed: list[str] = []
-    session_id = new_session(store, root=str(tmp_path))
-    turns = [submit(store, session_id, f"turn {n}")[0] for n in range(3)]
-    assert driver_for(store, model, handed).drive(session_id) == 1
-    statuses = [store.run_state(turn_id).status for turn_id in turns]
+    model, handed = StopDuringFirstTurn(), list[str]()
+    session_id, turns = three_queued_turns(sqlite_store, tmp_path)
+    assert driver_for(sqlite_store, model, handed).drive(session_id) == 1
     # The first turn's end claimed nothing: the others are queued, not left claimed.
-    assert statuses == [TurnStatus.FINISHED, TurnStatus.QUEUED, TurnStatus.QUEUED]
+    assert statuses(sqlite_store, turns) == FIRST_ONLY
     assert handed == [session_id] and model.calls == 1
 
 
@@ -81,13 +91,9 @@ def test_a_driver_past_its_slice_runs_the_turn_it_has_then_hands_over(
 ) -> None:
     # A session that keeps receiving turns must not keep a worker slot: past its slice
     # the driver lets the kicks queued behind it go first (and always runs one turn).
-    store, model = sqlite_store, StopDuringFirstTurn()
-    handed: list[str] = []
-    session_id = new_session(store, root=str(tmp_path))
-    turns = [submit(store, session_id, f"turn {n}")[0] for n in range(3)]
+    store, model, handed = sqlite_store, StopDuringFirstTurn(), list[str]()
+    session_id, turns = three_queued_turns(store, tmp_path)
     sliced = driver_for(store, model, handed, slice_seconds=0, stops=False)
     assert sliced.drive(session_id) == 1
-    statuses = [store.run_state(turn_id).status for turn_id in turns]
-    assert statuses == [TurnStatus.FINISHED, TurnStatus.QUEUED, TurnStatus.QUEUED]
-    assert handed == [session_id]
+    assert statuses(store, turns) == FIRST_ONLY and handed == [session_id]
     assert driver_for(store, model, [], slice_seconds=60, stops=False).drive(session_id) == 2
