@@ -71,6 +71,10 @@ def _always() -> bool:
     return True
 
 
+def _never() -> bool:
+    return False
+
+
 def _nothing() -> None:
     return None
 
@@ -190,14 +194,14 @@ class TurnEngine:
         fence: int,
         *,
         holding: Callable[[], bool] = _always,
-        claim_next: Callable[[], bool] | bool = False,
+        claim_next: Callable[[], bool] = _never,
     ) -> tuple[TurnStatus, Claim | None]:
         """Run a claimed turn to its end.  Raises :class:`Fenced` if another driver took
         over (nothing of this attempt after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
-        driver that lost it stops before paying for another model call.  With
-        ``claim_next`` (or while it says so, asked when the turn ends) the turn's final
-        transaction also claims the session's next runnable turn, which is returned."""
+        driver that lost it stops before paying for another model call.  While
+        ``claim_next`` says so (asked when the turn ends), the turn's final transaction
+        also claims the session's next runnable turn, which is returned."""
         claimed, started = claim
         emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
         # Sent from this thread: left to the flusher, its send would hold up the first
@@ -216,7 +220,7 @@ class _TurnRun:
         fence: int,
         emitter: Emitter,
         holding: Callable[[], bool],
-        claim_next: Callable[[], bool] | bool,
+        claim_next: Callable[[], bool],
     ):
         self.engine = engine
         self.store = engine.store
@@ -687,16 +691,12 @@ class _TurnRun:
             partial=ending.partial,
             prefix=self.prefix,
             refresh_prefix=self.refresh_prefix,
-            claim_next=self.engine.coordinator.adopt if self._claims_next() else None,
+            claim_next=self.engine.coordinator.adopt if self.claim_next() else None,
             known=known,
             worker=self.engine.label(),
             position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
         )
-
-    def _claims_next(self) -> bool:
-        wanted = self.claim_next
-        return wanted() if callable(wanted) else wanted
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
         return TurnOutcome(

@@ -28,11 +28,11 @@ log = logging.getLogger("parley.redis")
 # Append events to a turn's stream in seq order (skipping any already there), publish
 # them as one message, and say whether an interrupt is pending.  A driver publishes with
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
-# An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives an hour
-# past its turn's end (the ends stream a minute), and at most IDLE_BUFFER_SECONDS from its
-# first event before that (readers find committed events in the store), so no buffer
-# outlives its use: not one of a turn that never ends, nor one whose submission rolled
-# back after announcing it.
+# An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives the
+# replay period (an hour by default) past its turn's end, the ends stream a minute, and
+# at most IDLE_BUFFER_SECONDS from its first event before that (readers find committed
+# events in the store), so no buffer outlives its use: not one of a turn that never
+# ends, nor one whose submission rolled back after announcing it.
 # KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
 # none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
 # json...
@@ -82,8 +82,8 @@ return 0
 # Make a driver's fence the turn's publisher (never lowering it), drop an interrupt flag
 # the claim already read from the durable inbox, give the buffer a running turn's life
 # again unless a newer driver adopted it (a resumed turn's was set to expire after its
-# earlier end), and return the newest
-# seq in the buffer, so the driver numbers its events above everything published.
+# earlier end), and return the newest seq in the buffer, so the driver numbers its
+# events above everything published.
 # KEYS: owner, stream, interrupt flag.  ARGV: fence, ttl of a running turn's keys.
 ADOPT_TURN = """
 local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
