@@ -29,6 +29,7 @@ class Fleet:
     queue: str = field(default_factory=lambda: f"parley.test.{uuid.uuid4().hex[:8]}")
     log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)  # by pid
 
     def env(self) -> dict[str, str]:
         """The environment every fleet process (and fleet client) gets."""
@@ -50,6 +51,10 @@ class Fleet:
         """The sweeper process."""
         return self._start("beat")
 
+    def log_of(self, process: subprocess.Popen[bytes]) -> Path:
+        """Where ``process`` (one this fleet started) writes its output."""
+        return self.logs[process.pid]
+
     def _start(self, *argv: str) -> subprocess.Popen[bytes]:
         log = self.log_dir / f"{self.queue}-{argv[0]}-{len(self.processes)}.log"
         with log.open("wb") as out:  # the child keeps its own copy of the descriptor
@@ -61,6 +66,7 @@ class Fleet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self.logs[process.pid] = log
         self.processes.append(process)
         return process
 

@@ -168,7 +168,7 @@ def test_a_worker_told_to_stop_finishes_its_turn_and_hands_the_session_over(
     driver = chaos.driver_pid(handles[0].turn_id)
     worker = next(w for w in chaos.workers if w.pid == chaos.worker_group_of(driver))
     os.kill(worker.pid, signal.SIGTERM)
-    log = chaos.fleet.log_dir / f"{chaos.fleet.queue}-worker-{chaos.workers.index(worker)}.log"
+    log = chaos.fleet.log_of(worker)
     wait_until(lambda: b"Warm shutdown" in log.read_bytes(), what="the warm shutdown")
     chaos.control.open_gate()  # (the turn waited at the gate meanwhile)
 
