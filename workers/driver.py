@@ -25,9 +25,9 @@ class SessionDriver:
 
     ``stopping`` says the process is shutting down, and ``slice_seconds`` (None: no limit)
     is how long one drive may keep a worker slot while other sessions' kicks may wait.
-    Past either, the driver finishes the turn it runs, claims no other, and hands the
-    session over with ``hand_over`` (a kick, so that another worker, or this one after
-    the kicks queued before it, goes on with it)."""
+    Past either, the driver finishes the turn it runs, claims no other, and, if the
+    session has turns left, hands it over with ``hand_over`` (a kick, so that another
+    worker, or this one after the kicks queued before it, goes on with it)."""
 
     def __init__(
         self,
@@ -67,7 +67,7 @@ class SessionDriver:
             if lock is None:
                 return ran  # another driver has it; it will see our turn
             mark = lock.work_mark
-            handing_over = False
+            handing_over = later_turns = False
             try:
                 fence, claim = self.store.start_drive(
                     session_id,
@@ -78,9 +78,10 @@ class SessionDriver:
                 while claim is not None and lock.held():
                     # A turn claimed before the stop or the slice's end is run: left
                     # claimed, it would cost its next driver an attempt.
-                    _status, claim = self.engine.run_claimed(
+                    _status, receipt = self.engine.run_claimed(
                         claim, fence, holding=lock.held, claim_next=going_on
                     )
+                    claim, later_turns = receipt.next_claim, receipt.later_turns
                     ran += 1
                 handing_over = not going_on()
             except Fenced:
@@ -90,8 +91,12 @@ class SessionDriver:
             finally:
                 after = lock.release()
             if handing_over:
-                # Turns may be left: the session goes on after a kick.
-                self.hand_over(session_id)
+                # Turns counted after the last one that ran, or submitted while we held
+                # the lock (their kick was left to us): the session goes on after a
+                # kick.  With neither, a kick would only cost a worker a lock and a
+                # start transaction that finds nothing.
+                if later_turns or after != mark:
+                    self.hand_over(session_id)
                 return ran
             if after == mark:
                 return ran

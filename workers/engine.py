@@ -195,13 +195,14 @@ class TurnEngine:
         *,
         holding: Callable[[], bool] = _always,
         claim_next: Callable[[], bool] = _never,
-    ) -> tuple[TurnStatus, Claim | None]:
-        """Run a claimed turn to its end.  Raises :class:`Fenced` if another driver took
+    ) -> tuple[TurnStatus, FinishReceipt]:
+        """Run a claimed turn to its end; returns its outcome and what its final
+        transaction committed.  Raises :class:`Fenced` if another driver took
         over (nothing of this attempt after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
         driver that lost it stops before paying for another model call.  While
         ``claim_next`` says so (asked when the turn ends), the turn's final transaction
-        also claims the session's next runnable turn, which is returned."""
+        also claims the session's next runnable turn (the receipt's ``next_claim``)."""
         claimed, started = claim
         emitter = Emitter(claimed.turn.turn_id, claimed.next_seq, self.coordinator, fence)
         # Sent from this thread: left to the flusher, its send would hold up the first
@@ -246,7 +247,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ turn
 
-    def run(self) -> tuple[TurnStatus, Claim | None]:
+    def run(self) -> tuple[TurnStatus, FinishReceipt]:
         claimed = self.claimed
         state = _TurnState(
             steps=list(claimed.steps),
@@ -628,7 +629,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, Claim | None]:
+    def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, FinishReceipt]:
         outcome = self._outcome(state, ending)
         hooks = self.host.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
@@ -670,7 +671,7 @@ class _TurnRun:
                 ),
             )
         _observe(getattr(hooks, "on_terminal", None), outcome)
-        return ending.status, receipt.next_claim
+        return ending.status, receipt
 
     def _turn_end(self, ending: _Ending, end_seq: int) -> TurnEnd:
         """What the turn's final transaction commits for ``ending``."""

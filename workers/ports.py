@@ -343,6 +343,9 @@ class FinishReceipt:
     head_turn_id: str | None
     prefix_generation: int
     next_claim: Claim | None = None
+    later_turns: bool = False
+    """The session counted a turn (submitted or resumed) after this one: with no
+    ``next_claim``, a driver that lets go must see that someone goes on with it."""
 
 
 KnownTurns = Callable[[str], bool]

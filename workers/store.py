@@ -813,6 +813,8 @@ class SqlStore:
         generation = self._store_prefix(
             db, session_id, session.prefix_generation, status, end.prefix, end.refresh_prefix, now
         )
+        # Only a turn submitted (or resumed) after this one can be runnable now.
+        later = session.turn_count > end.position
         following = (
             self._claim_next(
                 db,
@@ -823,8 +825,7 @@ class SqlStore:
                 end.known,
                 _head_after(end, session.head_turn_id, generation),
             )
-            # Only a turn submitted (or resumed) after this one can be runnable now.
-            if end.claim_next and session.turn_count > end.position
+            if end.claim_next and later
             else None
         )
         return FinishReceipt(
@@ -833,6 +834,7 @@ class SqlStore:
             head_turn_id=session.head_turn_id,
             prefix_generation=generation,
             next_claim=following,
+            later_turns=later,
         )
 
     def _finish_session(

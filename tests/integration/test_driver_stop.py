@@ -38,9 +38,12 @@ def driver_for(
     *,
     slice_seconds: float | None = None,
     stops: bool = True,
+    coordinator: LocalCoordinator | None = None,
 ) -> SessionDriver:
     """A driver whose process stops when ``model`` says so (if ``stops``)."""
-    engine = TurnEngine(store=store, coordinator=LocalCoordinator(), host=parley.Host(model=model))
+    engine = TurnEngine(
+        store=store, coordinator=coordinator or LocalCoordinator(), host=parley.Host(model=model)
+    )
     return SessionDriver(
         engine,
         stopping=lambda: stops and model.stop,
@@ -71,6 +74,46 @@ def test_a_stopping_driver_finishes_its_turn_claims_no_other_and_hands_over(
     # The first turn's end claimed nothing: the others are queued, not left claimed.
     assert statuses(sqlite_store, turns) == FIRST_ONLY
     assert handed == [session_id] and model.calls == 1
+
+
+def test_a_stopping_driver_with_no_turn_left_hands_nothing_over(
+    sqlite_store: SqlStore, tmp_path: Path
+) -> None:
+    # A kick for a session with nothing to run would cost another worker a lock and a
+    # start transaction that finds nothing.
+    model, handed = StopDuringFirstTurn(), list[str]()
+    session_id = new_session(sqlite_store, root=str(tmp_path))
+    turn_id, _ = submit(sqlite_store, session_id)
+    assert driver_for(sqlite_store, model, handed).drive(session_id) == 1
+    assert sqlite_store.run_state(turn_id).status is TurnStatus.FINISHED
+    assert handed == []
+
+
+class MarkWorkDuringTurn(StopDuringFirstTurn):
+    """Also marks work on the session while the driver holds it, as a submission does
+    (whose kick is then left to that driver)."""
+
+    def __init__(self, coordinator: LocalCoordinator, session_id: str) -> None:
+        super().__init__()
+        self.coordinator, self.session_id = coordinator, session_id
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        self.coordinator.mark_work(self.session_id)
+        return super().stream(request, on_delta)
+
+
+def test_a_stopping_driver_hands_over_work_marked_while_it_held_the_session(
+    sqlite_store: SqlStore, tmp_path: Path
+) -> None:
+    # The turn's end counted nothing after it, but the work mark moved: a submission
+    # relied on this driver to see it, so it must reach another one.
+    session_id = new_session(sqlite_store, root=str(tmp_path))
+    submit(sqlite_store, session_id)
+    coordinator, handed = LocalCoordinator(), list[str]()
+    model = MarkWorkDuringTurn(coordinator, session_id)
+    driver = driver_for(sqlite_store, model, handed, coordinator=coordinator)
+    assert driver.drive(session_id) == 1
+    assert handed == [session_id]
 
 
 def test_a_kick_that_reaches_a_stopping_driver_is_handed_over_untouched(
