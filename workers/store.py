@@ -208,7 +208,12 @@ class SqlStore:
         return session_record(row)
 
     def branch(self, session_id: str, turn_id: str) -> None:
-        """Move the session's head to ``turn_id`` (one write; nothing else changes)."""
+        """Move the session's head to ``turn_id`` (one write; nothing else changes).
+
+        The turn must have started: a turn takes its place in the tree, under the head
+        of that moment, when it first starts, so a head that never started would become
+        its own parent, or the parent of turns queued before it (a cycle).  Started is
+        for good, so no lock is needed: a turn starting meanwhile is merely refused."""
         with self._tx() as db:
             self._session(db, session_id)
             owner = db.execute(q.TURN_OWNER, {"b_turn_id": turn_id}).scalar_one_or_none()
@@ -216,6 +221,12 @@ class SqlStore:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             if owner != session_id:
                 raise ForeignTurn(f"turn {turn_id!r} belongs to another session")
+            run = db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one()
+            if run.attempts == 0:
+                raise Conflict(
+                    f"turn {turn_id!r} has not started ({run.status}): it takes its place "
+                    "in the tree when it starts; branch from it after that"
+                )
             db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
 
     def history(self, session_id: str) -> list[TurnRecord]:

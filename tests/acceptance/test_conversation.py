@@ -199,6 +199,33 @@ def test_branch_errors(make_client: ClientFactory, workspace: Path) -> None:
     assert session.head == mine.turn_id
 
 
+def test_branching_to_a_turn_that_has_not_started_is_refused(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    # A turn takes its place in the tree when it starts: as the head before that, it
+    # would have become its own parent (a cycle every later claim walked forever).
+    gate = {
+        "when": "hold",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "held"}],
+    }
+    client = make_client([gate, ECHO])
+    session = client.open_session(workspace)
+    first = session.turn("first")
+    held = session.submit("hold here")
+    control.wait_entered()
+    queued = session.submit("queued behind it")
+
+    with pytest.raises(Conflict, match="has not started"):
+        session.branch_from(queued.turn_id)
+    assert session.head == first.turn_id  # changed nothing
+    control.open_gate()
+    assert held.wait(30).reply == "held"
+    assert queued.wait(30).reply is not None
+    parents = {t.turn_id: t.parent_id for t in session.tree()}
+    assert parents[held.turn_id] == first.turn_id
+    assert parents[queued.turn_id] == held.turn_id
+
+
 def test_a_steer_reaches_the_model_at_the_next_step_boundary(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:
