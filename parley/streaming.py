@@ -8,7 +8,10 @@ fill is then made only of tokens, which are allowed to age out of the replay win
 A driver commits before it publishes, so the store can be ahead of a live buffer by the
 events still on their way.  While the buffer covers the reader's position the reader
 waits for it; it turns to the store only for what the buffer lost, or once the buffer
-has said nothing for ``PATIENCE_SECONDS``.  While the buffer is live the reader blocks on
+has said nothing for ``PATIENCE_SECONDS``.  A gap above what the store has settled is
+never jumped, however long it lasts: it may hold a durable event whose batch Redis lost
+and whose step has not committed yet.  The next commit (a step, the end, or a new
+driver's claim) settles it.  While the buffer is live the reader blocks on
 it and takes what the blocking read returns (one round trip per batch); the store is
 asked whether the turn is over only after a poll of silence.
 """
@@ -25,6 +28,7 @@ from workers.store import SqlStore
 
 POLL_SECONDS = 0.5
 PATIENCE_SECONDS = 2.0
+GAP_POLL_SECONDS = 0.1
 
 
 def follow(
@@ -69,7 +73,11 @@ def follow(
                     if _over(turn_id, last, store, driver_failure):
                         return
                 if not live:
-                    coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+                    ahead = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+                    if ahead and ahead[0].seq != last + 1:
+                        # Events wait past a gap that only a commit closes, and nothing
+                        # announces commits: poll the store instead of spinning on them.
+                        time.sleep(GAP_POLL_SECONDS)
                 continue
         progressed = time.monotonic()
         for event in batch:
@@ -119,7 +127,7 @@ def _next_batch(
     batch: list[Event] = []
     previous = last
     for seq in sorted(merged):
-        if seq != previous + 1 and seq - 1 > settled and patient:
+        if seq != previous + 1 and seq - 1 > settled:
             break
         batch.append(merged[seq])
         previous = seq

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from parley.streaming import follow
+from parley.streaming import PATIENCE_SECONDS, follow
 from schemas.events import Event, EventKind
 from tests.integration.drive import commit, finish, new_session, start, submit
 from workers.local_coordinator import LocalCoordinator
@@ -39,9 +39,20 @@ def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(
             e.seq for e in follow(turn_id, 2, coordinator=coordinator, store=store)
         )
     )
+    reads = 0
+    events_after = store.events_after
+
+    def counted(turn: str, after: int) -> list[Event]:
+        nonlocal reads
+        reads += 1
+        return events_after(turn, after)
+
+    store.events_after = counted  # type: ignore[method-assign]
     reader.start()
-    reader.join(0.7)
+    # Past its patience too: a gap above what the store settled may hold a durable event.
+    reader.join(PATIENCE_SECONDS + 1)
     assert seen == [3, 4]  # it waits at the gap rather than jumping to 6
+    assert reads < 60  # and polls the store meanwhile instead of spinning on 6 and 7
 
     step = event(8, EventKind.STEP)
     commit(store, d, 0, events=[event(5, EventKind.TOOL_CALL), step], close=True)
