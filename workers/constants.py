@@ -32,6 +32,12 @@ IDLE_BUFFER_SECONDS = 86_400
 ended: past that, readers find its committed events in the store, and uncommitted tokens
 of a turn that ran a day are gone.  Bounds what turns that never end (and announcements
 of submissions that rolled back) leave in Redis."""
+LOST_BUFFER_SEQ_GAP = 1 << 20
+"""How far above its last commit a stranded turn's new attempt numbers its events when
+the turn's replay buffer is gone (Redis lost it, or a day passed).  The attempt cut off
+may have published past that commit (a step's deltas, each its own event at worst, and
+its tool events), and readers may hold those seqs: none is reused.  Readers step over
+the gap once the claim has committed; MAX_ATTEMPTS such jumps fit a 32-bit seq easily."""
 WORK_MARK_SECONDS = 3_600
 """How long a session's work mark lives after its last bump."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600
