@@ -140,12 +140,16 @@ class _DeltaSink:
 
     def restart(self, reason: str) -> None:
         _check_holding(self._holding, "while the model restarted its stream")
+        self.retract(reason)
+        self.check()
+
+    def retract(self, reason: str) -> None:
+        """Tell readers to drop what the step streamed so far: it will not commit."""
         if self.parts:
             # Only text readers have seen needs retracting; a retry before the first
             # delta is invisible to them.
             self._emitter.emit(EventKind.STEP_RESTARTED, {"index": self._index, "reason": reason})
         self.parts = []
-        self.check()
 
     @property
     def text(self) -> str:
@@ -244,6 +248,8 @@ class _TurnRun:
         self._close_tools: Callable[[], None] = _nothing
         self.refresh_prefix = False
         self.history: tuple[Message, ...] | None = None
+        # The sink of the step in flight, until that step commits.
+        self.streaming: _DeltaSink | None = None
 
     # ------------------------------------------------------------------ turn
 
@@ -282,6 +288,10 @@ class _TurnRun:
         except Exception as exc:
             if not isinstance(exc, ParleyError):
                 log.warning("turn %s failed in host code", self.turn.turn_id, exc_info=True)
+            if self.streaming is not None:
+                # Its step will not commit: a resumed attempt's tokens for it must not
+                # read as a continuation of what it streamed.
+                self.streaming.retract("failed")
             ending = _Ending(status=TurnStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         return self._finish(state, ending)
 
@@ -461,7 +471,9 @@ class _TurnRun:
             fit=(lambda past, current: budget.fit(prefix, past, current)) if budget else None,
         )
         request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
-        sink = _DeltaSink(self.emitter, self.engine.coordinator, index, self.holding)
+        sink = self.streaming = _DeltaSink(
+            self.emitter, self.engine.coordinator, index, self.holding
+        )
         try:
             reply = self.host.model.stream(request, sink)
         except StreamAborted:
@@ -514,6 +526,7 @@ class _TurnRun:
             close_inbox_if_idle=idle,
             end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
+        self.streaming = None
         self.emitter.publish(step_event)
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
@@ -607,6 +620,9 @@ class _TurnRun:
             output = tool.run(arguments, self.context)
         except Exception as exc:
             return error(f"error: {type(exc).__name__}: {exc}")
+        if not isinstance(output, str):
+            # A host tool's bug, like its exceptions: the model hears of it.
+            return error(f"error: the tool returned {type(output).__name__}, not text")
         return ToolResult(
             call_id=call.id, name=call.name, content=_cap(output, self.host.tool_output_limit)
         )
