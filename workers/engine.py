@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -511,10 +511,20 @@ class _TurnRun:
             },
         )
         # A final answer with nothing to check ends the turn in the step's own
-        # transaction unless a steer is pending.  Not with a ``before_commit`` hook: it
-        # must see (and may veto) the outcome before anything of it commits.
+        # transaction unless a steer is pending.  A ``before_commit`` hook sees (and may
+        # veto) that outcome first: vetoed, nothing of the step commits, so a resume asks
+        # the model again instead of replaying the rejected answer.
         ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
-        ends_here = idle and getattr(self.host.hooks, "before_commit", None) is None
+        if idle:
+            candidate = replace(
+                self._outcome(state, ending),
+                steps=index + 1,
+                usage=state.usage + reply.usage,
+            )
+            vetoed = self._vetoed(candidate)
+            if vetoed is not None:
+                sink.retract("rejected")
+                return vetoed
         receipt = self.store.commit_step(
             run_id=self.run_id,
             session_id=self.claimed.session.session_id,
@@ -524,7 +534,7 @@ class _TurnRun:
             steer_cursor=cursor,
             events=[*self.emitter.take_unstored(), step_event],
             close_inbox_if_idle=idle,
-            end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
+            end=self._turn_end(ending, self.emitter.next_seq) if idle else None,
         )
         self.streaming = None
         self.emitter.publish(step_event)
@@ -651,18 +661,10 @@ class _TurnRun:
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
         receipt = ending.receipt
         if receipt is None:
-            if completed:
-                before_commit = getattr(hooks, "before_commit", None)
-                if before_commit is not None:
-                    try:
-                        before_commit(outcome, {"prefix": self.prefix})
-                    except Exception as exc:
-                        ending = _Ending(
-                            status=TurnStatus.FAILED,
-                            error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
-                        )
-                        completed = False
-                        outcome = self._outcome(state, ending)
+            vetoed = self._vetoed(outcome) if completed else None
+            if vetoed is not None:
+                ending, completed = vetoed, False
+                outcome = self._outcome(state, ending)
             receipt = self.store.finish_turn(
                 run_id=self.run_id,
                 session_id=self.claimed.session.session_id,
@@ -688,6 +690,20 @@ class _TurnRun:
             )
         _observe(getattr(hooks, "on_terminal", None), outcome)
         return ending.status, receipt
+
+    def _vetoed(self, outcome: TurnOutcome) -> _Ending | None:
+        """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""
+        before_commit = getattr(self.host.hooks, "before_commit", None)
+        if before_commit is None:
+            return None
+        try:
+            before_commit(outcome, {"prefix": self.prefix})
+        except Exception as exc:
+            return _Ending(
+                status=TurnStatus.FAILED,
+                error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
+            )
+        return None
 
     def _turn_end(self, ending: _Ending, end_seq: int) -> TurnEnd:
         """What the turn's final transaction commits for ``ending``."""

@@ -11,6 +11,7 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest
+from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
 from tests.helpers import Control, RecordingModel
@@ -70,6 +71,18 @@ def test_before_commit_rejects_and_nothing_is_committed(
     assert hooks.before_commit_calls == ["finished", "finished"]
     assert len(hooks.after_commit_calls) == 1  # never for the rejected turn
     assert hooks.terminal == ["finished", "failed"]
+    # Not even its answer's step: the hook saw it before it committed.
+    assert rejected.steps == 0 and rejected.usage == parley.Usage()
+    kinds = [e.kind for e in client.attach(rejected.turn_id).events()]
+    assert kinds.index(EventKind.STEP_RESTARTED) < kinds.index(EventKind.END)  # retracted
+    assert EventKind.STEP not in kinds
+
+    # So a resume asks the model again rather than replaying the rejected answer.
+    hooks.reject = False
+    resumed = session.resume(rejected.turn_id).wait(30)
+    assert resumed.outcome is parley.TurnStatus.FINISHED and resumed.steps == 1
+    assert hooks.before_commit_calls == ["finished", "finished", "finished"]
+    assert session.head == rejected.turn_id
 
 
 def test_observational_hooks_cannot_undo_a_commit(
