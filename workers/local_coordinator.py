@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 from schemas.events import Event, EventKind
 
 RETAINED_TURNS = 256
-"""How many turns' replay buffers (tokens included) are kept; older turns are replayed
-from the store, without their tokens."""
+"""How many ended turns' replay buffers (tokens included) are kept; older turns are
+replayed from the store, without their tokens.  A turn that has not ended keeps its
+buffer whatever the count: while it runs, its replay window is the whole turn."""
 
 
 class LocalLock:
@@ -93,9 +94,7 @@ class LocalCoordinator:
                 buffer = self._buffers.get(event.turn_id)
                 if buffer is None:
                     buffer = self._buffers[event.turn_id] = []
-                    while len(self._buffers) > self._retained:
-                        evicted, _ = self._buffers.popitem(last=False)
-                        self._ends.pop(evicted, None)
+                    self._evict_ended()
                 else:
                     self._buffers.move_to_end(event.turn_id)
                 if buffer and event.seq <= buffer[-1].seq:
@@ -104,6 +103,20 @@ class LocalCoordinator:
                 if event.kind is EventKind.END:
                     self._ends[event.turn_id] = event.seq
             self._changed.notify_all()
+
+    def _evict_ended(self) -> None:
+        """Drop the least recently published ended turns' buffers beyond the bound."""
+        excess = len(self._buffers) - self._retained
+        if excess <= 0:
+            return
+        ended = [
+            turn_id
+            for turn_id, buffer in self._buffers.items()
+            if buffer and self._ends.get(turn_id) == buffer[-1].seq
+        ]
+        for turn_id in ended[:excess]:
+            del self._buffers[turn_id]
+            del self._ends[turn_id]
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""

@@ -1,0 +1,30 @@
+"""The in-process coordinator's replay buffers: a bound on ended turns only, so a running
+turn's replay window stays the whole turn however many turns end meanwhile."""
+
+from __future__ import annotations
+
+from schemas.events import Event, EventKind
+from workers.local_coordinator import LocalCoordinator
+
+
+def event(turn_id: str, seq: int, kind: EventKind = EventKind.TOKEN) -> Event:
+    return Event(turn_id=turn_id, seq=seq, kind=kind, data={})
+
+
+def test_ended_turns_make_way_but_a_running_turn_keeps_its_whole_buffer() -> None:
+    coordinator = LocalCoordinator(retained_turns=2)
+    coordinator.publish([event("running", 1), event("running", 2)])  # quiet from here on
+    for n in range(5):
+        coordinator.publish([event(f"ended{n}", 1), event(f"ended{n}", 2, EventKind.END)])
+
+    assert [e.seq for e in coordinator.read_events("running", 0, timeout=0)] == [1, 2]
+    kept = [n for n in range(5) if coordinator.read_events(f"ended{n}", 0, timeout=0)]
+    assert kept == [4]  # the newest ended turn; the running one counts toward the two
+
+    # Once it ends it is an ended turn like the others, least recently published first.
+    coordinator.publish([event("running", 3, EventKind.END)])
+    coordinator.publish([event("later", 1)])
+    assert coordinator.read_events("ended4", 0, timeout=0) == []
+    assert len(coordinator.read_events("running", 0, timeout=0)) == 3
+    coordinator.publish([event("later still", 1)])
+    assert coordinator.read_events("running", 0, timeout=0) == []
