@@ -5,11 +5,13 @@ server that lost its scripts gets them again."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from schemas.events import Event, EventKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
@@ -218,3 +220,38 @@ def test_an_interrupt_flag_is_learnt_from_publish_replies_and_rechecked_soon(
         assert time.monotonic() < deadline, "the flag was never asked for again"
         time.sleep(0.01)
     assert asked  # asked for once the reply was no longer fresh
+
+
+def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
+    coordinator: RedisCoordinator,
+) -> None:
+    # For a UI that subscribes instead of reading the buffer: each message is a JSON list
+    # of events, the same events the buffer holds, in order; a stale driver's are refused
+    # on both.
+    turn_id = str(uuid.uuid4())
+    listener = redis.Redis.from_url(REDIS_TEST_URL)
+    subscription = listener.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    subscription.subscribe(c.deltas_channel(turn_id))
+    try:
+        assert coordinator.adopt(turn_id, fence=2) == 0
+        emitter = Emitter(turn_id, 1, coordinator, fence=2)
+        emitter.emit(EventKind.STARTED, {})
+        for n in range(30):
+            emitter.emit_delta(0, f"d{n} ")
+        stale = Emitter(turn_id, 100, coordinator, fence=1)
+        stale.emit_delta(0, "from a driver that lost the turn", now=True)
+        emitter.emit(EventKind.END, {"outcome": "finished"}, now=True)
+        heard: list[Event] = []
+        deadline = time.monotonic() + 5
+        while (not heard or heard[-1].kind is not EventKind.END) and time.monotonic() < deadline:
+            message = subscription.get_message(timeout=0.5)
+            if message is not None:
+                heard += [Event.from_json(item) for item in json.loads(message["data"])]
+    finally:
+        subscription.close()
+        listener.close()
+
+    assert heard == coordinator.read_events(turn_id, 0, timeout=0)
+    assert [e.seq for e in heard] == list(range(1, len(heard) + 1))
+    tokens = "".join(e.data["text"] for e in heard if e.kind is EventKind.TOKEN)
+    assert tokens == "".join(f"d{n} " for n in range(30))
