@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import parley
-from parley.errors import InvalidRequest
+from parley.errors import InvalidRequest, StoreError
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
@@ -83,6 +83,35 @@ def test_before_commit_rejects_and_nothing_is_committed(
     assert resumed.outcome is parley.TurnStatus.FINISHED and resumed.steps == 1
     assert hooks.before_commit_calls == ["finished", "finished", "finished"]
     assert session.head == rejected.turn_id
+
+
+def test_a_turn_whose_end_failed_to_commit_calls_no_after_commit(
+    make_client: ClientFactory, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = Recorder()
+    client = make_client(host=host(hooks))
+    session = client.open_session(workspace)
+    store = client.store
+    commit_step = store.commit_step
+
+    def database_gone(**kwargs: Any) -> Any:
+        if kwargs.get("end") is not None:
+            raise StoreError("the database went away during the commit")
+        return commit_step(**kwargs)
+
+    monkeypatch.setattr(store, "commit_step", database_gone)
+    handle = session.submit("hello")
+    with pytest.raises(StoreError):
+        handle.wait(30)
+    assert hooks.before_commit_calls == ["finished"]  # asked; then persistence failed
+    assert hooks.after_commit_calls == [] and hooks.terminal == []
+    assert store.run_state(handle.turn_id).status is parley.TurnStatus.RUNNING  # stranded
+
+    monkeypatch.undo()
+    result = session.resume(handle.turn_id).wait(30)
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert [r.outcome.turn_id for r in hooks.after_commit_calls] == [handle.turn_id]
+    assert hooks.terminal == ["finished"]
 
 
 def test_observational_hooks_cannot_undo_a_commit(
