@@ -117,11 +117,14 @@ class _DeltaSink:
         coordinator: Coordinator,
         index: int,
         holding: Callable[[], bool],
+        interrupt_pending: Callable[[], bool],
     ) -> None:
         self._emitter = emitter
         self._coordinator = coordinator
         self._index = index
         self._holding = holding
+        self._interrupt_pending = interrupt_pending
+        self._stale_flag = False
         self.parts: list[str] = []
 
     def __call__(self, text: str) -> None:
@@ -135,8 +138,15 @@ class _DeltaSink:
 
     def check(self) -> None:
         _check_holding(self._holding, "while the model streamed")
-        if self._coordinator.interrupt_requested(self._emitter.turn_id):
+        if self._stale_flag or not self._coordinator.interrupt_requested(self._emitter.turn_id):
+            return
+        # The flag is a hint, set after the interrupt committed: one the turn obeyed
+        # already can outlive its own clearing (a signal delayed past the cancel and a
+        # resume), and must not abort a later attempt.  Asked once per step; an interrupt
+        # sent after a stale flag stops the turn at the next boundary instead.
+        if self._interrupt_pending():
             raise StreamAborted
+        self._stale_flag = True
 
     def restart(self, reason: str) -> None:
         _check_holding(self._holding, "while the model restarted its stream")
@@ -471,8 +481,13 @@ class _TurnRun:
             fit=(lambda past, current: budget.fit(prefix, past, current)) if budget else None,
         )
         request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
+
+        def interrupt_pending() -> bool:
+            pending = self.store.pending_steers(self.run_id, cursor)
+            return any(s.kind is SteerKind.INTERRUPT for s in pending)
+
         sink = self.streaming = _DeltaSink(
-            self.emitter, self.engine.coordinator, index, self.holding
+            self.emitter, self.engine.coordinator, index, self.holding, interrupt_pending
         )
         try:
             reply = self.host.model.stream(request, sink)

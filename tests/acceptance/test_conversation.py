@@ -374,6 +374,23 @@ def test_interrupt_while_streaming_keeps_a_display_only_partial(
     assert "token0" not in replayed  # never replayed to the model
 
 
+def test_an_interrupt_flag_with_no_interrupt_in_the_inbox_does_not_abort_the_stream(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    # The flag is only a hint: one left over from an interrupt already obeyed (its signal
+    # delayed past the cancel and a resume) must not cancel a turn nobody interrupted.
+    text = "".join(f"token{i} " for i in range(60))
+    rule = {"when": "essay", "steps": [{"text": text, "chunk_chars": 7, "delay_ms": 10}]}
+    client = make_client([rule])
+    handle = client.open_session(workspace).submit("write an essay")
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN:
+            client.coordinator.signal_interrupt(handle.turn_id)
+            break
+    result = handle.wait(30)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == text
+
+
 def test_policy_refusal_names_the_rule_and_the_turn_goes_on(
     make_client: ClientFactory, workspace: Path
 ) -> None:
