@@ -39,7 +39,7 @@ may have published past that commit (a step's deltas, each its own event at wors
 its tool events), and readers may hold those seqs: none is reused.  Readers step over
 the gap once the claim has committed; MAX_ATTEMPTS such jumps fit a 32-bit seq easily."""
 WORK_MARK_SECONDS = 3_600
-"""How long a session's work mark lives after its last bump."""
+"""How long a session's work mark (a random value each submission replaces) lives."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600
 """Redis broker redelivery of unacknowledged kicks.  Long on purpose: a redelivered kick
 is harmless, but crash recovery never waits for it (lock TTL + sweeper do that)."""
@@ -86,7 +86,7 @@ def kick_pending_key(session_id: str) -> str:
 
 
 def work_key(session_id: str) -> str:
-    """The session's work mark, bumped by every submission."""
+    """The session's work mark, replaced by every submission."""
     return f"parley:work:{session_id}"
 
 

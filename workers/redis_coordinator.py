@@ -306,7 +306,7 @@ class RedisCoordinator:
         return RedisLock(self, session_id, token, mark) if taken else None
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
-        """Bump the session's work mark, publishing ``events`` (and what is queued before
+        """Move the session's work mark, publishing ``events`` (and what is queued before
         them) in the same round trip.  Returns whether to kick: not while the session's
         kick-pending flag is up, from an earlier kick until a driver lets go of the
         session (that driver sees this work through the work mark).  A lost mark or kick
@@ -319,8 +319,9 @@ class RedisCoordinator:
 
             def mark(pipe: Any) -> None:
                 turns[:] = self._queue_appends(pipe, batch)
-                pipe.incr(c.work_key(session_id))
-                pipe.expire(c.work_key(session_id), c.WORK_MARK_SECONDS)
+                # A fresh random mark, not a counter: a counter that expired (a drive
+                # longer than its life) could count back up to the value a driver holds.
+                pipe.set(c.work_key(session_id), uuid.uuid4().hex, ex=c.WORK_MARK_SECONDS)
                 pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
 
             at = time.monotonic()

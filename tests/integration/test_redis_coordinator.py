@@ -119,6 +119,20 @@ def test_no_kick_is_needed_from_a_kick_sent_until_its_driver_lets_go(
     assert lock.release() is None  # released once
 
 
+def test_a_work_mark_that_expired_during_a_drive_cannot_return_to_the_drivers_value(
+    coordinator: RedisCoordinator,
+) -> None:
+    # A turn running longer than the mark's life: a counter would count back up to the
+    # value the driver read, and the driver would let go over the new submission.
+    session_id = str(uuid.uuid4())
+    coordinator.mark_work(session_id)
+    lock = coordinator.try_lock(session_id)
+    assert lock is not None and lock.work_mark is not None
+    coordinator.redis.delete(c.work_key(session_id))  # expired
+    coordinator.mark_work(session_id)  # submitted while the driver holds the session
+    assert lock.release() != lock.work_mark
+
+
 def test_the_sweeper_leaves_a_session_to_a_fresh_kick_or_a_live_lock_only(
     coordinator: RedisCoordinator,
 ) -> None:
