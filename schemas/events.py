@@ -1,6 +1,6 @@
 """Events a subscriber sees while a turn runs, ordered by a per-turn ``seq`` that grows by
-one per event (it jumps once where a stranded turn is taken over after Redis lost its
-buffer, past anything the cut-off attempt may have published)."""
+one per event (it jumps where a turn cut off mid-run is taken over, past anything the
+attempt cut off may have published)."""
 
 from __future__ import annotations
 

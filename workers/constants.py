@@ -32,12 +32,14 @@ IDLE_BUFFER_SECONDS = 86_400
 ended: past that, readers find its committed events in the store, and uncommitted tokens
 of a turn that ran a day are gone.  Bounds what turns that never end (and announcements
 of submissions that rolled back) leave in Redis."""
-LOST_BUFFER_SEQ_GAP = 1 << 20
-"""How far above its last commit a stranded turn's new attempt numbers its events when
-the turn's replay buffer is gone (Redis lost it, or a day passed).  The attempt cut off
-may have published past that commit (a step's deltas, each its own event at worst, and
-its tool events), and readers may hold those seqs: none is reused.  Readers step over
-the gap once the claim has committed; MAX_ATTEMPTS such jumps fit a 32-bit seq easily."""
+TAKEOVER_SEQ_GAP = 1 << 20
+"""How far above its last commit a turn cut off mid-run (its driver died or lost the
+session) numbers the events of its next attempt.  The attempt cut off may have published
+past that commit (a step's deltas, each its own event at worst, and its tool events),
+and readers may hold those seqs; the replay buffer that would tell how far can have lost
+them (a flush, a failover that dropped its tail), so no seq a reader saw is ever reused.
+Readers step over the gap once the claim has committed; MAX_ATTEMPTS such jumps fit a
+32-bit seq many times over."""
 WORK_MARK_SECONDS = 3_600
 """How long a session's work mark (a random value each submission replaces) lives."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600

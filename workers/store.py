@@ -590,10 +590,10 @@ class SqlStore:
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0
-        if floor == 0 and run.status == q.RUNNING:
-            # Cut off mid-turn, and its buffer is gone: what it published past its last
-            # commit is unknown, and readers may hold it.
-            floor = run.last_seq + c.LOST_BUFFER_SEQ_GAP
+        if run.status == q.RUNNING:
+            # Cut off mid-turn: how far it published past its last commit, readers may
+            # know better than a buffer that lost its tail (a flush, a failover).
+            floor = max(floor, run.last_seq + c.TAKEOVER_SEQ_GAP)
         written = bool(getattr(run, "claimed", False))  # (NEXT_RUN has no such column)
         return self._claim(db, run, worker, floor, session, turn, known, head, now, written)
 
