@@ -104,6 +104,8 @@ class _Ending:
     partial: str | None = None
     receipt: FinishReceipt | None = None
     """Set when the turn's end was committed with its last step."""
+    discarded: Usage = field(default_factory=Usage)
+    """What a step thrown away at the end cost (a vetoed answer): charged with the end."""
 
 
 class _DeltaSink:
@@ -160,6 +162,10 @@ class _DeltaSink:
             # delta is invisible to them.
             self._emitter.emit(EventKind.STEP_RESTARTED, {"index": self._index, "reason": reason})
         self.parts = []
+
+    def settled(self, text: str) -> None:
+        """Readers now hold ``text`` for this step (the engine completed the stream)."""
+        self.parts = [text] if text else []
 
     @property
     def text(self) -> str:
@@ -260,6 +266,8 @@ class _TurnRun:
         self.history: tuple[Message, ...] | None = None
         # The sink of the step in flight, until that step commits.
         self.streaming: _DeltaSink | None = None
+        # The step count of a final answer ``before_commit`` approved in its step.
+        self.approved_steps: int | None = None
 
     # ------------------------------------------------------------------ turn
 
@@ -516,6 +524,25 @@ class _TurnRun:
             model=reply.model or self.host.model.name,
         )
         idle = not calls and not (self.contract and self.contract.check)
+        # A final answer with nothing to check ends the turn in the step's own
+        # transaction unless a steer is pending.
+        ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
+        ends_here = idle
+        if idle and self._has_before_commit():
+            # The hook sees (and may veto) that outcome before any of the step commits:
+            # vetoed, a resume asks the model again instead of replaying the rejected
+            # answer.  Only a final one: with a steer pending the turn goes on.
+            ends_here = not self.store.pending_steers(self.run_id, cursor)
+            if ends_here:
+                outcome = self._outcome(state, ending)
+                vetoed = self._vetoed(
+                    replace(outcome, steps=index + 1, usage=state.usage + reply.usage)
+                )
+                if vetoed is not None:
+                    sink.retract("rejected")
+                    vetoed.discarded = reply.usage  # spent, if never committed
+                    return vetoed
+                self.approved_steps = index + 1
         step_event = self.emitter.allocate(
             EventKind.STEP,
             {
@@ -525,21 +552,6 @@ class _TurnRun:
                 "usage": reply.usage.to_json(),
             },
         )
-        # A final answer with nothing to check ends the turn in the step's own
-        # transaction unless a steer is pending.  A ``before_commit`` hook sees (and may
-        # veto) that outcome first: vetoed, nothing of the step commits, so a resume asks
-        # the model again instead of replaying the rejected answer.
-        ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
-        if idle:
-            candidate = replace(
-                self._outcome(state, ending),
-                steps=index + 1,
-                usage=state.usage + reply.usage,
-            )
-            vetoed = self._vetoed(candidate)
-            if vetoed is not None:
-                sink.retract("rejected")
-                return vetoed
         receipt = self.store.commit_step(
             run_id=self.run_id,
             session_id=self.claimed.session.session_id,
@@ -549,7 +561,7 @@ class _TurnRun:
             steer_cursor=cursor,
             events=[*self.emitter.take_unstored(), step_event],
             close_inbox_if_idle=idle,
-            end=self._turn_end(ending, self.emitter.next_seq) if idle else None,
+            end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
         self.streaming = None
         self.emitter.publish(step_event)
@@ -586,10 +598,11 @@ class _TurnRun:
             return
         if reply.text.startswith(streamed):
             self.emitter.emit_delta(index, reply.text[len(streamed) :])
-            return
-        self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index, "reason": "diverged"})
-        if reply.text:
-            self.emitter.emit_delta(index, reply.text)
+        else:
+            self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index, "reason": "diverged"})
+            if reply.text:
+                self.emitter.emit_delta(index, reply.text)
+        sink.settled(reply.text)
 
     def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
         """Run one tool call through validation, policy and approver.  Raises only
@@ -676,7 +689,10 @@ class _TurnRun:
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
         receipt = ending.receipt
         if receipt is None:
-            vetoed = self._vetoed(outcome) if completed else None
+            # An answer the hook approved in its step (which a steer then kept from
+            # ending the turn there) is not asked about twice.
+            asked = completed and outcome.steps == self.approved_steps
+            vetoed = self._vetoed(outcome) if completed and not asked else None
             if vetoed is not None:
                 ending, completed = vetoed, False
                 outcome = self._outcome(state, ending)
@@ -705,6 +721,9 @@ class _TurnRun:
             )
         _observe(getattr(hooks, "on_terminal", None), outcome)
         return ending.status, receipt
+
+    def _has_before_commit(self) -> bool:
+        return getattr(self.host.hooks, "before_commit", None) is not None
 
     def _vetoed(self, outcome: TurnOutcome) -> _Ending | None:
         """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""
@@ -744,6 +763,7 @@ class _TurnRun:
             worker=self.engine.label(),
             position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
+            discarded=ending.discarded,
         )
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
@@ -754,7 +774,7 @@ class _TurnRun:
             outcome=ending.status.value,
             reply=ending.reply if ending.status.has_reply else None,
             steps=len(state.steps),
-            usage=state.usage,
+            usage=state.usage + ending.discarded,
             error=ending.error,
         )
 

@@ -377,6 +377,9 @@ class TurnEnd:
     # The turn's path from the session's root as its claim read it, the turn itself
     # last: a claim in the same transaction need not read the path it extends.
     path: tuple[TurnRecord, ...] = ()
+    # What a step thrown away at the end cost (an answer ``before_commit`` vetoed): the
+    # run and the session are charged for it, though nothing of the step commits.
+    discarded: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -83,6 +83,17 @@ CHARGE_SESSION = (
     .values(tokens_used=t.sessions.c.tokens_used + b("tokens"))
 )
 
+# What a turn spent on a step it threw away (nothing of the step is stored).
+CHARGE_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        input_tokens=t.runs.c.input_tokens + b("input_tokens"),
+        output_tokens=t.runs.c.output_tokens + b("output_tokens"),
+        cached_tokens=t.runs.c.cached_tokens + b("cached_tokens"),
+    )
+)
+
 # The fence check of a turn commit: move the head (or leave it) while the fence holds,
 # and charge the tokens of the step that commits with it, if one does.
 FINISH_SESSION = (

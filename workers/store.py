@@ -815,10 +815,21 @@ class SqlStore:
             )
             undelivered: tuple[str, ...] = ()
         else:
-            session = self._finish_session(db, session_id, fence, end, 0)
+            discarded = end.discarded
+            session = self._finish_session(db, session_id, fence, end, discarded.total)
             steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
+            if discarded.total:
+                db.execute(
+                    q.CHARGE_RUN,
+                    {
+                        "b_run_id": run_id,
+                        "b_input_tokens": discarded.input_tokens,
+                        "b_output_tokens": discarded.output_tokens,
+                        "b_cached_tokens": discarded.cached_tokens,
+                    },
+                )
             pending = self._pending(db, run_id, cursor) if steer_count > cursor else ()
             undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
             end_event = _end_event(end, undelivered)

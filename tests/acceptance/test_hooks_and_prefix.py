@@ -71,8 +71,9 @@ def test_before_commit_rejects_and_nothing_is_committed(
     assert hooks.before_commit_calls == ["finished", "finished"]
     assert len(hooks.after_commit_calls) == 1  # never for the rejected turn
     assert hooks.terminal == ["finished", "failed"]
-    # Not even its answer's step: the hook saw it before it committed.
-    assert rejected.steps == 0 and rejected.usage == parley.Usage()
+    # Not even its answer's step: the hook saw it before it committed (what the answer
+    # cost is charged all the same).
+    assert rejected.steps == 0 and rejected.usage.total > 0
     kinds = [e.kind for e in client.attach(rejected.turn_id).events()]
     assert kinds.index(EventKind.STEP_RESTARTED) < kinds.index(EventKind.END)  # retracted
     assert EventKind.STEP not in kinds
@@ -83,6 +84,79 @@ def test_before_commit_rejects_and_nothing_is_committed(
     assert resumed.outcome is parley.TurnStatus.FINISHED and resumed.steps == 1
     assert hooks.before_commit_calls == ["finished", "finished", "finished"]
     assert session.head == rejected.turn_id
+
+
+class Verdicts:
+    """A before_commit that records the replies it was asked about and rejects the
+    first ``rejections`` of them."""
+
+    def __init__(self, rejections: int = 0) -> None:
+        self.asked: list[str | None] = []
+        self.rejections = rejections
+
+    def before_commit(self, outcome: parley.TurnOutcome, _context: Any) -> None:
+        self.asked.append(outcome.reply)
+        if len(self.asked) <= self.rejections:
+            raise ValueError("not this answer")
+
+
+def test_before_commit_is_not_asked_about_an_answer_a_steer_keeps_from_being_final(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    draft = "".join(f"draft{i} " for i in range(40))
+    rule = {
+        "when": "write",
+        "steps": [
+            {"text": draft, "chunk_chars": 6, "delay_ms": 10},
+            {"text": "final: {last_message}"},
+        ],
+    }
+    hooks = Verdicts()
+    client = make_client(host=host(hooks, [rule]))
+    handle = client.open_session(workspace).submit("write it")
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN:
+            handle.say("in capitals")  # arrives while the first answer streams
+            break
+    result = handle.wait(30)
+    assert result.reply == "final: in capitals" and result.steps == 2
+    assert hooks.asked == ["final: in capitals"]  # never the draft the steer overtook
+
+
+class AnswersWithoutStreaming:
+    """A model that returns its text whole, never through the delta sink."""
+
+    name = "unstreamed"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def stream(self, request: Any, on_delta: Any) -> Any:
+        self.calls += 1
+        return parley.models.ModelReply(text=f"answer {self.calls}")
+
+
+def test_a_vetoed_answer_that_was_never_streamed_is_still_retracted(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    # The engine itself sends an unstreamed answer as one token: the veto must retract
+    # that too, or a reader would glue the resumed answer to it.  No seq is skipped.
+    hooks = Verdicts(rejections=1)
+    client = make_client(host=parley.Host(model=AnswersWithoutStreaming(), hooks=hooks))
+    session = client.open_session(workspace)
+    rejected = session.turn("go")
+    assert rejected.outcome is parley.TurnStatus.FAILED
+    resumed = session.resume(rejected.turn_id).wait(30)
+    assert resumed.reply == "answer 2" and hooks.asked == ["answer 1", "answer 2"]
+    events = list(client.attach(rejected.turn_id).events())
+    shown = ""
+    for event in events:
+        if event.kind is EventKind.STEP_RESTARTED:
+            shown = ""
+        elif event.kind is EventKind.TOKEN:
+            shown += event.data["text"]
+    assert shown == "answer 2"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
 def test_a_turn_whose_end_failed_to_commit_calls_no_after_commit(
