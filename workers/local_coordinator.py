@@ -12,7 +12,12 @@ from schemas.events import Event, EventKind
 RETAINED_TURNS = 256
 """How many ended turns' replay buffers (tokens included) are kept; older turns are
 replayed from the store, without their tokens.  A turn that has not ended keeps its
-buffer whatever the count: while it runs, its replay window is the whole turn."""
+buffer, up to UNENDED_FACTOR times the count: while it runs, its replay window is the
+whole turn."""
+UNENDED_FACTOR = 4
+"""Past this many times RETAINED_TURNS buffers, the least recently published go whether
+their turns ended or not: turns that never end (a driver that died with nobody resuming,
+an announcement whose submission rolled back) must not grow the process forever."""
 
 
 class LocalLock:
@@ -117,6 +122,9 @@ class LocalCoordinator:
         for turn_id in ended[:excess]:
             del self._buffers[turn_id]
             del self._ends[turn_id]
+        while len(self._buffers) > self._retained * UNENDED_FACTOR:
+            evicted, _ = self._buffers.popitem(last=False)
+            self._ends.pop(evicted, None)
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""

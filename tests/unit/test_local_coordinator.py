@@ -4,7 +4,7 @@ turn's replay window stays the whole turn however many turns end meanwhile."""
 from __future__ import annotations
 
 from schemas.events import Event, EventKind
-from workers.local_coordinator import LocalCoordinator
+from workers.local_coordinator import UNENDED_FACTOR, LocalCoordinator
 
 
 def event(turn_id: str, seq: int, kind: EventKind = EventKind.TOKEN) -> Event:
@@ -28,3 +28,11 @@ def test_ended_turns_make_way_but_a_running_turn_keeps_its_whole_buffer() -> Non
     assert len(coordinator.read_events("running", 0, timeout=0)) == 3
     coordinator.publish([event("later still", 1)])
     assert coordinator.read_events("running", 0, timeout=0) == []
+
+
+def test_turns_that_never_end_cannot_grow_the_buffers_forever() -> None:
+    coordinator = LocalCoordinator(retained_turns=2)
+    for n in range(20):  # announced, never run (say, each submission rolled back)
+        coordinator.publish([event(f"announced{n}", 1, EventKind.QUEUED)])
+    kept = [n for n in range(20) if coordinator.read_events(f"announced{n}", 0, timeout=0)]
+    assert kept == list(range(20 - 2 * UNENDED_FACTOR, 20))  # the most recent
