@@ -379,7 +379,7 @@ def test_an_interrupt_flag_with_no_interrupt_in_the_inbox_does_not_abort_the_str
 ) -> None:
     # The flag is only a hint: one left over from an interrupt already obeyed (its signal
     # delayed past the cancel and a resume) must not cancel a turn nobody interrupted.
-    text = "".join(f"token{i} " for i in range(60))
+    text = "".join(f"token{i} " for i in range(150))  # streams for about 2 s
     rule = {"when": "essay", "steps": [{"text": text, "chunk_chars": 7, "delay_ms": 10}]}
     client = make_client([rule])
     handle = client.open_session(workspace).submit("write an essay")
@@ -387,6 +387,7 @@ def test_an_interrupt_flag_with_no_interrupt_in_the_inbox_does_not_abort_the_str
         if event.kind is EventKind.TOKEN:
             client.coordinator.signal_interrupt(handle.turn_id)
             break
+    assert handle.result() is None  # raised while the model still streamed
     result = handle.wait(30)
     assert result.outcome is parley.TurnStatus.FINISHED and result.reply == text
 

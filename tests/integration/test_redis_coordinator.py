@@ -246,6 +246,10 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
     listener = redis.Redis.from_url(REDIS_TEST_URL)
     subscription = listener.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     subscription.subscribe(c.deltas_channel(turn_id))
+    deadline = time.monotonic() + 5  # subscribed for sure before anything is published
+    while listener.pubsub_numsub(c.deltas_channel(turn_id))[0][1] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     try:
         assert coordinator.adopt(turn_id, fence=2) == 0
         emitter = Emitter(turn_id, 1, coordinator, fence=2)

@@ -40,10 +40,11 @@ def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(
     )
     coordinator.publish([event(6, EventKind.TOKEN), event(7, EventKind.TOKEN)])
     seen: list[int] = []
-    reader = threading.Thread(
+    reader = threading.Thread(  # a daemon: a failed assertion must not hang the run
+        daemon=True,
         target=lambda: seen.extend(
             e.seq for e in follow(turn_id, 2, coordinator=coordinator, store=store)
-        )
+        ),
     )
     reads = 0
     events_after = store.events_after
@@ -93,8 +94,9 @@ def test_a_turn_taken_over_after_redis_lost_its_buffer_reuses_no_seq_a_reader_ho
         cut_off = emitter.next_seq - 1
 
         seen: list[Event] = []
-        reader = threading.Thread(
-            target=lambda: seen.extend(follow(turn_id, 0, coordinator=reading, store=store))
+        reader = threading.Thread(  # a daemon: a failed assertion must not hang the run
+            target=lambda: seen.extend(follow(turn_id, 0, coordinator=reading, store=store)),
+            daemon=True,
         )
         reader.start()
         deadline = time.monotonic() + 10
