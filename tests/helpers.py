@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import parley
+from schemas.events import EventKind
 from tests.hosts import control_dir
+from workers.constants import TAKEOVER_SEQ_GAP
 from workers.ports import ModelReply, ModelRequest
 
 
@@ -107,3 +109,14 @@ class RecordingModel:
         validate = getattr(self.inner, "validate_tools", None)
         if validate is not None:
             validate(names)
+
+
+def assert_once_in_order_gap_free_but_at_takeovers(events: list[parley.Event]) -> None:
+    """Each event once and in order, seqs growing by one, except where a takeover's
+    ``started`` numbers past anything the attempt it replaced may have published."""
+    previous = 0
+    for event in events:
+        if event.seq != previous + 1:
+            assert event.kind is EventKind.STARTED and event.data["attempt"] > 1, event
+            assert previous < event.seq <= previous + TAKEOVER_SEQ_GAP + 1, event
+        previous = event.seq
