@@ -38,8 +38,8 @@ session) numbers the events of its next attempt.  The attempt cut off may have p
 past that commit (a step's deltas, each its own event at worst, and its tool events),
 and readers may hold those seqs; the replay buffer that would tell how far can have lost
 them (a flush, a failover that dropped its tail), so no seq a reader saw is ever reused.
-Readers step over the gap once the claim has committed; MAX_ATTEMPTS such jumps fit a
-32-bit seq many times over."""
+Readers step over the gap once the claim has committed.  A 32-bit seq holds some 2000
+such takeovers of one run; the engine gives a turn up after MAX_ATTEMPTS."""
 WORK_MARK_SECONDS = 3_600
 """How long a session's work mark (a random value each submission replaces) lives."""
 VISIBILITY_TIMEOUT_SECONDS = 3_600

@@ -266,8 +266,6 @@ class _TurnRun:
         self.history: tuple[Message, ...] | None = None
         # The sink of the step in flight, until that step commits.
         self.streaming: _DeltaSink | None = None
-        # The step count of a final answer ``before_commit`` approved in its step.
-        self.approved_steps: int | None = None
 
     # ------------------------------------------------------------------ turn
 
@@ -531,8 +529,15 @@ class _TurnRun:
         if idle and self._has_before_commit():
             # The hook sees (and may veto) that outcome before any of the step commits:
             # vetoed, a resume asks the model again instead of replaying the rejected
-            # answer.  Only a final one: with a steer pending the turn goes on.
-            ends_here = not self.store.pending_steers(self.run_id, cursor)
+            # answer.  Only a final one: the inbox is closed first (atomically against
+            # say(), which from then on gets TurnEnded), unless a steer is pending, and
+            # then the turn goes on without asking.
+            ends_here = not self.store.close_inbox(
+                run_id=self.run_id,
+                session_id=self.claimed.session.session_id,
+                fence=self.fence,
+                cursor=cursor,
+            )
             if ends_here:
                 outcome = self._outcome(state, ending)
                 vetoed = self._vetoed(
@@ -542,7 +547,6 @@ class _TurnRun:
                     sink.retract("rejected")
                     vetoed.discarded = reply.usage  # spent, if never committed
                     return vetoed
-                self.approved_steps = index + 1
         step_event = self.emitter.allocate(
             EventKind.STEP,
             {
@@ -689,10 +693,7 @@ class _TurnRun:
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
         receipt = ending.receipt
         if receipt is None:
-            # An answer the hook approved in its step (which a steer then kept from
-            # ending the turn there) is not asked about twice.
-            asked = completed and outcome.steps == self.approved_steps
-            vetoed = self._vetoed(outcome) if completed and not asked else None
+            vetoed = self._vetoed(outcome) if completed else None
             if vetoed is not None:
                 ending, completed = vetoed, False
                 outcome = self._outcome(state, ending)

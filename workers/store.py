@@ -998,7 +998,8 @@ def _stale(fence: int, end: TurnEnd) -> Fenced:
 
 
 def _finish_values(session_id: str, fence: int, end: TurnEnd, tokens: int) -> dict[str, Any]:
-    """FINISH_SESSION's values: ``tokens`` are those of a step committed with the end."""
+    """FINISH_SESSION's values: ``tokens`` are those of a step committed with the end, or
+    of one thrown away (TurnEnd.discarded)."""
     return {
         "b_session_id": session_id,
         "b_fence": fence,

@@ -353,7 +353,7 @@ def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> Non
         prompt = handle.record().prompt
         assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
         events = seen[handle.turn_id]
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert_once_in_order_gap_free_but_at_takeovers(events)
         assert events[-1].kind is EventKind.END
     for session in sessions:
         history = session.history()

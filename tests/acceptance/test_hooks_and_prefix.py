@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import parley
-from parley.errors import InvalidRequest, StoreError
+from parley.errors import InvalidRequest, StoreError, TurnEnded
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
@@ -121,6 +121,33 @@ def test_before_commit_is_not_asked_about_an_answer_a_steer_keeps_from_being_fin
     result = handle.wait(30)
     assert result.reply == "final: in capitals" and result.steps == 2
     assert hooks.asked == ["final: in capitals"]  # never the draft the steer overtook
+
+
+def test_a_steer_sent_while_before_commit_judges_the_final_answer_is_refused(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    # The inbox closes before the hook is asked, so the answer it judges is final: a
+    # say() meanwhile is told the turn has ended instead of slipping in after the verdict.
+    class Deliberates(Verdicts):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.done = threading.Event(), threading.Event()
+
+        def before_commit(self, outcome: parley.TurnOutcome, context: Any) -> None:
+            self.entered.set()
+            assert self.done.wait(10)
+            super().before_commit(outcome, context)
+
+    hooks = Deliberates()
+    client = make_client(host=host(hooks))
+    handle = client.open_session(workspace).submit("hello")
+    assert hooks.entered.wait(10)
+    with pytest.raises(TurnEnded):
+        handle.say("one more thing")
+    hooks.done.set()
+    result = handle.wait(30)
+    assert result.reply == "heard: hello" and hooks.asked == ["heard: hello"]
+    assert result.undelivered == ()
 
 
 class AnswersWithoutStreaming:
