@@ -120,3 +120,15 @@ def assert_once_in_order_gap_free_but_at_takeovers(events: list[parley.Event]) -
             assert event.kind is EventKind.STARTED and event.data["attempt"] > 1, event
             assert previous < event.seq <= previous + TAKEOVER_SEQ_GAP + 1, event
         previous = event.seq
+
+
+def displayed_text(events: list[parley.Event]) -> str:
+    """What a reader shows of a turn's tokens: each ``step_restarted`` drops the text
+    shown so far, as the provisional text it retracts."""
+    shown = ""
+    for event in events:
+        if event.kind is EventKind.STEP_RESTARTED:
+            shown = ""
+        elif event.kind is EventKind.TOKEN:
+            shown += event.data["text"]
+    return shown

@@ -14,7 +14,7 @@ from parley.errors import InvalidRequest, StoreError, TurnEnded
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control, RecordingModel
+from tests.helpers import Control, RecordingModel, displayed_text
 from tests.hosts import WAIT_FOR_GATE
 
 pytestmark = pytest.mark.embedded_only  # the hooks under test live in this process
@@ -176,12 +176,7 @@ def test_a_vetoed_answer_that_was_never_streamed_is_still_retracted(
     resumed = session.resume(rejected.turn_id).wait(30)
     assert resumed.reply == "answer 2" and hooks.asked == ["answer 1", "answer 2"]
     events = list(client.attach(rejected.turn_id).events())
-    shown = ""
-    for event in events:
-        if event.kind is EventKind.STEP_RESTARTED:
-            shown = ""
-        elif event.kind is EventKind.TOKEN:
-            shown += event.data["text"]
+    shown = displayed_text(events)
     assert shown == "answer 2"
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
 

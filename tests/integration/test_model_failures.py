@@ -12,6 +12,7 @@ import parley
 from parley.tools.base import FunctionTool
 from schemas.events import EventKind
 from schemas.records import Usage
+from tests.helpers import displayed_text
 from workers.ports import DeltaSink, ModelReply, ModelRequest
 
 
@@ -38,12 +39,7 @@ def test_a_failed_step_retracts_its_tokens_and_a_resume_reads_cleanly(tmp_path: 
         assert failed.outcome == parley.TurnStatus.FAILED
         resumed = session.resume(failed.turn_id).wait(timeout=30)
         assert resumed.outcome == parley.TurnStatus.FINISHED
-        shown = ""
-        for event in client.attach(failed.turn_id).events():
-            if event.kind is EventKind.STEP_RESTARTED:
-                shown = ""
-            elif event.kind is EventKind.TOKEN:
-                shown += event.data["text"]
+        shown = displayed_text(list(client.attach(failed.turn_id).events()))
         assert shown == "Full answer." == resumed.reply
         kinds = [e.kind for e in client.attach(failed.turn_id).events()]
         first_end = kinds.index(EventKind.END)
@@ -76,12 +72,7 @@ def test_a_turn_failed_by_host_code_after_streaming_retracts_its_tokens(tmp_path
         assert failed.outcome == parley.TurnStatus.FAILED and failed.steps == 0
         resumed = session.resume(failed.turn_id).wait(timeout=30)
         assert resumed.outcome == parley.TurnStatus.FINISHED
-        shown = ""
-        for event in client.attach(failed.turn_id).events():
-            if event.kind is EventKind.STEP_RESTARTED:
-                shown = ""
-            elif event.kind is EventKind.TOKEN:
-                shown += event.data["text"]
+        shown = displayed_text(list(client.attach(failed.turn_id).events()))
         assert shown == "Full answer." == resumed.reply
 
 
