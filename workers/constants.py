@@ -28,10 +28,11 @@ ENDS_STREAM_SECONDS = 60
 before the end and blocks on the stream after it reads it then; any later waiter finds
 the end in the store.  (A stream costs Redis some 5 KB, however short.)"""
 IDLE_BUFFER_SECONDS = 86_400
-"""How long a turn's replay buffer lives from its first event while the turn has not
-ended: past that, readers find its committed events in the store, and uncommitted tokens
-of a turn that ran a day are gone.  Bounds what turns that never end (and announcements
-of submissions that rolled back) leave in Redis."""
+"""How long a turn's replay buffer lives past its driver's latest event while the turn
+has not ended (past its first event if no driver published yet): a running turn silent
+that long keeps its committed events in the store, not its earlier tokens.  Bounds what
+turns that never end (and announcements of submissions that rolled back) leave in
+Redis."""
 TAKEOVER_SEQ_GAP = 1 << 20
 """How far above its last commit a turn cut off mid-run (its driver died or lost the
 session) numbers the events of its next attempt.  The attempt cut off may have published

@@ -30,9 +30,10 @@ log = logging.getLogger("parley.redis")
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
 # An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives the
 # replay period (an hour by default) past its turn's end, the ends stream a minute, and
-# at most IDLE_BUFFER_SECONDS from its first event before that (readers find committed
-# events in the store), so no buffer outlives its use: not one of a turn that never
-# ends, nor one whose submission rolled back after announcing it.
+# before that IDLE_BUFFER_SECONDS past its driver's latest event (past its first event
+# if no driver ever published: announcements leave the expiry alone once set), so no
+# buffer outlives its use: not one of a turn that never ends, nor one whose submission
+# rolled back after announcing it, while a running turn keeps its whole buffer.
 # KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
 # none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
 # json...
@@ -63,6 +64,8 @@ if #fresh > 0 then
 end
 if ended > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+elseif #fresh > 0 and tonumber(ARGV[3]) > 0 then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
 elseif #fresh > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]), 'NX')
 end

@@ -148,15 +148,27 @@ def test_the_sweeper_leaves_a_session_to_a_fresh_kick_or_a_live_lock_only(
     assert coordinator.unattended([]) == []
 
 
-def test_a_turns_buffer_expires_a_day_after_it_starts_or_an_hour_after_its_end(
+def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_after_its_end(
     coordinator: RedisCoordinator,
 ) -> None:
     turn_id = str(uuid.uuid4())
-    emitter = Emitter(turn_id, 1, coordinator)
-    emitter.emit(EventKind.QUEUED, {"run_id": "r"})  # a turn that may never end
+    announcer = Emitter(turn_id, 1, coordinator)
+    announcer.emit(EventKind.QUEUED, {"run_id": "r"})  # a turn that may never end
     coordinator.flush()
     stream = c.events_key(turn_id)
     assert c.IDLE_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.IDLE_BUFFER_SECONDS
+    # A running turn keeps its whole buffer: each event of its driver gives it a day again
+    # (here after the better part of a day in a tool), so its first tokens do not go.
+    coordinator.redis.expire(stream, 100)
+    emitter = Emitter(turn_id, 2, coordinator, fence=1)
+    emitter.emit(EventKind.STARTED, {})
+    coordinator.flush()
+    assert c.IDLE_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.IDLE_BUFFER_SECONDS
+    coordinator.redis.expire(stream, 100)
+    coordinator.publish([Event(turn_id=turn_id, seq=3, kind=EventKind.QUEUED, data={})])
+    coordinator.flush()  # an announcement does not: only a driver shows the turn runs
+    assert coordinator.redis.ttl(stream) <= 100
+    emitter = Emitter(turn_id, 4, coordinator, fence=1)
     emitter.emit(EventKind.END, {"outcome": "finished"})
     coordinator.flush()
     assert c.ENDED_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
