@@ -8,7 +8,9 @@ coordinator, the kick being a Celery task that a worker handles the same way.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +52,8 @@ DEFAULT_DATABASE_URL = "sqlite:///parley.db"
 MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
+MAX_METADATA_BYTES = 100_000
+MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
 
@@ -74,7 +78,14 @@ def connect(
 
     SQLite databases are migrated on connect so a newcomer needs nothing else; other
     databases must be migrated with ``parley migrate`` (or ``migrate_schema=True``)."""
+    if host is not None and not isinstance(host, Host):
+        raise InvalidRequest(
+            f"host must be a parley.Host, not {type(host).__name__} "
+            "(parley.load_host('module:attribute') loads one)"
+        )
     url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    if not isinstance(url, str):
+        raise InvalidRequest(f"database_url must be a string, not {type(url).__name__}")
     redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
     engine = create_database_engine(url)
     if migrate_schema is None:
@@ -126,6 +137,7 @@ class Client:
         self.coordinator = coordinator
         self.host = host
         self._kicker = kicker
+        self._closed = False
 
     def __enter__(self) -> Client:
         return self
@@ -135,11 +147,17 @@ class Client:
 
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
         """Stop accepting work; embedded, with ``wait``, let running turns finish first."""
+        self._closed = True
         self._kicker.close(wait=wait, timeout=timeout)
         close = getattr(self.coordinator, "close", None)
         if close is not None:
             close()
         self.store.close()
+
+    def _check_open(self) -> None:
+        """Refuse a write once closed (a closed store would quietly reconnect)."""
+        if self._closed:
+            raise InvalidRequest("the client is closed")
 
     # ------------------------------------------------------------------ sessions
 
@@ -151,11 +169,15 @@ class Client:
         token_ceiling: int | None = None,
     ) -> Session:
         """Create a session about the workspace ``root`` (an existing directory)."""
-        root_path = os.path.realpath(os.fspath(root))
+        self._check_open()
+        given = os.fspath(root) if isinstance(root, (str, os.PathLike)) else None
+        if not isinstance(given, str) or not given or "\0" in given:
+            raise InvalidRequest(f"root must be a directory's path (a non-empty str), not {root!r}")
+        root_path = os.path.realpath(given)
         if not os.path.isdir(root_path):
-            raise InvalidRequest(f"root {os.fspath(root)!r} is not a directory")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise InvalidRequest("metadata must be a dict")
+            raise InvalidRequest(f"root {given!r} is not a directory")
+        if metadata is not None:
+            _check_metadata(metadata)
         if token_ceiling is not None and (
             not isinstance(token_ceiling, int)
             or isinstance(token_ceiling, bool)
@@ -220,6 +242,9 @@ class Session:
         timeout: float | None = None,
     ) -> TurnResult:
         """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
+        if on_event is not None and not callable(on_event):
+            raise InvalidRequest("on_event must be a callable taking an Event")
+        _check_timeout(timeout)
         handle = self.submit(prompt, contract=contract, request_id=request_id, if_busy=if_busy)
         if on_event is not None:
             for event in handle.events():
@@ -249,6 +274,7 @@ class Session:
                 f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters"
             )
         client = self._client
+        client._check_open()
         client._kicker.ready()  # a client that cannot run turns says so before any write
         receipt = client.store.submit_turn(
             session_id=self.id,
@@ -276,6 +302,7 @@ class Session:
         if turn_id is None or turn_id == "":
             raise InvalidRequest("branch_from needs a turn id")
         _check_id(turn_id)
+        self._client._check_open()
         self._client.store.branch(self.id, turn_id)
 
     def history(self) -> list[TurnRecord]:
@@ -291,6 +318,7 @@ class Session:
         with the same turn id and run id."""
         _check_id(turn_id)
         client = self._client
+        client._check_open()
         turn = client.store.get_turn(turn_id)
         if turn.session_id != self.id:
             raise ForeignTurn(f"turn {turn_id!r} belongs to session {turn.session_id!r}")
@@ -318,8 +346,8 @@ class TurnHandle:
 
     def events(self, after: int = 0) -> Iterator[Event]:
         """Every event with seq > ``after``, once each and in order, ending after ``end``."""
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
-            raise InvalidRequest("after must be a non-negative integer")
+        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= MAX_SEQ:
+            raise InvalidRequest(f"after must be a seq: an integer from 0 to {MAX_SEQ}")
         client = self._client
         return follow(
             self.turn_id,
@@ -333,10 +361,12 @@ class TurnHandle:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the
         turn has ended (the message then goes nowhere, and you are told)."""
         text = _check_text(text, "say", MAX_STEER_BYTES)
+        self._client._check_open()
         self._client.store.add_steer(self.turn_id, SteerKind.SAY, text)
 
     def interrupt(self) -> None:
         """Stop the turn at the next step boundary (at once while the model streams)."""
+        self._client._check_open()
         self._client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
         self._client.coordinator.signal_interrupt(self.turn_id)
 
@@ -346,6 +376,7 @@ class TurnHandle:
 
     def wait(self, timeout: float | None = None) -> TurnResult:
         """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
+        _check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         client = self._client
         # The store, which holds the truth, is asked first, then after each end the
@@ -369,6 +400,27 @@ class TurnHandle:
         failure = client._kicker.failure(self.session_id)
         if failure is not None and not client.store.run_state(self.turn_id).status.terminal:
             raise StoreError(f"the driver of this session stopped: {failure}") from failure
+
+
+def _check_timeout(timeout: Any) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+        raise InvalidRequest(f"timeout must be a number of seconds or None, not {timeout!r}")
+
+
+def _check_metadata(metadata: Any) -> None:
+    """JSON that comes back as it went in: string keys, no sets, NaN or infinity."""
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("metadata must be a dict")
+    try:
+        text = json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"metadata must be JSON: {exc}") from exc
+    if json.loads(text) != metadata:
+        raise InvalidRequest("metadata must be JSON: string keys, and lists rather than tuples")
+    if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
+        raise InvalidRequest(f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:

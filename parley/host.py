@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -55,8 +55,21 @@ class Host:
     def __post_init__(self) -> None:
         if self.model is None:
             object.__setattr__(self, "model", model_from_environment())
+        if isinstance(self.tools, (str, bytes)) or not isinstance(self.tools, Iterable):
+            raise InvalidRequest("Host.tools must be a list of tools (@parley.tool functions)")
         tools = tuple(self.tools)
+        for tool in tools:
+            if not all(callable(getattr(tool, m, None)) for m in ("run", "parse", "accesses")):
+                raise InvalidRequest(
+                    f"Host.tools: {tool!r} is not a tool; decorate the function with @parley.tool"
+                )
         object.__setattr__(self, "tools", tools)
+        if not isinstance(self.system_prompt, str):
+            raise InvalidRequest("Host.system_prompt must be text")
+        if not callable(getattr(self.policy, "check", None)):
+            raise InvalidRequest("Host.policy must have a check() method, as parley.Policy does")
+        if not callable(getattr(self.approver, "approve", None)):
+            raise InvalidRequest("Host.approver must have an approve(request) method")
         names = [t.declaration.name for t in tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -67,8 +80,9 @@ class Host:
         if validate_tools is not None and not self.mcp_servers:
             # With MCP servers the full toolbox is known only once they have started.
             validate_tools(names)
-        if self.tool_output_limit < 1:
-            raise InvalidRequest("tool_output_limit must be positive")
+        limit = self.tool_output_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidRequest("tool_output_limit must be a positive integer")
         if self.context_budget is not None and not isinstance(self.context_budget, ContextBudget):
             raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
         servers = tuple(self.mcp_servers)

@@ -127,6 +127,15 @@ def _build(
     if not callable(function):
         raise InvalidRequest(f"@tool needs a function, not {function!r}")
     label = getattr(function, "__qualname__", repr(function))
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        # Its call would return an unawaited coroutine, which the model would get as text.
+        raise InvalidRequest(f"@tool {label}: tools run synchronously; make it a plain def")
+    if inspect.isgeneratorfunction(function):
+        raise InvalidRequest(f"@tool {label}: a tool returns its result; it cannot yield")
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest(f"@tool {label}: description must be text")
+    if accesses is not None and not callable(accesses):
+        raise InvalidRequest(f"@tool {label}: accesses must be a function of the arguments")
     try:
         signature = inspect.signature(function)
         hints = typing.get_type_hints(function, include_extras=True)
