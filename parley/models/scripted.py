@@ -23,6 +23,8 @@ from schemas.records import Usage
 from workers.ports import DeltaSink, ModelReply, ModelRequest
 
 DEFAULT_CHUNK_CHARS = 16
+MAX_DELAY_MS = 60_000
+"""A scripted delay between chunks is at most a minute (a script stands in for a model)."""
 PLACEHOLDER = re.compile(r"\{(prompt|last_message)\}")
 
 
@@ -124,6 +126,10 @@ def _position(request: ModelRequest) -> tuple[str, int, str]:
 def _load(script: dict[str, Any] | str | Path) -> Any:
     if isinstance(script, dict):
         return script
+    if not isinstance(script, str | Path) or not str(script):
+        raise InvalidRequest(
+            f"a script is its parsed JSON (a dict) or the path of a JSON file, not {script!r}"
+        )
     path = Path(script)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -145,6 +151,9 @@ def _parse_rule(rule: Any, n: int) -> ScriptedRule:
     where = f"rules[{n}]"
     if not isinstance(rule, dict) or not isinstance(rule.get("when"), str):
         raise InvalidRequest(f'{where}: needs a "when" regex string')
+    unknown = set(rule) - {"when", "steps"}
+    if unknown:
+        raise InvalidRequest(f"{where}: unknown keys {sorted(unknown)}")
     try:
         when = re.compile(rule["when"])
     except re.error as exc:
@@ -170,8 +179,12 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
         raise InvalidRequest(f"{where}.text: a string")
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
         raise InvalidRequest(f"{where}.chunk_chars: a positive integer")
-    if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
-        raise InvalidRequest(f"{where}.delay_ms: a non-negative number")
+    if (
+        not isinstance(delay, int | float)
+        or isinstance(delay, bool)
+        or not 0 <= delay <= MAX_DELAY_MS  # (NaN fails both)
+    ):
+        raise InvalidRequest(f"{where}.delay_ms: a number of milliseconds, 0 to {MAX_DELAY_MS}")
     raw_calls = step.get("tool_calls", [])
     if not isinstance(raw_calls, list):
         raise InvalidRequest(f"{where}.tool_calls: a list")
@@ -179,6 +192,10 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
     for i, call in enumerate(raw_calls):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
             raise InvalidRequest(f"{where}.tool_calls[{i}]: needs a tool name")
+        if set(call) - {"name", "arguments"}:
+            raise InvalidRequest(
+                f"{where}.tool_calls[{i}]: unknown keys {sorted(set(call) - {'name', 'arguments'})}"
+            )
         arguments = call.get("arguments", {})
         if not isinstance(arguments, dict | str):
             raise InvalidRequest(f"{where}.tool_calls[{i}].arguments: an object or a raw string")

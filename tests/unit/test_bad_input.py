@@ -121,3 +121,23 @@ def test_a_tool_must_be_a_plain_function() -> None:
         parley.tool(description=5)(lambda: "x")  # type: ignore[call-overload]
     with pytest.raises(InvalidRequest, match="accesses"):
         parley.tool(accesses=5)(lambda: "x")  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        None,
+        5,
+        [ECHO],
+        "",
+        {"rules": [{**ECHO, "stepz": []}]},
+        {"rules": [{"when": ".*", "steps": [{"tool_calls": [{"name": "x", "args": {}}]}]}]},
+        {"rules": [{"when": ".*", "steps": [{"text": "x", "delay_ms": math.inf}]}]},
+        {"rules": [{"when": ".*", "steps": [{"text": "x", "delay_ms": math.nan}]}]},
+    ],
+)
+def test_a_script_a_user_got_wrong_is_refused_when_loaded(script: Any) -> None:
+    # A misspelt key used to be dropped (a call without its arguments); an infinite delay
+    # failed the turn with an OverflowError.
+    with pytest.raises(InvalidRequest):
+        parley.models.ScriptedModel(script)
