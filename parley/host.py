@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from parley.errors import InvalidRequest, McpError
+from parley.errors import InvalidRequest, McpError, ParleyError
 from parley.mcp.spec import McpServer
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
@@ -168,6 +168,8 @@ def model_from_environment(env: Mapping[str, str] = os.environ) -> Model:
 def load_host(spec: str) -> Host:
     """Build the host named by ``spec``: ``package.module:attribute`` (a Host, or a
     function returning one) or ``scripted:path/to/script.json``."""
+    if not isinstance(spec, str):
+        raise InvalidRequest(f"a host is named by a string, not {spec!r}")
     if spec.startswith("scripted:"):
         return Host(model=ScriptedModel(spec.removeprefix("scripted:")))
     module_name, _, attribute = spec.partition(":")
@@ -179,7 +181,16 @@ def load_host(spec: str) -> Host:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise InvalidRequest(f"cannot load host {spec!r}: {exc}") from exc
-    host = target() if callable(target) and not isinstance(target, Host) else target
+    host = target
+    if callable(target) and not isinstance(target, Host):
+        try:
+            host = target()
+        except ParleyError:
+            raise  # the factory's own account (a missing key, a bad script, …)
+        except Exception as exc:
+            raise InvalidRequest(
+                f"cannot load host {spec!r}: calling it failed: {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(host, Host):
         raise InvalidRequest(f"{spec!r} is a {type(host).__name__}, not a parley.Host")
     return host

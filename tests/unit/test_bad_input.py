@@ -141,3 +141,9 @@ def test_a_script_a_user_got_wrong_is_refused_when_loaded(script: Any) -> None:
     # failed the turn with an OverflowError.
     with pytest.raises(InvalidRequest):
         parley.models.ScriptedModel(script)
+
+
+@pytest.mark.parametrize("spec", [None, 5, "json:loads", "math:pi"])
+def test_load_host_names_what_is_wrong_with_its_spec(spec: Any) -> None:
+    with pytest.raises(InvalidRequest):
+        parley.load_host(spec)
