@@ -420,7 +420,7 @@ class _TurnRun:
             # The flag is a hint that an interrupt is in the durable inbox: read it now
             # rather than one step later.
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
-        return any(s.kind is SteerKind.INTERRUPT for s in state.pending)
+        return _has_interrupt(state.pending)
 
     def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
         """The model answered without tool calls: check, close the inbox, or go on (only
@@ -489,8 +489,7 @@ class _TurnRun:
         request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
 
         def interrupt_pending() -> bool:
-            pending = self.store.pending_steers(self.run_id, cursor)
-            return any(s.kind is SteerKind.INTERRUPT for s in pending)
+            return _has_interrupt(self.store.pending_steers(self.run_id, cursor))
 
         sink = self.streaming = _DeltaSink(
             self.emitter, self.engine.coordinator, index, self.holding, interrupt_pending
@@ -526,7 +525,7 @@ class _TurnRun:
         # transaction unless a steer is pending.
         ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
         ends_here = idle
-        if idle and self._has_before_commit():
+        if idle and self._before_commit() is not None:
             # The hook sees (and may veto) that outcome before any of the step commits:
             # vetoed, a resume asks the model again instead of replaying the rejected
             # answer.  Only a final one: the inbox is closed first (atomically against
@@ -723,12 +722,13 @@ class _TurnRun:
         _observe(getattr(hooks, "on_terminal", None), outcome)
         return ending.status, receipt
 
-    def _has_before_commit(self) -> bool:
-        return getattr(self.host.hooks, "before_commit", None) is not None
+    def _before_commit(self) -> Callable[..., object] | None:
+        hook: Callable[..., object] | None = getattr(self.host.hooks, "before_commit", None)
+        return hook
 
     def _vetoed(self, outcome: TurnOutcome) -> _Ending | None:
         """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""
-        before_commit = getattr(self.host.hooks, "before_commit", None)
+        before_commit = self._before_commit()
         if before_commit is None:
             return None
         try:
@@ -778,6 +778,10 @@ class _TurnRun:
             usage=state.usage + ending.discarded,
             error=ending.error,
         )
+
+
+def _has_interrupt(steers: Sequence[Any]) -> bool:
+    return any(s.kind is SteerKind.INTERRUPT for s in steers)
 
 
 def _observe(hook: Any, argument: Any) -> None:

@@ -110,7 +110,8 @@ class LocalCoordinator:
             self._changed.notify_all()
 
     def _evict_ended(self) -> None:
-        """Drop the least recently published ended turns' buffers beyond the bound."""
+        """Drop the least recently published ended turns' buffers beyond the bound, and
+        any turn's beyond UNENDED_FACTOR times it."""
         excess = len(self._buffers) - self._retained
         if excess <= 0:
             return
