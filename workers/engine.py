@@ -4,7 +4,8 @@ Each step: take the steers pending at the boundary (an interrupt ends the turn),
 model while publishing every delta, run the tool calls through policy and approver, then
 commit the whole step in one transaction.  When the model stops, the inbox is closed in
 the same transaction as the last step, or one more step runs for the steer that slipped in;
-with nothing pending and nothing to check, that transaction also commits the turn's end.
+with nothing pending, that transaction also commits the turn's end (a contract's check runs
+before it, on the final answer).
 The engine talks only to the ports in :mod:`workers.ports` and to :class:`SqlStore`.
 """
 
@@ -32,7 +33,7 @@ from schemas.messages import (
     request_digest,
 )
 from schemas.records import Contract, SteerKind, TurnStatus, Usage
-from workers.checks import run_check
+from workers.checks import CheckResult, run_check
 from workers.context import assemble, history_messages, turn_replay
 from workers.emitter import Emitter
 from workers.ports import (
@@ -182,6 +183,8 @@ class _TurnState:
     feedback: list[StepInput] = field(default_factory=list)
     inbox_closed: bool = False
     first_boundary: bool = True
+    # The contract's check run on the final answer of the step at this index.
+    checked: tuple[int, CheckResult] | None = None
 
 
 class TurnEngine:
@@ -426,21 +429,13 @@ class _TurnRun:
         """The model answered without tool calls: check, close the inbox, or go on (only
         while ``more_steps`` are allowed)."""
         reply = state.steps[-1].payload.text
-        contract = self.contract
-        if contract is not None and contract.check:
-            result = run_check(contract.check, self.root, contract.check_timeout)
-            self.emitter.emit(
-                EventKind.CHECK,
-                {"passed": result.passed, "exit_code": result.exit_code, "output": result.output},
-            )
-            if not result.passed:
-                if not more_steps:
-                    return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
-                state.feedback = [StepInput(origin="check", text=result.feedback())]
-                return None
-            status = TurnStatus.SUCCEEDED
-        else:
-            status = TurnStatus.FINISHED
+        result = self._check(state, len(state.steps) - 1)
+        if result is not None and not result.passed:
+            if not more_steps:
+                return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
+            state.feedback = [StepInput(origin="check", text=result.feedback())]
+            return None
+        status = TurnStatus.FINISHED if result is None else TurnStatus.SUCCEEDED
         if not state.inbox_closed and more_steps:
             state.pending = list(
                 self.store.close_inbox(
@@ -453,6 +448,25 @@ class _TurnRun:
             if state.pending:
                 return None  # a steer slipped in: run one more step for it
         return _Ending(status=status, reply=reply)
+
+    def _check(self, state: _TurnState, index: int) -> CheckResult | None:
+        """The contract's check of the final answer of step ``index`` (None without a
+        check): run once per answer, and announced by a ``check`` event."""
+        contract = self.contract
+        if contract is None or not contract.check:
+            return None
+        if state.checked is not None and state.checked[0] == index:
+            return state.checked[1]
+        # It runs before the step commits: a driver that lost the session must not run
+        # it in the workspace beside the one that took over.
+        _check_holding(self.holding, "before the check")
+        result = run_check(contract.check, self.root, contract.check_timeout)
+        self.emitter.emit(
+            EventKind.CHECK,
+            {"passed": result.passed, "exit_code": result.exit_code, "output": result.output},
+        )
+        state.checked = (index, result)
+        return result
 
     def _budget_exceeded(self, state: _TurnState) -> str | None:
         contract = self.contract
@@ -520,10 +534,15 @@ class _TurnRun:
             request_digest=request_digest(prefix, messages),
             model=reply.model or self.host.model.name,
         )
-        idle = not calls and not (self.contract and self.contract.check)
-        # A final answer with nothing to check ends the turn in the step's own
-        # transaction unless a steer is pending.
-        ending = _Ending(status=TurnStatus.FINISHED, reply=reply.text)
+        # A final answer is checked before its step commits (the check runs on the
+        # workspace its tools left): one that passes, or has nothing to pass, ends the
+        # turn in the step's own transaction unless a steer is pending, so that
+        # before_commit can judge it before any of it is kept.  One that fails commits
+        # its step and hears the check's feedback next.
+        check = None if calls else self._check(state, index)
+        idle = not calls and (check is None or check.passed)
+        status = TurnStatus.FINISHED if check is None else TurnStatus.SUCCEEDED
+        ending = _Ending(status=status, reply=reply.text)
         ends_here = idle
         if idle and self._before_commit() is not None:
             # The hook sees (and may veto) that outcome before any of the step commits:

@@ -181,6 +181,30 @@ def test_a_vetoed_answer_that_was_never_streamed_is_still_retracted(
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
+def test_a_checked_answer_is_judged_before_any_of_it_commits(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    # A contract's check runs on the final answer before its step commits, so that a
+    # before_commit veto keeps nothing of it either, and a resume asks the model again.
+    hooks = Verdicts(rejections=1)
+    client = make_client(host=parley.Host(model=AnswersWithoutStreaming(), hooks=hooks))
+    session = client.open_session(workspace)
+    contract = parley.TaskContract(max_steps=3, check="true")
+    rejected = session.turn("go", contract=contract)
+    assert rejected.outcome is parley.TurnStatus.FAILED and rejected.steps == 0
+    assert session.history() == []
+
+    resumed = session.resume(rejected.turn_id).wait(30)
+    assert resumed.outcome is parley.TurnStatus.SUCCEEDED
+    assert (resumed.reply, resumed.steps) == ("answer 2", 1)
+    assert hooks.asked == ["answer 1", "answer 2"]  # never the rejected answer again
+    events = list(client.attach(rejected.turn_id).events())
+    kinds = [e.kind for e in events]
+    assert kinds.count(EventKind.CHECK) == 2 and kinds.count(EventKind.STEP) == 1
+    assert kinds.index(EventKind.STEP) > len(kinds) - 1 - kinds[::-1].index(EventKind.CHECK)
+    assert displayed_text(events) == "answer 2"
+
+
 def test_a_turn_whose_end_failed_to_commit_calls_no_after_commit(
     make_client: ClientFactory, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
