@@ -210,6 +210,8 @@ class Contract:
                 raise InvalidRequest(f"{name} must be a positive integer or None, not {value!r}")
         if self.check is not None and (not isinstance(self.check, str) or not self.check.strip()):
             raise InvalidRequest("check must be a non-empty shell command or None")
+        if self.check is not None and "\x00" in self.check:
+            raise InvalidRequest("check contains a NUL character, which no shell can run")
         if self.check is not None and self.max_steps is None and self.max_tokens is None:
             # A failing check feeds back to the model while budget remains: without a
             # budget a check that never passes would loop forever.

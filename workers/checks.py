@@ -13,12 +13,12 @@ class CheckResult:
     """Whether the check passed, and the tail of what it printed."""
 
     passed: bool
-    exit_code: int | None
+    exit_code: int | None  # None: it timed out, or could not start
     output: str
 
     def feedback(self) -> str:
         """The message the model gets when the check failed."""
-        code = "timed out" if self.exit_code is None else f"exited {self.exit_code}"
+        code = "did not finish" if self.exit_code is None else f"exited {self.exit_code}"
         return f"The check failed ({code}). Its output:\n{self.output}"
 
 
@@ -40,7 +40,13 @@ def run_check(command: str, root: str, timeout: float) -> CheckResult:
         )
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode("utf-8", "replace")
+        output += f"\n[timed out after {timeout:g} s]"
         return CheckResult(passed=False, exit_code=None, output=output[-OUTPUT_TAIL:])
+    except (OSError, ValueError) as exc:
+        # The session root is gone, or the machine is out of processes: a check that
+        # cannot run has not passed, and says why (rather than failing the turn and
+        # throwing away the answer it was to judge).
+        return CheckResult(passed=False, exit_code=None, output=f"the check could not start: {exc}")
     output = completed.stdout.decode("utf-8", "replace")
     return CheckResult(
         passed=completed.returncode == 0,

@@ -538,10 +538,13 @@ class _TurnRun:
         # workspace its tools left): one that passes, or has nothing to pass, ends the
         # turn in the step's own transaction unless a steer is pending, so that
         # before_commit can judge it before any of it is kept.  One that fails commits
-        # its step and hears the check's feedback next.
-        check = None if calls else self._check(state, index)
-        idle = not calls and (check is None or check.passed)
-        status = TurnStatus.FINISHED if check is None else TurnStatus.SUCCEEDED
+        # its step and the model hears the check's output next, with any steer.  An
+        # interrupt already waiting skips the check: the step commits and the boundary
+        # stops the turn without waiting for it.
+        checked = not calls and bool(self.contract and self.contract.check)
+        check = self._check(state, index) if checked and not interrupt_pending() else None
+        idle = not calls and (not checked or (check is not None and check.passed))
+        status = TurnStatus.SUCCEEDED if checked else TurnStatus.FINISHED
         ending = _Ending(status=status, reply=reply.text)
         ends_here = idle
         if idle and self._before_commit() is not None:
@@ -590,7 +593,11 @@ class _TurnRun:
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
         state.pending = list(receipt.pending)
-        state.feedback = []
+        state.feedback = (
+            [StepInput(origin="check", text=check.feedback())]
+            if check is not None and not check.passed
+            else []
+        )
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total
         state.inbox_closed = idle and not receipt.pending

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -515,6 +517,53 @@ def test_the_check_gate_passes_after_feedback_and_fails_when_the_budget_runs_out
     assert failed.outcome is parley.TurnStatus.CHECK_FAILED
     assert failed.reply is None
     assert failed.steps == 2
+
+
+def test_a_steer_that_meets_a_failed_check_reaches_the_model_with_the_checks_output(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    draft = "".join(f"draft{i} " for i in range(40))
+    rule = {
+        "when": "write",
+        "steps": [{"text": draft, "chunk_chars": 6, "delay_ms": 10}, {"text": "final"}],
+    }
+    client = make_client([rule])
+    contract = parley.TaskContract(max_steps=2, check="echo not green yet; exit 1")
+    handle = client.open_session(workspace).submit("write it", contract=contract)
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN:
+            handle.say("in capitals")  # pending when the first answer's check fails
+            break
+    result = handle.wait(30)
+    assert result.outcome is parley.TurnStatus.CHECK_FAILED and result.steps == 2
+    second = control.requests()[1]
+    assert control.user_texts(second, "steer") == ["in capitals"]
+    assert "not green yet" in control.user_texts(second, "check")[0]
+
+
+@pytest.mark.embedded_only
+def test_an_interrupt_waiting_when_the_model_answers_skips_the_check(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    asked, answer = threading.Event(), threading.Event()
+
+    class Deliberates:
+        name = "deliberates"
+
+        def stream(self, request: Any, on_delta: Any) -> Any:
+            asked.set()
+            assert answer.wait(10)
+            return parley.models.ModelReply(text="done")
+
+    client = make_client(host=parley.Host(model=Deliberates()))
+    contract = parley.TaskContract(max_steps=3, check="touch checked")
+    handle = client.open_session(workspace).submit("go", contract=contract)
+    assert asked.wait(10)
+    handle.interrupt()  # no delta to abort: it waits for the boundary
+    answer.set()
+    result = handle.wait(30)
+    assert result.outcome is parley.TurnStatus.CANCELLED and result.steps == 1
+    assert not (workspace / "checked").exists()  # the turn stopped without running it
 
 
 def test_a_repeated_request_id_returns_the_same_turn(

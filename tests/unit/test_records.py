@@ -30,6 +30,7 @@ from schemas.records import Contract, TurnStatus, Usage
         pytest.param({"check": "", "max_steps": 3}, id="empty-check"),
         pytest.param({"check": "   ", "max_steps": 3}, id="blank-check"),
         pytest.param({"check": ["pytest"], "max_steps": 3}, id="check-not-a-string"),
+        pytest.param({"check": "pytest\x00-q", "max_steps": 3}, id="check-with-nul"),
         pytest.param({"max_steps": 3, "check_timeout": 0}, id="zero-timeout"),
         pytest.param({"max_steps": 3, "check_timeout": -1.5}, id="negative-timeout"),
     ],
