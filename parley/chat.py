@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.text import Text
 
 import parley
 from parley.errors import ParleyError, TurnEnded
-from parley.render import EventPrinter, tree_of, turn_line
+from parley.render import EventPrinter, error_line, tree_of, turn_line
 
 HELP = (
     "type a message and press Enter; while the agent works, a line steers it.\n"
@@ -81,7 +82,7 @@ class Chat:
         try:
             handle.interrupt()
         except ParleyError as exc:  # it ended meanwhile
-            self.console.print(f"[dim]{exc}[/]")
+            self.console.print(Text(str(exc), style="dim"))
         return True
 
     def _on_line(self, line: str) -> bool:
@@ -106,7 +107,7 @@ class Chat:
                     self._wait_for_turn()
             self._start(self.session.submit(line))
         except ParleyError as exc:
-            self.console.print(f"[red]{type(exc).__name__}:[/] {exc}")
+            self.console.print(error_line(exc))
             if self._running() is None:
                 self._prompt()
         return True
@@ -122,7 +123,7 @@ class Chat:
                     self._wait_for_turn()
                     return False
                 case "/help":
-                    self.console.print(HELP)
+                    self.console.print(HELP, markup=False)
                 case "/history":
                     self._history()
                 case "/tree":
@@ -135,9 +136,10 @@ class Chat:
                 case "/resume":
                     self._resume()
                 case _:
-                    self.console.print(f"[red]unknown command {name}[/]  {HELP}")
+                    unknown = (f"unknown command {name}", "red")
+                    self.console.print(Text.assemble(unknown, "  ", HELP))
         except ParleyError as exc:
-            self.console.print(f"[red]{type(exc).__name__}:[/] {exc}")
+            self.console.print(error_line(exc))
         if self._running() is None:
             self._prompt()
         return True
@@ -180,7 +182,7 @@ class Chat:
         turn = tree[-1]
         # Shown already: follow the resumed attempt from the turn's newest event on.
         seen = max((e.seq for e in self.client.attach(turn.turn_id).events()), default=0)
-        self.console.print(f"[cyan]resuming[/] {turn_line(turn)}")
+        self.console.print(Text.assemble(("resuming ", "cyan"), turn_line(turn)))
         self._start(self.session.resume(turn.turn_id), after=seen)
 
     # ------------------------------------------------------------------ turns
@@ -201,7 +203,8 @@ class Chat:
             for event in handle.events(after=after):
                 printer(event)
         except ParleyError as exc:
-            self.console.print(f"\n[red]{type(exc).__name__}:[/] {exc}")
+            self.console.print()
+            self.console.print(error_line(exc))
         finally:
             with self._guard:
                 if self._handle is handle:

@@ -7,19 +7,21 @@ the matching options.  Errors from :mod:`parley.errors` print one clear line and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 import parley
 from parley.client import DEFAULT_DATABASE_URL
 from parley.errors import ParleyError
 from parley.host import host_from_environment
-from parley.render import EventPrinter, tree_of, turn_line
-from workers.database import create_database_engine, migrate
+from parley.render import EventPrinter, error_line, tree_of, turn_line
+from workers.database import create_database_engine, migrate, sqlite_file
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
 
@@ -36,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.command(args, console)
     except ParleyError as exc:
-        console.print(f"[bold red]{type(exc).__name__}:[/] {exc}")
+        # On stderr and on one line, so that `S=$(parley new …)` never captures an error.
+        Console(stderr=True, highlight=False).print(error_line(exc), soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -49,8 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--db",
-        default=os.environ.get("PARLEY_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="database URL (env PARLEY_DATABASE_URL; default %(default)s)",
+        help=f"database URL (env PARLEY_DATABASE_URL; default {DEFAULT_DATABASE_URL})",
     )
     parser.add_argument(
         "--host",
@@ -77,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     ).set_defaults(command=_beat)
 
     new = commands.add_parser("new", help="open a session about a workspace; prints its id")
-    new.add_argument("root", type=Path)
+    new.add_argument("root")
     new.set_defaults(command=_new)
 
     submit = commands.add_parser("submit", help="run a turn in this process and print it live")
@@ -85,12 +87,19 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("prompt")
     submit.add_argument("--request-id")
     submit.add_argument("--max-steps", type=int)
-    submit.add_argument("--check", help="a shell command that must pass (needs --max-steps)")
+    submit.add_argument("--max-tokens", type=int)
+    submit.add_argument(
+        "--check", help="a shell command that must pass (needs --max-steps or --max-tokens)"
+    )
     submit.set_defaults(command=_submit)
 
-    follow = commands.add_parser("follow", help="print a turn's events from a seq on")
+    follow = commands.add_parser(
+        "follow", help="print a turn's events until it ends (a stranded turn waits for a driver)"
+    )
     follow.add_argument("turn_id")
-    follow.add_argument("--after", type=int, default=0)
+    follow.add_argument(
+        "--after", type=int, default=0, help="only the events after this seq (default: all)"
+    )
     follow.set_defaults(command=_follow)
 
     history = commands.add_parser("history", help="the turns from the root to the head")
@@ -119,7 +128,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _database(args: argparse.Namespace) -> str:
+    url: str = args.db or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    return url
+
+
 def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
+    url = _database(args)
+    if args.command in READS_ONLY:
+        # A mistyped SQLite path must not leave a new, empty database behind.
+        path = sqlite_file(url)
+        if path is not None and not path.exists():
+            raise parley.errors.InvalidRequest(f"no database at {path}")
     host: parley.Host | None
     if not runs_turns:
         host = None  # reading needs no model: a misconfigured PARLEY_MODEL must not matter
@@ -133,7 +153,7 @@ def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Cli
         raise parley.errors.InvalidRequest(
             "no host: pass --host, set PARLEY_HOST, or name a model in PARLEY_MODEL"
         )
-    return parley.connect(args.db, host=host)
+    return parley.connect(url, host=host)
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
@@ -143,7 +163,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def _migrate(args: argparse.Namespace, console: Console) -> int:
-    engine = create_database_engine(args.db)
+    engine = create_database_engine(_database(args))
     revision = migrate(engine)
     engine.dispose()
     console.print(f"schema at revision {revision}")
@@ -158,6 +178,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     # driver logs per kick, and cost each kick two formatted writes: warnings only.
     for name in ("celery.worker.strategy", "celery.app.trace"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    _fleet_environment(args)
     from parley.worker import app, settings
 
     argv = ["worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args]
@@ -169,38 +190,68 @@ def _beat(args: argparse.Namespace, console: Console) -> int:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _fleet_environment(args)
     from parley.worker import run_sweeper
 
     run_sweeper()
     return 0
 
 
+def _fleet_environment(args: argparse.Namespace) -> None:
+    """A fleet process reads its settings from the environment (SPEC §5): the options,
+    when given, are that environment."""
+    if args.db:
+        os.environ["PARLEY_DATABASE_URL"] = args.db
+    if args.host:
+        os.environ["PARLEY_HOST"] = args.host
+
+
 def _new(args: argparse.Namespace, console: Console) -> int:
+    if not args.root.strip():
+        raise parley.errors.InvalidRequest("new needs a workspace directory")
     with _client(args) as client:
-        console.print(client.open_session(args.root).id)
+        console.print(client.open_session(Path(args.root)).id)
     return 0
 
 
 def _submit(args: argparse.Namespace, console: Console) -> int:
     contract = None
-    if args.max_steps is not None or args.check is not None:
-        contract = parley.TaskContract(max_steps=args.max_steps, check=args.check)
+    if args.max_steps is not None or args.max_tokens is not None or args.check is not None:
+        contract = parley.TaskContract(
+            max_steps=args.max_steps, max_tokens=args.max_tokens, check=args.check
+        )
     with _client(args, runs_turns=True) as client:
         session = client.session(args.session_id)
-        console.print(f"[bold]you:[/] {args.prompt}")
-        result = session.turn(
-            args.prompt,
-            contract=contract,
-            request_id=args.request_id,
-            on_event=EventPrinter(console),
-        )
-        console.print(f"[dim]turn {result.turn_id}[/]")
+        handle = session.submit(args.prompt, contract=contract, request_id=args.request_id)
+        console.print(Text.assemble(("you: ", "bold"), args.prompt))
+        result = _watch(handle, console)
+        console.print(Text(f"turn {result.turn_id}", style="dim"))
     return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
+
+
+def _watch(handle: parley.TurnHandle, console: Console) -> parley.TurnResult:
+    """Print a turn's events until it ends.  Ctrl-C interrupts the turn (it stops at its
+    next step boundary and stays resumable); a second Ctrl-C leaves it to itself."""
+    printer = EventPrinter(console)
+    seen = 0
+    try:
+        for event in handle.events():
+            printer(event)
+            seen = event.seq
+    except KeyboardInterrupt:
+        console.print(Text("\ninterrupting… (Ctrl-C again leaves the turn running)", "magenta"))
+        with contextlib.suppress(parley.errors.TurnEnded):  # it ended as Ctrl-C was pressed
+            handle.interrupt()
+        for event in handle.events(after=seen):
+            printer(event)
+    return handle.wait()
 
 
 def _chat(args: argparse.Namespace, console: Console) -> int:
     from parley.chat import Chat
 
+    if args.host and args.model:
+        raise parley.errors.InvalidRequest("chat takes --host or --model, not both")
     if not (args.host or args.model or os.environ.get("PARLEY_MODEL")):
         # Offline by default: a scripted agent, so the command works with nothing set up.
         args.host = f"scripted:{CHAT_SCRIPT}"
@@ -233,6 +284,10 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
         session = client.session(args.session_id)
         console.print(tree_of(session.tree(), head=session.head, label=f"session {session.id}"))
     return 0
+
+
+READS_ONLY = (_follow, _history, _tree)
+"""Commands that only read: they refuse a SQLite database that is not there."""
 
 
 if __name__ == "__main__":

@@ -69,10 +69,10 @@ def connect(
     """Open a client on ``database_url`` (default: ``PARLEY_DATABASE_URL``, else
     ``sqlite:///parley.db``).
 
-    Without ``redis_url`` (or ``PARLEY_REDIS_URL``) the client is **embedded**: it runs
-    turns in this process with ``host`` (or ``PARLEY_HOST``, or a default host around
-    ``PARLEY_MODEL``'s model); without a host it can read
-    but not run.  With it the client is a **fleet** producer: turns are enqueued for the
+    Without ``redis_url`` (or ``PARLEY_REDIS_URL``), and always on SQLite, the client is
+    **embedded**: it runs turns in this process with ``host`` (or ``PARLEY_HOST``, or a
+    default host around ``PARLEY_MODEL``'s model); without a host it can read but not
+    run.  With it the client is a **fleet** producer: turns are enqueued for the
     Celery workers (broker: ``broker_url``, ``PARLEY_BROKER_URL``, else the Redis URL),
     which hold the host.
 
@@ -86,8 +86,15 @@ def connect(
     url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
     if not isinstance(url, str):
         raise InvalidRequest(f"database_url must be a string, not {type(url).__name__}")
-    redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
     engine = create_database_engine(url)
+    if engine.dialect.name == "sqlite":
+        # A fleet's workers share a PostgreSQL database: a SQLite client is embedded, and
+        # an exported PARLEY_REDIS_URL (meant for the fleet) does not make it a producer.
+        if redis_url:
+            engine.dispose()
+            raise InvalidRequest("a fleet client needs PostgreSQL, not SQLite")
+    else:
+        redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
     if migrate_schema is None:
         migrate_schema = engine.dialect.name == "sqlite"
     if migrate_schema:

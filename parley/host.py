@@ -181,6 +181,13 @@ def load_host(spec: str) -> Host:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise InvalidRequest(f"cannot load host {spec!r}: {exc}") from exc
+    except ParleyError:
+        raise
+    except Exception as exc:  # the module itself failed as it was imported
+        raise InvalidRequest(
+            f"cannot load host {spec!r}: importing {module_name} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     host = target
     if callable(target) and not isinstance(target, Host):
         try:

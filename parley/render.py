@@ -24,28 +24,53 @@ OUTCOME_STYLE = {
 
 
 class EventPrinter:
-    """Prints a turn's events as they arrive: tokens inline, the rest on their own line."""
+    """Prints a turn's events as they arrive: tokens inline, the rest on their own line.
+
+    A step none of whose tokens it saw (a reader that came after the turn's replay buffer
+    expired) is printed from the step's committed text instead, and a turn's end says why
+    it failed and which steers never reached the model.  One printer may show several
+    turns."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self._mid_line = False
+        self._streamed: set[tuple[str, int]] = set()  # (turn, step) that showed tokens
 
     def __call__(self, event: Event) -> None:
         kind, data = event.kind, event.data
         if kind is EventKind.TOKEN:
-            self.console.print(Text(data["text"], style="bold"), end="", soft_wrap=True)
-            self._mid_line = True
+            self._streamed.add((event.turn_id, data["step"]))
+            self._print_inline(data["text"])
             return
-        line = self._describe(event)
-        if line is None:
-            return
-        if self._mid_line:
-            self.console.print()
-            self._mid_line = False
-        self.console.print(line)
+        if kind is EventKind.STEP:
+            if data["text"] and (event.turn_id, data["index"]) not in self._streamed:
+                self._print_inline(data["text"])
+        elif kind is EventKind.END:
+            self._streamed = {s for s in self._streamed if s[0] != event.turn_id}
+        for line in self._describe(event):
+            if self._mid_line:
+                self.console.print()
+                self._mid_line = False
+            self.console.print(line)
+
+    def _print_inline(self, text: str) -> None:
+        self.console.print(Text(text, style="bold"), end="", soft_wrap=True)
+        self._mid_line = True
+
+    @classmethod
+    def _describe(cls, event: Event) -> list[Text]:
+        line = cls._line(event)
+        lines = [] if line is None else [line]
+        if event.kind is EventKind.END:
+            data = event.data
+            if data.get("error"):
+                lines.append(Text(f"    {data['error']}", style=OUTCOME_STYLE[TurnStatus.FAILED]))
+            for text in data.get("undelivered") or ():
+                lines.append(Text.assemble(("    ✎ steer not delivered: ", "yellow"), text))
+        return lines
 
     @staticmethod
-    def _describe(event: Event) -> Text | None:
+    def _line(event: Event) -> Text | None:
         data = event.data
         seq = f"{event.seq:>3} "
         match event.kind:
@@ -79,6 +104,11 @@ class EventPrinter:
                 )
             case _:
                 return None
+
+
+def error_line(exc: BaseException) -> Text:
+    """An error as one line of plain text (its message may hold anything, brackets too)."""
+    return Text.assemble((f"{type(exc).__name__}: ", "bold red"), str(exc))
 
 
 def turn_line(turn: TurnRecord, *, head: str | None = None) -> Text:

@@ -51,6 +51,17 @@ def create_database_engine(url: str) -> Engine:
     )
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for another database, or SQLite in memory)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except (ArgumentError, InvalidRequest):
+        return None  # connecting says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
 def _postgres_engine(url: str) -> Engine:
     # READ COMMITTED, whatever the server's default: a claim waits for a submission that
     # holds its session's row, then reads the runs it committed in a fresh snapshot.

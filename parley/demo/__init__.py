@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.rule import Rule
 
 import parley
+from parley.errors import InvalidRequest
 from parley.render import EventPrinter, tree_of, turn_line
 from parley.tools import WORKSPACE_TOOLS, FunctionTool
 from schemas.events import EventKind
@@ -74,7 +75,10 @@ def run_demo(console: Console, workdir: Path | None = None) -> int:
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="parley-demo-") as tmp:
             return _story(console, Path(tmp))
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot keep the demo in {workdir}: {exc}") from exc
     return _story(console, workdir)
 
 

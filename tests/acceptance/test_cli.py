@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -21,7 +23,8 @@ def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 
 def test_the_demo_tells_the_whole_story_and_exits_0(tmp_path: Path) -> None:
-    run = parley("demo", "--dir", str(tmp_path))
+    # Offline even where a fleet's Redis is configured (here, a port nothing listens on).
+    run = parley("demo", "--dir", str(tmp_path), env={"PARLEY_REDIS_URL": "redis://127.0.0.1:9/0"})
     assert run.returncode == 0, run.stderr
     out = run.stdout
     for expected in (
@@ -64,11 +67,68 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
 
     assert "hello there" in parley("history", session_id, env=env).stdout
     assert "◀ head" in parley("tree", session_id, env=env).stdout
-    assert "finished" in parley("follow", turn_id, env=env).stdout
+    followed = parley("follow", turn_id, env=env).stdout
+    # After the end a reader gets no tokens: the reply comes from the committed step.
+    assert "heard: hello there" in followed and "finished" in followed
 
     missing = parley("history", "00000000-0000-0000-0000-000000000000", env=env)
-    assert missing.returncode == 2
-    assert missing.stdout.startswith("SessionNotFound:")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.startswith("SessionNotFound:") and missing.stderr.count("\n") == 1
     empty = parley("submit", session_id, "   ", env=env)
-    assert empty.returncode == 2 and "InvalidRequest" in empty.stdout
+    assert empty.returncode == 2 and "InvalidRequest" in empty.stderr
+    assert "you:" not in empty.stdout  # nothing echoed for a prompt that was refused
     assert len(parley("history", session_id, env=env).stdout.strip().splitlines()) == 1
+
+    # Text in brackets is text, not terminal markup: in a prompt, a reply, an error.
+    bracketed = parley("submit", session_id, "fix [/] this [red]now", env=env)
+    assert bracketed.returncode == 0, bracketed.stderr
+    assert "heard: fix [/] this [red]now" in bracketed.stdout
+    odd = parley("history", "x[/]", env=env)
+    assert odd.returncode == 2 and "x[/]" in odd.stderr and "Traceback" not in odd.stderr
+
+    assert parley("new", "", env=env).returncode == 2
+    typo = tmp_path / "typo.db"
+    absent = parley("--db", f"sqlite:///{typo}", "history", session_id)
+    assert absent.returncode == 2 and "no database at" in absent.stderr
+    assert not typo.exists()  # a read never creates a database
+
+    (tmp_path / "explodes.py").write_text("raise RuntimeError('no config file')\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    broken = parley(
+        "--host", "explodes:host", "submit", session_id, "hi", env={**env, "PYTHONPATH": path}
+    )
+    assert broken.returncode == 2 and "Traceback" not in broken.stderr
+    assert "importing explodes failed: RuntimeError: no config file" in broken.stderr
+
+
+def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    slow = {"text": "word " * 100, "chunk_chars": 5, "delay_ms": 50}  # some 5 s of tokens
+    script.write_text(json.dumps({"rules": [{"when": ".*", "steps": [slow]}]}))
+    env = {
+        **os.environ,
+        "COLUMNS": "200",
+        "PYTHONUNBUFFERED": "1",
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "PARLEY_HOST": f"scripted:{script}",
+    }
+    session_id = parley("new", str(tmp_path), env=env).stdout.strip()
+    started = time.monotonic()
+    with subprocess.Popen(
+        [sys.executable, "-m", "parley", "submit", session_id, "talk slowly"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.read(len("you:")) == "you:"
+        assert process.stdout.read(1)  # the turn is under way
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 1, err
+    assert time.monotonic() - started < 4  # it did not wait for the whole answer
+    assert "interrupting" in out and "cancelled" in out
+    turn_id = out.strip().splitlines()[-1].split()[-1]
+    assert "cancelled" in parley("follow", turn_id, env=env).stdout  # and it stays resumable
