@@ -181,7 +181,7 @@ class Chat:
             return
         turn = tree[-1]
         # Shown already: follow the resumed attempt from the turn's newest event on.
-        seen = max((e.seq for e in self.client.attach(turn.turn_id).events()), default=0)
+        seen = self.client.attach(turn.turn_id).latest_seq()
         self.console.print(Text.assemble(("resuming ", "cyan"), turn_line(turn)))
         self._start(self.session.resume(turn.turn_id), after=seen)
 

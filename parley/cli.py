@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     submit.set_defaults(command=_submit)
 
+    resume = commands.add_parser(
+        "resume", help="continue a cancelled, failed or stranded turn here and print it live"
+    )
+    resume.add_argument("turn_id")
+    resume.set_defaults(command=_resume)
+
     follow = commands.add_parser(
         "follow", help="print a turn's events until it ends (a stranded turn waits for a driver)"
     )
@@ -224,18 +230,26 @@ def _submit(args: argparse.Namespace, console: Console) -> int:
         session = client.session(args.session_id)
         handle = session.submit(args.prompt, contract=contract, request_id=args.request_id)
         console.print(Text.assemble(("you: ", "bold"), args.prompt))
-        result = _watch(handle, console)
-        console.print(Text(f"turn {result.turn_id}", style="dim"))
-    return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
+        return _watch(handle, console)
 
 
-def _watch(handle: parley.TurnHandle, console: Console) -> parley.TurnResult:
-    """Print a turn's events until it ends.  Ctrl-C interrupts the turn (it stops at its
-    next step boundary and stays resumable); a second Ctrl-C leaves it to itself."""
+def _resume(args: argparse.Namespace, console: Console) -> int:
+    with _client(args, runs_turns=True) as client:
+        turn = client.attach(args.turn_id)
+        seen = turn.latest_seq()  # what came before is history: `follow` shows it
+        handle = client.session(turn.session_id).resume(turn.turn_id)
+        return _watch(handle, console, after=seen)
+
+
+def _watch(handle: parley.TurnHandle, console: Console, after: int = 0) -> int:
+    """Print a turn's events (after ``after``) until it ends, then its id; the exit
+    status is 0 for ``finished`` or ``succeeded``, else 1.  Ctrl-C interrupts the turn (it
+    stops at its next step boundary and stays resumable); a second Ctrl-C leaves it to
+    itself."""
     printer = EventPrinter(console)
-    seen = 0
+    seen = after
     try:
-        for event in handle.events():
+        for event in handle.events(after=after):
             printer(event)
             seen = event.seq
     except KeyboardInterrupt:
@@ -244,7 +258,10 @@ def _watch(handle: parley.TurnHandle, console: Console) -> parley.TurnResult:
             handle.interrupt()
         for event in handle.events(after=seen):
             printer(event)
-    return handle.wait()
+        console.print(Text(f"continue it with: parley resume {handle.turn_id}", "dim"))
+    result = handle.wait()
+    console.print(Text(f"turn {result.turn_id}", style="dim"))
+    return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
 
 
 def _chat(args: argparse.Namespace, console: Console) -> int:

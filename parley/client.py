@@ -364,6 +364,13 @@ class TurnHandle:
             driver_failure=lambda: client._kicker.failure(self.session_id),
         )
 
+    def latest_seq(self) -> int:
+        """The newest seq the turn has published so far, without waiting for more:
+        ``events(after=handle.latest_seq())`` shows only what comes next."""
+        client = self._client
+        stored = client.store.events_after(self.turn_id, 0)
+        return max([e.seq for e in stored[-1:]] + [client.coordinator.last_seq(self.turn_id)])
+
     def say(self, text: str) -> None:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the
         turn has ended (the message then goes nowhere, and you are told)."""

@@ -131,4 +131,13 @@ def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
     assert time.monotonic() - started < 4  # it did not wait for the whole answer
     assert "interrupting" in out and "cancelled" in out
     turn_id = out.strip().splitlines()[-1].split()[-1]
-    assert "cancelled" in parley("follow", turn_id, env=env).stdout  # and it stays resumable
+    assert f"parley resume {turn_id}" in out
+    assert "cancelled" in parley("follow", turn_id, env=env).stdout
+
+    slow["delay_ms"] = 0
+    script.write_text(json.dumps({"rules": [{"when": ".*", "steps": [slow]}]}))
+    resumed = parley("resume", turn_id, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "word word" in resumed.stdout and "finished" in resumed.stdout
+    assert "cancelled" not in resumed.stdout  # only the resumed attempt is shown
+    assert parley("resume", turn_id, env=env).returncode == 2  # a finished turn is not resumable
