@@ -157,7 +157,7 @@ class Chat:
             self.console.print("[red]a turn is running: interrupt it (Ctrl-C) first[/]")
             return
         turns = self.session.history()
-        if not argument.isdigit() or not 1 <= int(argument) <= len(turns):
+        if not argument.isdecimal() or not 1 <= int(argument) <= len(turns):
             self.console.print(f"[red]/branch takes a turn number from /history (1–{len(turns)})")
             return
         turn = turns[int(argument) - 1]

@@ -56,7 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--host",
-        default=os.environ.get("PARLEY_HOST"),
         help="host that runs turns: package.module:attribute or scripted:path.json "
         "(env PARLEY_HOST)",
     )
@@ -82,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("root")
     new.set_defaults(command=_new)
 
-    submit = commands.add_parser("submit", help="run a turn in this process and print it live")
+    submit = commands.add_parser("submit", help="run a turn and print it live")
     submit.add_argument("session_id")
     submit.add_argument("prompt")
     submit.add_argument("--request-id")
@@ -141,7 +140,7 @@ def _database(args: argparse.Namespace) -> str:
 
 def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
     url = _database(args)
-    if args.command in READS_ONLY:
+    if args.command in NAMES_STORED or getattr(args, "session_id", None):
         # A mistyped SQLite path must not leave a new, empty database behind.
         path = sqlite_file(url)
         if path is not None and not path.exists():
@@ -253,14 +252,15 @@ def _watch(handle: parley.TurnHandle, console: Console, after: int = 0) -> int:
             printer(event)
             seen = event.seq
     except KeyboardInterrupt:
-        console.print(Text("\ninterrupting… (Ctrl-C again leaves the turn running)", "magenta"))
+        console.print(Text("\ninterrupting: the turn stops at its next step boundary", "magenta"))
         with contextlib.suppress(parley.errors.TurnEnded):  # it ended as Ctrl-C was pressed
             handle.interrupt()
         for event in handle.events(after=seen):
             printer(event)
-        console.print(Text(f"continue it with: parley resume {handle.turn_id}", "dim"))
     result = handle.wait()
     console.print(Text(f"turn {result.turn_id}", style="dim"))
+    if result.outcome is parley.TurnStatus.CANCELLED:
+        console.print(Text(f"continue it with: parley resume {result.turn_id}", "dim"))
     return 0 if result.outcome in (parley.TurnStatus.FINISHED, parley.TurnStatus.SUCCEEDED) else 1
 
 
@@ -269,7 +269,7 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
 
     if args.host and args.model:
         raise parley.errors.InvalidRequest("chat takes --host or --model, not both")
-    if not (args.host or args.model or os.environ.get("PARLEY_MODEL")):
+    if not (args.host or args.model or _environment_names_a_host()):
         # Offline by default: a scripted agent, so the command works with nothing set up.
         args.host = f"scripted:{CHAT_SCRIPT}"
     with _client(args, runs_turns=True) as client:
@@ -303,8 +303,13 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-READS_ONLY = (_follow, _history, _tree)
-"""Commands that only read: they refuse a SQLite database that is not there."""
+NAMES_STORED = (_follow, _history, _tree, _submit, _resume)
+"""Commands about a session or turn already stored: they refuse a SQLite database that is
+not there (as does ``chat SESSION``)."""
+
+
+def _environment_names_a_host() -> bool:
+    return bool(os.environ.get("PARLEY_HOST") or os.environ.get("PARLEY_MODEL"))
 
 
 if __name__ == "__main__":

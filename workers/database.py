@@ -59,6 +59,8 @@ def sqlite_file(url: str) -> Path | None:
         return None  # connecting says what is wrong with it
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
+    if parsed.query.get("uri"):
+        return None  # a SQLite URI (file:…?mode=…): its own rules
     return Path(parsed.database)
 
 

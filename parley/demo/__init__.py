@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.rule import Rule
 
@@ -92,7 +93,7 @@ def _story(console: Console, workdir: Path) -> int:
     console.print(
         Panel.fit(
             "[bold]parley demo[/]: a durable, steerable agent conversation, offline.\n"
-            f"database [cyan]{database}[/]\nworkspace [cyan]{root}[/]",
+            f"database [cyan]{escape(database)}[/]\nworkspace [cyan]{escape(str(root))}[/]",
             border_style="cyan",
         )
     )
@@ -170,10 +171,10 @@ def _story(console: Console, workdir: Path) -> int:
         )
         console.print(completed.stdout.rstrip(), highlight=False, markup=False)
         if completed.returncode != 0:
-            console.print(f"[red]the second process failed:[/] {completed.stderr}", markup=True)
+            console.print(f"[red]the second process failed:[/] {escape(completed.stderr)}")
             return 1
     console.print(Rule(style="green"))
-    console.print("[bold green]demo complete[/]: every turn above is durable in", database)
+    console.print("[bold green]demo complete[/]: every turn above is durable in", escape(database))
     return 0
 
 

@@ -18,12 +18,15 @@ def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complete
         text=True,
         timeout=120,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
+        stdin=subprocess.DEVNULL,
         check=False,
     )
 
 
 def test_the_demo_tells_the_whole_story_and_exits_0(tmp_path: Path) -> None:
-    # Offline even where a fleet's Redis is configured (here, a port nothing listens on).
+    # Offline even where a fleet's Redis is configured (here, a port nothing listens on),
+    # and a directory name is text, not terminal markup.
+    tmp_path = tmp_path / "demo [/] [red]dir"
     run = parley("demo", "--dir", str(tmp_path), env={"PARLEY_REDIS_URL": "redis://127.0.0.1:9/0"})
     assert run.returncode == 0, run.stderr
     out = run.stdout
@@ -91,6 +94,12 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     absent = parley("--db", f"sqlite:///{typo}", "history", session_id)
     assert absent.returncode == 2 and "no database at" in absent.stderr
     assert not typo.exists()  # a read never creates a database
+    assert parley("--db", f"sqlite:///{typo}", "submit", session_id, "hi").returncode == 2
+    assert not typo.exists()
+
+    # An explicit --model wins over an exported PARLEY_HOST (end of input quits the chat).
+    chat = parley("chat", "--model", f"scripted:{script}", env=env)
+    assert chat.returncode == 0, chat.stderr
 
     (tmp_path / "explodes.py").write_text("raise RuntimeError('no config file')\n")
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
