@@ -292,14 +292,17 @@ def _history(args: argparse.Namespace, console: Console) -> int:
     with _client(args) as client:
         session = client.session(args.session_id)
         for turn in session.history():
-            console.print(turn_line(turn))
+            console.print(turn_line(turn, full_id=True))
     return 0
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
     with _client(args) as client:
         session = client.session(args.session_id)
-        console.print(tree_of(session.tree(), head=session.head, label=f"session {session.id}"))
+        tree = tree_of(
+            session.tree(), head=session.head, label=f"session {session.id}", full_ids=True
+        )
+        console.print(tree)
     return 0
 
 

@@ -111,12 +111,12 @@ def error_line(exc: BaseException) -> Text:
     return Text.assemble((f"{type(exc).__name__}: ", "bold red"), str(exc))
 
 
-def turn_line(turn: TurnRecord, *, head: str | None = None) -> Text:
-    """One turn: short id, outcome, prompt and reply."""
+def turn_line(turn: TurnRecord, *, head: str | None = None, full_id: bool = False) -> Text:
+    """One turn: id (its first 8 characters unless ``full_id``, for a command line whose
+    output is copied into the next command), outcome, prompt and reply."""
     style = OUTCOME_STYLE[turn.status]
-    text = Text.assemble(
-        (turn.turn_id[:8], "dim"), " ", (f"[{turn.status.value}]", style), " ", turn.prompt
-    )
+    turn_id = turn.turn_id if full_id else turn.turn_id[:8]
+    text = Text.assemble((turn_id, "dim"), " ", (f"[{turn.status.value}]", style), " ", turn.prompt)
     if turn.reply:
         text.append(f"  → {turn.reply[:70]}", style="italic")
     if head is not None and turn.turn_id == head:
@@ -124,11 +124,13 @@ def turn_line(turn: TurnRecord, *, head: str | None = None) -> Text:
     return text
 
 
-def tree_of(turns: Sequence[TurnRecord], *, head: str | None, label: str) -> Tree:
+def tree_of(
+    turns: Sequence[TurnRecord], *, head: str | None, label: str, full_ids: bool = False
+) -> Tree:
     """A session's turns as a rich tree (children in submission order)."""
     tree = Tree(Text(label, style="bold"))
     nodes: dict[str | None, Tree] = {None: tree}
     for turn in turns:
         parent = nodes.get(turn.parent_id, tree)
-        nodes[turn.turn_id] = parent.add(turn_line(turn, head=head))
+        nodes[turn.turn_id] = parent.add(turn_line(turn, head=head, full_id=full_ids))
     return tree

@@ -68,7 +68,8 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     assert "heard: hello there" in turn.stdout
     turn_id = turn.stdout.strip().splitlines()[-1].split()[-1]
 
-    assert "hello there" in parley("history", session_id, env=env).stdout
+    history = parley("history", session_id, env=env).stdout
+    assert history.startswith(turn_id) and "hello there" in history  # an id to copy whole
     assert "◀ head" in parley("tree", session_id, env=env).stdout
     followed = parley("follow", turn_id, env=env).stdout
     # After the end a reader gets no tokens: the reply comes from the committed step.
