@@ -12,9 +12,13 @@ import json
 import logging
 import math
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
 from parley.errors import (
@@ -39,7 +43,13 @@ from schemas.records import (
     TurnResult,
 )
 from workers.constants import TURN_QUEUE
-from workers.database import create_database_engine, current_revision, head_revision, migrate
+from workers.database import (
+    create_database_engine,
+    current_revision,
+    head_revision,
+    migrate,
+    sqlite_file,
+)
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.ports import Coordinator
@@ -104,7 +114,7 @@ def connect(
         raise StoreError(f"the database at {url!r} is not migrated: run `parley migrate`")
     store = SqlStore(engine)
     if redis_url is None:
-        coordinator = LocalCoordinator()
+        coordinator = _local_coordinator(url, engine)
 
         def runner() -> TurnEngine | None:
             # Resolved at the first turn, not here: a client that only reads must not
@@ -126,6 +136,27 @@ def connect(
         store.close()
         raise InvalidRequest(f"not a Redis URL: {redis_url!r} ({exc})") from exc
     return Client(store, fleet_coordinator, FleetKicker(settings), host=None)
+
+
+_LOCAL_COORDINATORS: weakref.WeakValueDictionary[str, LocalCoordinator] = (
+    weakref.WeakValueDictionary()
+)
+_LOCAL_COORDINATORS_GUARD = threading.Lock()
+
+
+def _local_coordinator(url: str, engine: Engine) -> LocalCoordinator:
+    """The in-process coordinator of a database: one per database in a process, shared by
+    every embedded client on it.  With one each, a second client's driver would see the
+    first one's session lock free and take over a turn it is still running."""
+    path = sqlite_file(url)
+    if engine.dialect.name == "sqlite" and path is None:
+        return LocalCoordinator()  # in memory: each engine is a database of its own
+    key = str(path.resolve()) if path is not None else str(engine.url)
+    with _LOCAL_COORDINATORS_GUARD:
+        coordinator = _LOCAL_COORDINATORS.get(key)
+        if coordinator is None:
+            coordinator = _LOCAL_COORDINATORS[key] = LocalCoordinator()
+        return coordinator
 
 
 class Client:

@@ -3,6 +3,7 @@ Celery kick to the fleet."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -76,9 +77,15 @@ class EmbeddedKicker:
             log.exception("driver of session %s stopped", session_id)
             with self._guard:
                 self._errors[session_id] = exc
-                self._kicked.discard(session_id)
                 self._drivers.pop(session_id, None)
+                # A kick that came while this driver was failing found it still listed
+                # and left the work to it: that work needs a driver of its own.
+                kicked_meanwhile = session_id in self._kicked
+                self._kicked.discard(session_id)
             # Waiters see the error through failure() at their next poll.
+            if kicked_meanwhile:
+                with contextlib.suppress(InvalidRequest):  # closed meanwhile
+                    self.kick(session_id)
 
     def failure(self, session_id: str) -> BaseException | None:
         """Why the session's driver stopped, if it stopped on an error."""

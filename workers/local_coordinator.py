@@ -111,7 +111,7 @@ class LocalCoordinator:
 
     def _evict_ended(self) -> None:
         """Drop the least recently published ended turns' buffers beyond the bound, and
-        any turn's beyond UNENDED_FACTOR times it."""
+        beyond UNENDED_FACTOR times it any turn's, tokenless ones first."""
         excess = len(self._buffers) - self._retained
         if excess <= 0:
             return
@@ -124,7 +124,17 @@ class LocalCoordinator:
             del self._buffers[turn_id]
             del self._ends[turn_id]
         while len(self._buffers) > self._retained * UNENDED_FACTOR:
-            evicted, _ = self._buffers.popitem(last=False)
+            # Tokens live only here: first drop buffers without any (a queued turn's, say),
+            # whose events a reader gets from the store all the same.
+            evicted = next(
+                (
+                    turn_id
+                    for turn_id, buffer in self._buffers.items()
+                    if not any(e.kind is EventKind.TOKEN for e in buffer)
+                ),
+                next(iter(self._buffers)),
+            )
+            del self._buffers[evicted]
             self._ends.pop(evicted, None)
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:

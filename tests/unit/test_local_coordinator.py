@@ -36,3 +36,15 @@ def test_turns_that_never_end_cannot_grow_the_buffers_forever() -> None:
         coordinator.publish([event(f"announced{n}", 1, EventKind.QUEUED)])
     kept = [n for n in range(20) if coordinator.read_events(f"announced{n}", 0, timeout=0)]
     assert kept == list(range(20 - 2 * UNENDED_FACTOR, 20))  # the most recent
+
+
+def test_a_running_turns_tokens_outlast_a_deep_queue_of_announced_turns() -> None:
+    # Announced turns' buffers hold only durable events (a reader gets them from the
+    # store): they make way before a running turn's tokens, which live only here.
+    coordinator = LocalCoordinator(retained_turns=2)
+    coordinator.publish([event("running", 1, EventKind.STARTED), event("running", 2)])
+    for n in range(20):
+        coordinator.publish([event(f"queued{n}", 1, EventKind.QUEUED)])
+    assert [e.seq for e in coordinator.read_events("running", 0, timeout=0)] == [1, 2]
+    kept = [n for n in range(20) if coordinator.read_events(f"queued{n}", 0, timeout=0)]
+    assert kept == list(range(20 - 2 * UNENDED_FACTOR + 1, 20))
