@@ -23,10 +23,9 @@ an announcement whose submission rolled back) must not grow the process forever.
 class LocalLock:
     """A held in-process session lock."""
 
-    def __init__(self, lock: threading.Lock, work_mark: int, marks: Callable[[], int]) -> None:
+    def __init__(self, work_mark: int, release: Callable[[], int]) -> None:
         self.work_mark = work_mark
-        self._lock = lock
-        self._marks = marks
+        self._release = release
         self._held = True
 
     def held(self) -> bool:
@@ -38,8 +37,7 @@ class LocalLock:
         if not self._held:
             return None
         self._held = False
-        self._lock.release()
-        return self._marks()
+        return self._release()
 
 
 class LocalCoordinator:
@@ -48,7 +46,7 @@ class LocalCoordinator:
     def __init__(self, retained_turns: int = RETAINED_TURNS) -> None:
         self._guard = threading.Lock()
         self._changed = threading.Condition(self._guard)
-        self._locks: dict[str, threading.Lock] = {}
+        self._held: set[str] = set()  # the sessions whose lock a driver holds
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
         self._ends: dict[str, int] = {}  # the newest buffered ``end`` seq of each turn
         self._interrupts: set[str] = set()
@@ -61,23 +59,28 @@ class LocalCoordinator:
     def try_lock(self, session_id: str) -> LocalLock | None:
         """The session's lock if nobody in this process holds it."""
         with self._guard:
-            lock = self._locks.setdefault(session_id, threading.Lock())
+            if session_id in self._held:
+                return None
+            self._held.add(session_id)
             mark = self._marks.get(session_id, 0)
-        if not lock.acquire(blocking=False):
-            return None
-        return LocalLock(lock, mark, lambda: self._work_mark(session_id))
+        return LocalLock(mark, lambda: self._unlock(session_id))
+
+    def _unlock(self, session_id: str) -> int:
+        """Let the session go; returns its work mark as it stood then.  An idle session
+        keeps nothing here (a long-lived process sees sessions without end): the next
+        driver reads the mark afresh, and every in-process submission kicks anyway."""
+        with self._guard:
+            self._held.discard(session_id)
+            return self._marks.pop(session_id, 0)
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
         """Publish ``events`` and bump the session's work mark; in-process kicks are
         always worth sending."""
         self.publish(events)
         with self._guard:
-            self._marks[session_id] = self._marks.get(session_id, 0) + 1
+            if session_id in self._held:  # only a driver that holds the session reads it
+                self._marks[session_id] = self._marks.get(session_id, 0) + 1
         return True
-
-    def _work_mark(self, session_id: str) -> int:
-        with self._guard:
-            return self._marks.get(session_id, 0)
 
     # ------------------------------------------------------------------ events
 
@@ -123,6 +126,9 @@ class LocalCoordinator:
         for turn_id in ended[:excess]:
             del self._buffers[turn_id]
             del self._ends[turn_id]
+            # Ended, and now out of the window: nothing of it is left to fence or stop.
+            self._owners.pop(turn_id, None)
+            self._interrupts.discard(turn_id)
         while len(self._buffers) > self._retained * UNENDED_FACTOR:
             # Tokens live only here: first drop buffers without any (a queued turn's, say),
             # whose events a reader gets from the store all the same.
