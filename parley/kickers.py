@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,10 @@ class EmbeddedKicker:
         """Make sure a driver thread is draining the session."""
         self.ready()
         with self._guard:
+            if self._closed:
+                # Checked under the guard that close() takes: no driver starts after it
+                # (a submission racing it rolls back with this error).
+                raise InvalidRequest("the client is closed")
             # The flag and the thread's decision to exit are both taken under the guard,
             # so a kick that arrives while a driver is winding down is never dropped.
             self._kicked.add(session_id)
@@ -95,11 +100,15 @@ class EmbeddedKicker:
             return self._errors.get(session_id)
 
     def close(self, *, wait: bool, timeout: float | None) -> None:
-        """Accept no more kicks; with ``wait``, let running drivers finish."""
-        self._closed = True
+        """Accept no more kicks; with ``wait``, let running drivers finish (within
+        ``timeout`` seconds in all)."""
+        with self._guard:
+            self._closed = True
+            drivers = list(self._drivers.values())
         if wait:
-            for thread in list(self._drivers.values()):
-                thread.join(timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for thread in drivers:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 class FleetKicker:

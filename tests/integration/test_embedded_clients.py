@@ -87,3 +87,28 @@ def test_a_kick_that_meets_a_failing_driver_gets_a_driver_of_its_own(
     kicker.kick("s1")
     assert second_drive.wait(10), "the submission was left without a driver"
     assert drives == ["s1", "s1"]
+
+
+def test_no_driver_starts_after_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    drives: list[str] = []
+
+    class Records:
+        def __init__(self, _engine: object) -> None:
+            pass
+
+        def drive(self, session_id: str) -> None:
+            drives.append(session_id)
+
+    monkeypatch.setattr(kickers, "SessionDriver", Records)
+    kicker = EmbeddedKicker(lambda: cast(TurnEngine, object()))
+    ready = kicker.ready
+
+    def closed_right_after_the_check() -> None:
+        ready()
+        kicker.close(wait=True, timeout=None)  # another thread closes the client here
+
+    monkeypatch.setattr(kicker, "ready", closed_right_after_the_check)
+    with pytest.raises(parley.errors.InvalidRequest, match="closed"):
+        kicker.kick("s1")
+    time.sleep(0.1)
+    assert drives == []
