@@ -399,8 +399,9 @@ class TurnHandle:
         """The newest seq the turn has published so far, without waiting for more:
         ``events(after=handle.latest_seq())`` shows only what comes next."""
         client = self._client
-        stored = client.store.events_after(self.turn_id, 0)
-        return max([e.seq for e in stored[-1:]] + [client.coordinator.last_seq(self.turn_id)])
+        return max(
+            client.store.last_event_seq(self.turn_id), client.coordinator.last_seq(self.turn_id)
+        )
 
     def say(self, text: str) -> None:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the

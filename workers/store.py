@@ -966,6 +966,13 @@ class SqlStore:
             for r in rows
         ]
 
+    def last_event_seq(self, turn_id: str) -> int:
+        """The newest durable seq of a turn (0 if it has none)."""
+        seq = self._reading(
+            lambda db: db.execute(q.LAST_EVENT_SEQ, {"b_turn_id": turn_id}).scalar_one()
+        )
+        return int(seq or 0)
+
     # ------------------------------------------------------------------ sizes
 
     def table_counts(self) -> dict[str, int]:

@@ -111,6 +111,18 @@ def test_event_seq_is_gap_free_and_can_be_reread_from_any_seq(
         assert list(reader.attach(handle.turn_id).events()) == durable
 
 
+def test_latest_seq_is_where_a_reader_of_only_what_comes_next_starts(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    client = make_client([ECHO])
+    session = client.open_session(workspace)
+    handle = session.submit("one")
+    last = list(handle.events())[-1]
+    assert handle.latest_seq() == last.seq
+    assert make_client().attach(handle.turn_id).latest_seq() == last.seq
+    assert list(handle.events(after=handle.latest_seq())) == []  # the turn has ended
+
+
 def test_reopen_from_a_new_process_with_only_the_session_id(
     make_client: ClientFactory, workspace: Path, db_url: str, subprocess_env: dict[str, str]
 ) -> None:
