@@ -45,6 +45,12 @@ class Policy:
     exists now is judged like a read of that file (files reachable only through a symlink
     out of the root are skipped: no confined tool reads them).  A glob over more than
     ``MAX_GLOB_FILES`` files is refused when anything could be denied.
+
+    ``guard_git`` (on by default, whatever the write rules) refuses writes into a ``.git``
+    directory or file: a hook or a config line such as ``core.fsmonitor`` written there
+    would run with the next git command, so ``allow_execute=["git status"]`` would grant
+    any code.  An allowed command that runs the workspace's own code (``pytest``,
+    ``make``) runs whatever the model wrote: see the README on ``run_command``.
     """
 
     allow_read: Sequence[str] = ("**",)
@@ -55,6 +61,7 @@ class Policy:
     allow_mcp: Sequence[str] = ()
     allow_mcp_servers: Sequence[str] = ()
     deny_tools: Sequence[str] = ()
+    guard_git: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -71,6 +78,8 @@ class Policy:
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise InvalidRequest(f"Policy.{name} must be a list of glob strings, not {value!r}")
             object.__setattr__(self, name, tuple(value))
+        if not isinstance(self.guard_git, bool):
+            raise InvalidRequest(f"Policy.guard_git must be True or False, not {self.guard_git!r}")
 
     def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
         """None if the call may run, else the refusal naming the rule."""
@@ -90,6 +99,13 @@ class Policy:
                 return None
             return Refusal(rule=rule, reason=f"{verb} {access.path!r} is not allowed by the policy")
         if access.mode == "read" and any(c in access.path for c in GLOB_CHARS):
+            if os.path.lexists(os.path.join(root, access.path)):
+                # Also a name that exists as written (a symlink called `s?`, say): a tool
+                # that opens it literally reads where it leads, which the glob's walk,
+                # following no symlinked directory, would not see.
+                refusal = self._check_path("read", access.path, root)
+                if refusal is not None:
+                    return refusal
             return self._check_read_glob(access.path, root)
         return self._check_path(access.mode, access.path, root)
 
@@ -102,6 +118,12 @@ class Policy:
 
     def _judge(self, mode: str, path: str) -> Refusal | None:
         """The rules for ``path``, already confined and relative to the root."""
+        if mode == "write" and self.guard_git and _in_git_directory(path):
+            return Refusal(
+                rule="guard_git",
+                reason=f"write of {path!r} is refused: git runs what its config and hooks "
+                "name, so any allowed git command would run it",
+            )
         deny = self.deny_read if mode == "read" else self.deny_write
         allow = self.allow_read if mode == "read" else self.allow_write
         for pattern in deny:
@@ -164,6 +186,10 @@ class Policy:
                 if refusal is not None:
                     return refusal
         return None
+
+
+def _in_git_directory(path: str) -> bool:
+    return ".git" in path.split("/")
 
 
 class ApproveAll:

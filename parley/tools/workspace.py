@@ -21,7 +21,11 @@ def _read(arguments: dict[str, Any], context: ToolContext) -> str:
     path = confine(context.root, arguments["path"])
     if path.is_dir():
         raise IsADirectoryError(f"{arguments['path']} is a directory; use list_files")
-    data = path.read_bytes()[: READ_LIMIT + 1]
+    if path.exists() and not path.is_file():
+        # A FIFO or a device would block the turn, or never end.
+        raise OSError(f"{arguments['path']} is not a regular file")
+    with path.open("rb") as handle:
+        data = handle.read(READ_LIMIT + 1)  # never the whole of a huge file
     text = data[:READ_LIMIT].decode("utf-8", errors="replace")
     if len(data) > READ_LIMIT:
         text += f"\n[file truncated at {READ_LIMIT} bytes]"

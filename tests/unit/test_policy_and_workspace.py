@@ -181,6 +181,34 @@ def test_deny_is_matched_on_the_symlink_target(root: Path) -> None:
     assert rule_of(policy, root, access("write", "innocent/token.txt")) == "deny_write:secrets/**"
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [Policy(deny_read=["secrets/**", ".env"]), Policy(allow_read=["docs/**"])],
+    ids=["deny", "allow-list"],
+)
+def test_a_symlink_named_like_a_glob_is_judged_by_where_it_leads(
+    root: Path, policy: Policy
+) -> None:
+    # read_file opens `s?/token` as written, through the link: the policy must not take
+    # the name for a glob whose walk (following no symlinked directory) finds nothing.
+    (root / "secrets").mkdir()
+    (root / "secrets" / "token").write_text("TOPSECRET")
+    (root / ".env").write_text("API_KEY=sk")
+    (root / "s?").symlink_to(root / "secrets", target_is_directory=True)
+    (root / "e*").symlink_to(root, target_is_directory=True)
+    for path in ("s?/token", "e*/.env", "./e*/secrets/token"):
+        assert rule_of(policy, root, access("read", path)) is not None, path
+
+
+def test_writes_into_git_are_refused_unless_the_host_lifts_the_guard(root: Path) -> None:
+    # A hook or core.fsmonitor written there would run with any allowed git command.
+    for path in (".git/config", ".git/hooks/pre-commit", "vendor/lib/.git/config", ".git"):
+        assert rule_of(Policy(), root, access("write", path)) == "guard_git", path
+        assert rule_of(Policy(guard_git=False), root, access("write", path)) is None, path
+    assert rule_of(Policy(), root, access("read", ".git/config")) is None
+    assert rule_of(Policy(), root, access("write", ".github/workflows/ci.yml")) is None
+
+
 def test_outside_allow_list_names_the_allow_rule(root: Path) -> None:
     policy = Policy(allow_read=["docs/**"], allow_write=["docs/*.md"])
     assert rule_of(policy, root, access("read", "docs/a/b.md")) is None
@@ -232,6 +260,7 @@ def test_refusal_reason_is_a_sentence_for_the_model(root: Path) -> None:
         pytest.param({"allow_execute": ["pytest", 3]}, id="non-string-item"),
         pytest.param({"deny_read": None}, id="none"),
         pytest.param({"allow_write": 5}, id="number"),
+        pytest.param({"guard_git": "no"}, id="guard-git-not-a-bool"),
     ],
 )
 def test_bad_policy_input_is_invalid_request(options: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,22 @@ def test_read_file_truncates_large_files(tmp_path: Path, context: ToolContext) -
     assert text.startswith("a" * READ_LIMIT)
     assert "a" * (READ_LIMIT + 1) not in text
     assert "truncated" in text
+
+
+def test_read_file_reads_no_more_of_a_huge_file_than_it_returns(
+    tmp_path: Path, context: ToolContext
+) -> None:
+    with (tmp_path / "sparse.bin").open("wb") as handle:
+        handle.truncate(1 << 40)  # a terabyte that takes no disk, and no memory unless read
+    assert "truncated" in call(read_file, {"path": "sparse.bin"}, context)
+
+
+def test_read_file_of_a_fifo_errors_instead_of_blocking(
+    tmp_path: Path, context: ToolContext
+) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(OSError, match="not a regular file"):
+        call(read_file, {"path": "pipe"}, context)
 
 
 def test_read_file_of_a_directory_errors(tmp_path: Path, context: ToolContext) -> None:
