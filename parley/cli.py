@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 import parley
-from parley.client import DEFAULT_DATABASE_URL
+from parley.client import DEFAULT_DATABASE_URL, database_url_of
 from parley.errors import ParleyError
 from parley.host import host_from_environment
 from parley.render import EventPrinter, error_line, tree_of, turn_line
@@ -133,13 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _database(args: argparse.Namespace) -> str:
-    url: str = args.db or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
-    return url
-
-
 def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Client:
-    url = _database(args)
+    url = database_url_of(args.db)
     if args.command in NAMES_STORED or getattr(args, "session_id", None):
         # A mistyped SQLite path must not leave a new, empty database behind.
         path = sqlite_file(url)
@@ -168,7 +163,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def _migrate(args: argparse.Namespace, console: Console) -> int:
-    engine = create_database_engine(_database(args))
+    engine = create_database_engine(database_url_of(args.db))
     revision = migrate(engine)
     engine.dispose()
     console.print(f"schema at revision {revision}")

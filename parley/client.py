@@ -67,6 +67,13 @@ MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
 
+def database_url_of(given: str | None) -> str:
+    """The database a client uses: ``given``, else ``PARLEY_DATABASE_URL``, else
+    :data:`DEFAULT_DATABASE_URL`."""
+    url: str = given or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    return url
+
+
 def connect(
     database_url: str | None = None,
     *,
@@ -93,7 +100,7 @@ def connect(
             f"host must be a parley.Host, not {type(host).__name__} "
             "(parley.load_host('module:attribute') loads one)"
         )
-    url = database_url or os.environ.get("PARLEY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    url = database_url_of(database_url)
     if not isinstance(url, str):
         raise InvalidRequest(f"database_url must be a string, not {type(url).__name__}")
     engine = create_database_engine(url)

@@ -257,6 +257,10 @@ class _TurnRun:
         self.turn = claimed.turn
         self.run_id = claimed.run.run_id
         self.contract: Contract | None = claimed.run.contract
+        # A final answer the model gives is checked by the contract's command, if any; one
+        # that passes (or has nothing to pass) ends the turn with this outcome.
+        self.checks = bool(self.contract and self.contract.check)
+        self.answered = TurnStatus.SUCCEEDED if self.checks else TurnStatus.FINISHED
         self.root = claimed.session.root
         self.context = ToolContext(
             root=self.root, session_id=claimed.session.session_id, turn_id=claimed.turn.turn_id
@@ -433,9 +437,8 @@ class _TurnRun:
         if result is not None and not result.passed:
             if not more_steps:
                 return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
-            state.feedback = [StepInput(origin="check", text=result.feedback())]
+            state.feedback = _check_feedback(result)
             return None
-        status = TurnStatus.FINISHED if result is None else TurnStatus.SUCCEEDED
         if not state.inbox_closed and more_steps:
             state.pending = list(
                 self.store.close_inbox(
@@ -447,13 +450,13 @@ class _TurnRun:
             )
             if state.pending:
                 return None  # a steer slipped in: run one more step for it
-        return _Ending(status=status, reply=reply)
+        return _Ending(status=self.answered, reply=reply)
 
     def _check(self, state: _TurnState, index: int) -> CheckResult | None:
         """The contract's check of the final answer of step ``index`` (None without a
         check): run once per answer, and announced by a ``check`` event."""
         contract = self.contract
-        if contract is None or not contract.check:
+        if contract is None or not contract.check:  # self.checks, in terms mypy can narrow
             return None
         if state.checked is not None and state.checked[0] == index:
             return state.checked[1]
@@ -541,11 +544,10 @@ class _TurnRun:
         # its step and the model hears the check's output next, with any steer.  An
         # interrupt already waiting skips the check: the step commits and the boundary
         # stops the turn without waiting for it.
-        checked = not calls and bool(self.contract and self.contract.check)
+        checked = not calls and self.checks
         check = self._check(state, index) if checked and not interrupt_pending() else None
         idle = not calls and (not checked or (check is not None and check.passed))
-        status = TurnStatus.SUCCEEDED if checked else TurnStatus.FINISHED
-        ending = _Ending(status=status, reply=reply.text)
+        ending = _Ending(status=self.answered, reply=reply.text)
         ends_here = idle
         if idle and self._before_commit() is not None:
             # The hook sees (and may veto) that outcome before any of the step commits:
@@ -593,11 +595,7 @@ class _TurnRun:
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
         state.pending = list(receipt.pending)
-        state.feedback = (
-            [StepInput(origin="check", text=check.feedback())]
-            if check is not None and not check.passed
-            else []
-        )
+        state.feedback = _check_feedback(check) if check is not None and not check.passed else []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total
         state.inbox_closed = idle and not receipt.pending
@@ -804,6 +802,11 @@ class _TurnRun:
             usage=state.usage + ending.discarded,
             error=ending.error,
         )
+
+
+def _check_feedback(failed: CheckResult) -> list[StepInput]:
+    """What the model hears of a failed check, with its next request."""
+    return [StepInput(origin="check", text=failed.feedback())]
 
 
 def _has_interrupt(steers: Sequence[Any]) -> bool:
