@@ -53,20 +53,25 @@ class Control:
 
     # --------------------------------------------------------------- the gate tool
 
-    def wait_entered(self, timeout: float = 30) -> None:
-        """Block until a step is inside ``wait_for_gate``."""
+    def wait_entered(self, timeout: float = 30, gate: str = "gate") -> None:
+        """Block until a step is inside ``wait_for_gate`` (or another ``gate``)."""
         deadline = time.monotonic() + timeout
-        while not (self.dir / "gate-entered").exists():
-            assert time.monotonic() < deadline, "the turn never reached the gate"
+        while not (self.dir / f"{gate}-entered").exists():
+            assert time.monotonic() < deadline, f"the turn never reached the {gate}"
             time.sleep(0.01)
 
-    def open_gate(self, pid: int | None = None) -> None:
+    def open_gate(self, pid: int | None = None, gate: str = "gate") -> None:
         """Let every ``wait_for_gate`` call return (or only those of process ``pid``)."""
-        (self.dir / ("gate-open" if pid is None else f"gate-open-{pid}")).touch()
+        (self.dir / (f"{gate}-open" if pid is None else f"{gate}-open-{pid}")).touch()
 
-    def entered_by(self) -> set[int]:
+    def entered_by(self, gate: str = "gate") -> set[int]:
         """The processes that have entered the gate."""
-        return {int(p.name.rsplit("-", 1)[1]) for p in self.dir.glob("gate-entered-*")}
+        return {int(p.name.rsplit("-", 1)[1]) for p in self.dir.glob(f"{gate}-entered-*")}
+
+    def recorded_calls(self) -> list[int]:
+        """The pids that ran ``record_call``, in order."""
+        path = self.dir / "record-calls"
+        return [int(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def reset_gate(self) -> None:
         """Close the gate again for the next turn."""

@@ -18,7 +18,15 @@ from typing import Any
 import parley
 from parley.tools import WORKSPACE_TOOLS, FunctionTool
 from schemas.messages import message_to_json
-from workers.ports import Access, DeltaSink, ModelReply, ModelRequest, Refusal, ToolContext
+from workers.ports import (
+    Access,
+    ApprovalRequest,
+    DeltaSink,
+    ModelReply,
+    ModelRequest,
+    Refusal,
+    ToolContext,
+)
 
 GATE_TIMEOUT_SECONDS = 30
 
@@ -60,21 +68,55 @@ class WorkspacePolicy:
         return parley.Policy(**options).check(tool, accesses, root)
 
 
-def _wait_for_gate(_arguments: dict[str, Any], context: ToolContext) -> str:
-    """Blocks until ``gate-open`` (every process) or ``gate-open-<pid>`` (this process)
-    exists; says which process passed, so a test can tell whose result was committed."""
-    control = control_dir(context.root)
+def wait_at_gate(control: Path, gate: str = "gate") -> int:
+    """Blocks until ``<gate>-open`` (every process) or ``<gate>-open-<pid>`` (this
+    process) exists, and returns this process's pid, so a test can tell who passed."""
     pid = os.getpid()
-    with (control / "gate-calls").open("a") as calls:
+    with (control / f"{gate}-calls").open("a") as calls:
         calls.write(f"{pid}\n")
-    (control / "gate-entered").touch()
-    (control / f"gate-entered-{pid}").touch()
+    (control / f"{gate}-entered").touch()
+    (control / f"{gate}-entered-{pid}").touch()
     deadline = time.monotonic() + GATE_TIMEOUT_SECONDS
-    while not (control / "gate-open").exists() and not (control / f"gate-open-{pid}").exists():
+    while not (control / f"{gate}-open").exists() and not (control / f"{gate}-open-{pid}").exists():
         if time.monotonic() > deadline:
-            raise TimeoutError("the test never opened the gate")
+            raise TimeoutError(f"the test never opened the {gate}")
         time.sleep(0.01)
-    return f"gate opened (pid {pid})"
+    return pid
+
+
+def _wait_for_gate(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """The gate, as a tool: says which process passed, so a test can tell whose result
+    was committed."""
+    return f"gate opened (pid {wait_at_gate(control_dir(context.root))})"
+
+
+def _record_call(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """A side effect a test can count: appends this process's pid to ``record-calls``."""
+    with (control_dir(context.root) / "record-calls").open("a") as calls:
+        calls.write(f"{os.getpid()}\n")
+    return "recorded"
+
+
+RECORD_CALL = FunctionTool(
+    name="record_call",
+    description="Records that it ran, in any process (a side effect a test counts).",
+    parameters={
+        "type": "object",
+        "properties": {"approval_gate": {"type": "string"}},
+    },
+    function=_record_call,
+)
+
+
+class WorkspaceApprover:
+    """Approves every call; a call that names an ``approval_gate`` (a test's control
+    directory) only once the ``approval`` gate there opens: a person taking their time."""
+
+    def approve(self, request: ApprovalRequest) -> bool:
+        gate = request.arguments.get("approval_gate")
+        if isinstance(gate, str):
+            wait_at_gate(Path(gate), "approval")
+        return True
 
 
 WAIT_FOR_GATE = FunctionTool(
@@ -89,6 +131,7 @@ def workspace_host() -> parley.Host:
     """The host of the acceptance suite, embedded and fleet alike."""
     return parley.Host(
         model=WorkspaceScriptedModel(),
-        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE],
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL],
         policy=WorkspacePolicy(),
+        approver=WorkspaceApprover(),
     )

@@ -321,6 +321,9 @@ class _TurnRun:
     def _prepare(self) -> None:
         """Settle the prefix and the tools for this turn (``before_turn`` may change both)."""
         host = self.host
+        # Opening the toolset may start the contract's MCP servers (processes of their
+        # own): not for a driver that lost the session while before it.
+        _check_holding(self.holding, "before the turn's tools opened")
         toolset = host.toolset(self.contract, self.context)
         self._close_tools = toolset.close
         tools = toolset.stable
@@ -681,6 +684,10 @@ class _TurnRun:
                 is_error=True,
                 refusal=refusal_rule,
             )
+        # Validation, the policy and the approver are host code and may take any time
+        # (a person approving, an MCP server starting): the lock may have been lost
+        # meanwhile, and a driver that lost it must not touch the workspace.
+        _check_holding(self.holding, "before the tool ran")
         try:
             output = tool.run(arguments, self.context)
         except Exception as exc:

@@ -359,3 +359,36 @@ def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> Non
         history = session.history()
         assert [t.prompt for t in history] == ["busy 0", "busy 1", "busy 2"]
         assert [t.parent_id for t in history] == [None, history[0].turn_id, history[1].turn_id]
+
+
+def test_a_driver_that_lost_its_lock_during_a_slow_approval_runs_no_tool(chaos: Chaos) -> None:
+    # The approver is host code that may take any time (a person): a driver that lost
+    # the session meanwhile must not run the call once it is approved.
+    call = {"name": "record_call", "arguments": {"approval_gate": str(chaos.control.dir)}}
+    chaos.control.script(
+        [{"when": "approve", "steps": [{"tool_calls": [call]}, {"text": "recorded once"}]}]
+    )
+    handle = chaos.client.open_session(chaos.workspace).submit("approve slowly")
+    chaos.control.wait_entered(gate="approval")
+    stale = chaos.driver_pid(handle.turn_id)
+    group = chaos.worker_group_of(stale)
+    os.killpg(group, signal.SIGSTOP)  # past the lock's life, inside the approver
+    try:
+        fresh = wait_until(
+            lambda: (chaos.control.entered_by("approval") - {stale}) or None,
+            timeout=30,
+            what="takeover",
+        ).pop()
+        chaos.control.open_gate(fresh, gate="approval")
+        result = handle.wait(60)
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "recorded once"
+    assert chaos.control.recorded_calls() == [fresh]
+    chaos.control.open_gate(stale, gate="approval")  # the stale approver says yes at last
+    time.sleep(2)
+    assert chaos.control.recorded_calls() == [fresh]  # and its driver runs nothing
+    assert (
+        "lost session"
+        in chaos.fleet.log_of(next(w for w in chaos.workers if w.pid == group)).read_text()
+    )
