@@ -277,3 +277,5 @@ class RunState:
     # The run's place in its session's queue (the session's turn count when it was
     # submitted or resumed).
     queue_position: int = 0
+    # Claims in a row, this one's included once claimed, that committed no step.
+    stalled_attempts: int = 0

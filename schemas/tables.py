@@ -95,6 +95,9 @@ runs = Table(
     Column("session_id", Id, ForeignKey("sessions.id"), nullable=False),
     Column("status", String(20), nullable=False),
     Column("attempts", Integer, nullable=False, default=0),
+    # Claims in a row that committed no step (a crash loop), reset by every step commit
+    # and by a resume: a long turn taken over many times is not stuck while it moves.
+    Column("stalled_attempts", Integer, nullable=False, default=0, server_default=text("0")),
     Column("contract", Json, nullable=True),
     Column("steps", Integer, nullable=False, default=0),
     Column("input_tokens", BigInteger, nullable=False, default=0),

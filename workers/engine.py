@@ -65,7 +65,9 @@ from workers.replay_cache import ReplayCache
 log = logging.getLogger("parley.engine")
 
 MAX_ATTEMPTS = 10
-"""A turn claimed this many times without finishing ends ``failed`` (a crash loop)."""
+"""A turn claimed this many times in a row without committing a step ends ``failed`` (a
+crash loop).  Claims that made progress do not count: a long turn may be taken over any
+number of times."""
 
 
 def _always() -> bool:
@@ -291,11 +293,15 @@ class _TurnRun:
             self.emitter.emit(
                 EventKind.STEP_RESTARTED, {"index": len(state.steps), "reason": "resumed"}
             )
-        if claimed.run.attempts + 1 > MAX_ATTEMPTS:
-            # Something kills every driver of this turn: stop paying for it.
+        if claimed.run.stalled_attempts + 1 > MAX_ATTEMPTS:
+            # Something kills every driver of this turn before it commits a step: stop
+            # paying for it.
             ending = _Ending(
                 status=TurnStatus.FAILED,
-                error=f"gave up after {claimed.run.attempts} attempts that did not finish",
+                error=(
+                    f"gave up after {claimed.run.stalled_attempts} attempts in a row "
+                    "that committed no step"
+                ),
             )
             return self._finish(state, ending)
         try:

@@ -63,6 +63,7 @@ def run_state_of(run: Any) -> RunState:
         worker=run.worker,
         undelivered=tuple(run.undelivered or ()),
         queue_position=run.queue_position,
+        stalled_attempts=run.stalled_attempts,
     )
 
 

@@ -224,6 +224,7 @@ INSERT_RUN = insert(t.runs).values(
     session_id=b("session_id"),
     status=QUEUED,
     attempts=0,
+    stalled_attempts=0,
     contract=b("contract"),
     steps=0,
     input_tokens=0,
@@ -247,6 +248,7 @@ CLAIM_RUN = (
     .values(
         status=RUNNING,
         attempts=t.runs.c.attempts + 1,
+        stalled_attempts=t.runs.c.stalled_attempts + 1,
         worker=b("worker"),
         started_at=func.coalesce(t.runs.c.started_at, b("now")),
         inbox_open=True,
@@ -261,6 +263,8 @@ _STEP_VALUES = {
     "output_tokens": t.runs.c.output_tokens + b("output_tokens"),
     "cached_tokens": t.runs.c.cached_tokens + b("cached_tokens"),
     "steer_cursor": b("cursor"),
+    # A committed step is progress: the attempts that count towards giving up start over.
+    "stalled_attempts": 0,
 }
 
 # The step the caller thinks comes next, of a run that is still running: a replayed or
@@ -326,6 +330,8 @@ RESUME_RUN = (
         status=QUEUED,
         queued_at=b("now"),
         queue_position=b("position"),
+        # Whoever resumes a turn that gave up gives it a fresh set of attempts.
+        stalled_attempts=0,
         inbox_open=True,
         error=None,
         reply=None,
@@ -493,6 +499,7 @@ def _fresh_claim(head: Any) -> tuple[Any, Any, tuple[Any, ...]]:
         .values(
             status=RUNNING,
             attempts=1,
+            stalled_attempts=1,
             worker=b("worker"),
             started_at=b("now"),
             inbox_open=True,

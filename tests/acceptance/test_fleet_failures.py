@@ -22,6 +22,7 @@ from tests.conftest import fresh_postgres_database, terminate_backends
 from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control, assert_once_in_order_gap_free_but_at_takeovers
 from workers.constants import TAKEOVER_SEQ_GAP, kicked_key
+from workers.engine import MAX_ATTEMPTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -392,3 +393,39 @@ def test_a_driver_that_lost_its_lock_during_a_slow_approval_runs_no_tool(chaos: 
         "lost session"
         in chaos.fleet.log_of(next(w for w in chaos.workers if w.pid == group)).read_text()
     )
+
+
+def test_a_long_turn_taken_over_more_times_than_the_attempt_limit_finishes(chaos: Chaos) -> None:
+    # Attempts that commit steps are progress, not a crash loop: only claims in a row
+    # that commit nothing may make a turn give up.  Steps of half a second, so that a
+    # driver cut off by the flush commits at most a couple more before the next claim
+    # fences it out.
+    step = {
+        "text": "step ",
+        "chunk_chars": 1,
+        "delay_ms": 100,
+        "tool_calls": [{"name": "list_files"}],
+    }
+    steps = 40
+    chaos.control.script([{"when": "long", "steps": [step] * steps + [{"text": "done"}]}])
+    handle = chaos.client.open_session(chaos.workspace).submit("a long turn")
+    store = chaos.client.store
+    wait_until(lambda: store.run_state(handle.turn_id).steps > 0, what="the first step")
+    for _ in range(MAX_ATTEMPTS + 1):
+        before = store.run_state(handle.turn_id).attempts
+        flush_redis(CHAOS_REDIS_URL)  # every lock gone: the next driver takes over
+        taken = wait_until(
+            lambda before=before: (
+                (state := store.run_state(handle.turn_id)).attempts > before and state
+            ),
+            what="a takeover",
+        )
+        wait_until(
+            lambda taken=taken: store.run_state(handle.turn_id).steps > taken.steps,
+            what="the new attempt to commit a step",
+        )
+    result = handle.wait(90)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
+    state = store.run_state(handle.turn_id)
+    assert state.attempts > MAX_ATTEMPTS + 1 and state.steps == steps + 1
+    assert [s.index for s in store.steps_of(handle.turn_id)] == list(range(steps + 1))
