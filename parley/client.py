@@ -327,17 +327,18 @@ class Session:
             request_id=request_id,
             contract=contract,
             if_busy=busy,
-            announce=self._announce,
         )
-        for turn_id in receipt.interrupted_turn_ids:
+        for turn_id, _steer in receipt.interrupted:
             client.coordinator.signal_interrupt(turn_id)
-        if not receipt.created:
-            self._announce(None)  # a repeated request: kick again, in case its kick was lost
+        # Committed: now publish and kick.  (A repeated request kicks again, in case its
+        # first kick was lost.)
+        self._announce(receipt.queued)
         return TurnHandle(client, receipt.turn)
 
     def _announce(self, queued: Event | None) -> None:
-        """Publish a turn's ``queued`` event and get a driver to the session: one kick,
-        unless a kick sent earlier is still waiting for a driver (who will see this turn)."""
+        """Publish a committed turn's ``queued`` event and get a driver to the session:
+        one kick, unless a kick sent earlier is still waiting for a driver, or a driver
+        holds the session (either sees this turn: the submission committed first)."""
         client = self._client
         if queued is None or client.coordinator.mark_work(self.id, [queued]):
             client._kicker.kick(self.id)

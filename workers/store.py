@@ -97,7 +97,11 @@ class SubmitReceipt:
 
     turn: TurnRecord
     created: bool
-    interrupted_turn_ids: tuple[str, ...]
+    interrupted: tuple[tuple[str, Steer], ...]
+    """The running turns of the session an ``interrupt`` submission stopped, each with
+    the interrupt steer it accepted (to signal once the submission committed)."""
+    queued: Event | None = None
+    """The new turn's stored ``queued`` event (None for a repeated request)."""
 
 
 class SqlStore:
@@ -269,18 +273,15 @@ class SqlStore:
         request_id: str | None,
         contract: Contract | None,
         if_busy: IfBusy,
-        announce: Callable[[Event], None] | None = None,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
-        ``announce`` is called with the new turn's ``queued`` event inside the
-        transaction, once the checks passed and while the session row is locked: a driver
-        it wakes (by a kick) waits at its claim, which locks that row first, until the
-        turn is committed.  So the kick travels while the transaction finishes instead of
-        after it.  Should the inserts or the commit still fail, what it announced is for a
-        turn nobody knows: a spurious kick, and a buffer that expires unread."""
+        The transaction holds the session row, which every driver's commit updates: it
+        makes no call to anything but the database, so a slow producer (or a slow Redis
+        or broker behind it) cannot hold up a running turn.  The caller publishes the
+        receipt's ``queued`` event and kicks after the commit."""
         try:
-            return self._submit(session_id, prompt, request_id, contract, if_busy, announce)
+            return self._submit(session_id, prompt, request_id, contract, if_busy)
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
@@ -298,7 +299,6 @@ class SqlStore:
         request_id: str | None,
         contract: Contract | None,
         if_busy: IfBusy,
-        announce: Callable[[Event], None] | None,
     ) -> SubmitReceipt:
         now = _now()
         with self._tx() as db:
@@ -323,16 +323,16 @@ class SqlStore:
                 raise SessionBusy(
                     f"session {session_id!r} has {len(active)} turn(s) queued or running"
                 )
-            interrupted: list[str] = []
+            interrupted: list[tuple[str, Steer]] = []
             if if_busy is IfBusy.INTERRUPT:
                 for run in active:
                     if run.status != q.RUNNING:
                         continue
                     try:
-                        self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
+                        steer = self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
                     except TurnEnded:
                         continue  # its inbox closed: it is committing its end already
-                    interrupted.append(run.turn_id)
+                    interrupted.append((run.turn_id, steer))
             record = TurnRecord(
                 turn_id=new_id(),
                 session_id=session_id,
@@ -347,8 +347,6 @@ class SqlStore:
             queued = Event(
                 turn_id=record.turn_id, seq=1, kind=EventKind.QUEUED, data={"run_id": record.run_id}
             )
-            if announce is not None:
-                announce(queued)
             rows = {
                 "b_turn_id": record.turn_id,
                 "b_run_id": record.run_id,
@@ -365,7 +363,9 @@ class SqlStore:
             else:
                 for statement in (q.INSERT_TURN, q.INSERT_RUN, q.INSERT_QUEUED):
                     db.execute(statement, rows)
-        return SubmitReceipt(turn=record, created=True, interrupted_turn_ids=tuple(interrupted))
+        return SubmitReceipt(
+            turn=record, created=True, interrupted=tuple(interrupted), queued=queued
+        )
 
     def _by_request(
         self, db: StoreConnection, session_id: str, request_id: str
@@ -1109,4 +1109,4 @@ def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
             f"request_id {turn.request_id!r} was already used for another prompt "
             f"(turn {turn.turn_id})"
         )
-    return SubmitReceipt(turn=turn, created=False, interrupted_turn_ids=())
+    return SubmitReceipt(turn=turn, created=False, interrupted=())

@@ -429,3 +429,50 @@ def test_a_long_turn_taken_over_more_times_than_the_attempt_limit_finishes(chaos
     state = store.run_state(handle.turn_id)
     assert state.attempts > MAX_ATTEMPTS + 1 and state.steps == steps + 1
     assert [s.index for s in store.steps_of(handle.turn_id)] == list(range(steps + 1))
+
+
+def test_a_producer_paused_inside_a_submission_does_not_stall_the_running_turn(
+    chaos: Chaos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chaos.control.script(
+        [
+            {
+                "when": "^running",
+                "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "a"}],
+            },
+            {"when": ".*", "steps": [{"text": "b"}]},
+        ]
+    )
+    session = chaos.client.open_session(chaos.workspace)
+    running = session.submit("running turn")
+    chaos.control.wait_entered()
+    # Another producer whose Redis stalls while it submits to the same session.
+    producer = parley.connect(
+        chaos.database_url, redis_url=CHAOS_REDIS_URL, queue=chaos.fleet.queue
+    )
+    stalled, resume = threading.Event(), threading.Event()
+    mark_work = producer.coordinator.mark_work
+
+    def slow_mark_work(*args: Any, **kwargs: Any) -> bool:
+        stalled.set()
+        resume.wait(60)
+        return mark_work(*args, **kwargs)
+
+    monkeypatch.setattr(producer.coordinator, "mark_work", slow_mark_work)
+    handles: list[parley.TurnHandle] = []
+    submitter = threading.Thread(
+        target=lambda: handles.append(producer.session(session.id).submit("queued behind")),
+        daemon=True,
+    )
+    submitter.start()
+    try:
+        assert stalled.wait(10)
+        chaos.control.open_gate()
+        # The running turn commits its steps and its end while the producer is stuck.
+        result = running.wait(15)
+        assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "a"
+    finally:
+        resume.set()
+        submitter.join(30)
+    assert handles[0].wait(30).reply == "b"
+    producer.close()

@@ -48,15 +48,17 @@ def submit(
     *,
     announce: Callable[[Event], None] | None = None,
 ) -> tuple[str, str]:
-    """Queue a turn; returns its turn and run ids."""
+    """Queue a turn; returns its turn and run ids.  ``announce`` gets its ``queued``
+    event once it committed, as a client's announcement does."""
     receipt = store.submit_turn(
         session_id=session_id,
         prompt=prompt,
         request_id=None,
         contract=None,
         if_busy=IfBusy.ENQUEUE,
-        announce=announce,
     )
+    if announce is not None and receipt.queued is not None:
+        announce(receipt.queued)
     return receipt.turn.turn_id, receipt.turn.run_id
 
 

@@ -291,25 +291,24 @@ def test_a_claim_stores_what_it_returns(store: SqlStore) -> None:
     assert floors == [second]  # only the takeover adopts the buffer
 
 
-def test_a_driver_woken_inside_a_submission_claims_the_turn_once_it_commits(
+def test_a_submission_holds_the_session_row_for_nothing_but_its_own_statements(
     store: SqlStore,
 ) -> None:
+    # Every step commit updates the session row a submission locks: a producer that
+    # paused while holding it (a slow Redis or broker, a stopped process) would stall the
+    # session's running turn.  The submission calls out only after its commit, and a
+    # driver its kick wakes finds the turn committed.
     session_id = new_session(store)
+    submit(store, session_id)
+    running = start(store, session_id)
     claims: list[Any] = []
-    drivers: list[threading.Thread] = []
-
-    def drive() -> None:
-        claims.append(store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0))
 
     def announce(queued: Any) -> None:
-        # What a kick does, early: a driver goes for the session before the commit.
-        drivers.append(threading.Thread(target=drive))
-        drivers[0].start()
-        time.sleep(0.3)
-        assert claims == []  # it waits for the session row the submission holds
+        commit(store, running, 0)  # not waiting on a lock the submission still holds
+        finish(store, running, running.next_seq + 1)
+        claims.append(store.start_drive(session_id, worker="w", seq_floor=lambda _t, _f: 0))
 
     turn_id, _run_id = submit(store, session_id, announce=announce)
-    drivers[0].join(10)
     _fence, claim = claims[0]
     assert claim is not None and claim[0].turn.turn_id == turn_id
 
@@ -522,7 +521,7 @@ def test_interrupting_a_turn_that_is_already_committing_its_end_does_not_fail_th
         contract=None,
         if_busy=IfBusy.INTERRUPT,
     )
-    assert receipt.created and receipt.interrupted_turn_ids == ()
+    assert receipt.created and receipt.interrupted == ()
     assert store.pending_steers(d.run_id, 0) == ()
 
 
