@@ -328,8 +328,8 @@ class Session:
             contract=contract,
             if_busy=busy,
         )
-        for turn_id, _steer in receipt.interrupted:
-            client.coordinator.signal_interrupt(turn_id)
+        for turn_id, steer in receipt.interrupted:
+            client.coordinator.push_steer(turn_id, steer)
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         self._announce(receipt.queued)
@@ -415,14 +415,21 @@ class TurnHandle:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the
         turn has ended (the message then goes nowhere, and you are told)."""
         text = _check_text(text, "say", MAX_STEER_BYTES)
-        self._client._check_open()
-        self._client.store.add_steer(self.turn_id, SteerKind.SAY, text)
+        client = self._client
+        client._check_open()
+        client.coordinator.push_steer(
+            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.SAY, text)
+        )
 
     def interrupt(self) -> None:
         """Stop the turn at the next step boundary (at once while the model streams)."""
-        self._client._check_open()
-        self._client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
-        self._client.coordinator.signal_interrupt(self.turn_id)
+        client = self._client
+        client._check_open()
+        # Accepted (durable) first, then listed: a streaming driver that sees it in the
+        # turn's steer list stops at once, and the next boundary stops in any case.
+        client.coordinator.push_steer(
+            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
+        )
 
     def result(self) -> TurnResult | None:
         """The result if the turn has ended, else None."""

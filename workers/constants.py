@@ -114,6 +114,14 @@ def owner_key(turn_id: str) -> str:
     return f"parley:owner:{turn_id}"
 
 
-def interrupt_key(turn_id: str) -> str:
-    """Set when an interrupt was sent, so a streaming driver stops at once."""
-    return f"parley:interrupt:{turn_id}"
+def steers_key(turn_id: str) -> str:
+    """The turn's steer list: every ``say`` and ``interrupt`` the store accepted, as JSON
+    ``{"p": position, "k": kind, "t": text}``, appended after its commit.  The path a step
+    boundary reads (and a streaming driver watches for an interrupt); the store stays the
+    record, read when the list is missing or behind."""
+    return f"parley:steers:{turn_id}"
+
+
+STEER_TAIL = 64
+"""How many of a steer list's newest entries a boundary reads: more steers than that
+pending at one boundary (a flood) are read from the store instead."""

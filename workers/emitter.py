@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.events import Event, EventKind
+from schemas.records import Steer
 from workers.ports import Coordinator
 
 
@@ -63,6 +64,11 @@ class Emitter:
     def publish(self, event: Event, *, now: bool = False) -> None:
         """Publish an event allocated earlier (after its commit)."""
         self._coordinator.publish([event], self._fence, now=now)
+
+    def publish_listing_steers(self, event: Event, cursor: int) -> list[Steer]:
+        """Publish an event allocated earlier now, and read the turn's steers past
+        ``cursor`` in the same round trip."""
+        return self._coordinator.publish_listing_steers([event], self._fence, self.turn_id, cursor)
 
     def take_unstored(self) -> list[Event]:
         """The durable events published since the last commit; the caller stores them."""

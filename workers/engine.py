@@ -32,7 +32,7 @@ from schemas.messages import (
     ToolResult,
     request_digest,
 )
-from schemas.records import Contract, SteerKind, TurnStatus, Usage
+from schemas.records import Contract, Steer, SteerKind, TurnStatus, Usage
 from workers.checks import CheckResult, run_check
 from workers.context import assemble, history_messages, turn_replay
 from workers.emitter import Emitter
@@ -119,17 +119,14 @@ class _DeltaSink:
     def __init__(
         self,
         emitter: Emitter,
-        coordinator: Coordinator,
         index: int,
         holding: Callable[[], bool],
         interrupt_pending: Callable[[], bool],
     ) -> None:
         self._emitter = emitter
-        self._coordinator = coordinator
         self._index = index
         self._holding = holding
         self._interrupt_pending = interrupt_pending
-        self._stale_flag = False
         self.parts: list[str] = []
 
     def __call__(self, text: str) -> None:
@@ -143,15 +140,8 @@ class _DeltaSink:
 
     def check(self) -> None:
         _check_holding(self._holding, "while the model streamed")
-        if self._stale_flag or not self._coordinator.interrupt_requested(self._emitter.turn_id):
-            return
-        # The flag is a hint, set after the interrupt committed: one the turn obeyed
-        # already can outlive its own clearing (a signal delayed past the cancel and a
-        # resume), and must not abort a later attempt.  Asked once per step; an interrupt
-        # sent after a stale flag stops the turn at the next boundary instead.
         if self._interrupt_pending():
             raise StreamAborted
-        self._stale_flag = True
 
     def restart(self, reason: str) -> None:
         _check_holding(self._holding, "while the model restarted its stream")
@@ -179,10 +169,15 @@ class _DeltaSink:
 class _TurnState:
     steps: list[CommittedStep]
     cursor: int
-    pending: list[Any]
+    pending: list[Steer]
+    # How many steers the run had accepted when the store last said (the claim, the
+    # latest step commit): the steer list must hold those past the cursor to be trusted.
+    steer_count: int
     usage: Usage
     session_tokens: int
     feedback: list[StepInput] = field(default_factory=list)
+    # The steer list as read with the latest step's event, for the boundary after it.
+    listed: list[Steer] | None = None
     inbox_closed: bool = False
     first_boundary: bool = True
     # The contract's check run on the final answer of the step at this index.
@@ -284,6 +279,7 @@ class _TurnRun:
             steps=list(claimed.steps),
             cursor=claimed.run.steer_cursor,
             pending=list(claimed.pending),
+            steer_count=claimed.run.steer_cursor + len(claimed.pending),
             usage=claimed.run.usage,
             session_tokens=claimed.session.tokens_used,
         )
@@ -408,8 +404,8 @@ class _TurnRun:
     def _loop(self, state: _TurnState) -> _Ending:
         while True:
             _check_holding(self.holding, "at a step boundary")
-            interrupt = self._take_interrupt(state)
-            if interrupt:
+            self._take_steers(state)
+            if _has_interrupt(state.pending):
                 return _Ending(status=TurnStatus.CANCELLED)
             says = [s for s in state.pending if s.kind is SteerKind.SAY]
             stopped = bool(state.steps) and not state.steps[-1].payload.tool_calls
@@ -427,16 +423,35 @@ class _TurnRun:
             if ending is not None:
                 return ending
 
-    def _take_interrupt(self, state: _TurnState) -> bool:
-        # The first boundary asks afresh: the claim read the inbox before the turn was
-        # prepared (hooks, tools), and an interrupt that arrived meanwhile must stop the
-        # turn here.  Later boundaries follow a commit that read the inbox itself.
+    def _take_steers(self, state: _TurnState) -> None:
+        """Settle the steers pending at this boundary: the turn's steer list, read in the
+        look the boundary makes anyway, unless it lacks steers the store counted (lost
+        with Redis, a push that failed or has not landed yet); then the store's inbox."""
+        # The first boundary looks afresh: the claim read the inbox before the turn was
+        # prepared (hooks, tools), and a steer that arrived meanwhile must reach it.
         fresh, state.first_boundary = state.first_boundary, False
-        if self.engine.coordinator.interrupt_requested(self.turn.turn_id, fresh=fresh):
-            # The flag is a hint that an interrupt is in the durable inbox: read it now
-            # rather than one step later.
+        listed = self._listed_steers(state, fresh=fresh)
+        if listed is None and not fresh:
+            listed = self._listed_steers(state, fresh=True)  # a look too old to trust
+        if listed is not None:
+            state.pending = listed
+        elif len(state.pending) < state.steer_count - state.cursor:
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
-        return _has_interrupt(state.pending)
+        state.steer_count = max(state.steer_count, state.cursor + len(state.pending))
+
+    def _listed_steers(self, state: _TurnState, *, fresh: bool) -> list[Steer] | None:
+        """The steers pending past the cursor as the steer list has them, or None when
+        the list cannot be trusted: a position missing among them, or fewer than the
+        store counted."""
+        listed, state.listed = state.listed, None
+        if listed is None or fresh:
+            coordinator = self.engine.coordinator
+            listed = coordinator.steers_after(self.turn.turn_id, state.cursor, fresh=fresh)
+        if listed:
+            # Listed only once committed: the store has at least as many.
+            state.steer_count = max(state.steer_count, listed[-1].position)
+        in_order = all(s.position == state.cursor + n for n, s in enumerate(listed, 1))
+        return listed if in_order and len(listed) >= state.steer_count - state.cursor else None
 
     def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
         """The model answered without tool calls: check, close the inbox, or go on (only
@@ -514,12 +529,14 @@ class _TurnRun:
         )
         request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
 
-        def interrupt_pending() -> bool:
-            return _has_interrupt(self.store.pending_steers(self.run_id, cursor))
+        coordinator = self.engine.coordinator
 
-        sink = self.streaming = _DeltaSink(
-            self.emitter, self.engine.coordinator, index, self.holding, interrupt_pending
-        )
+        def interrupt_pending() -> bool:
+            # A listed interrupt is one the store accepted (listed after its commit); past
+            # the cursor, it is not one the turn obeyed already.
+            return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
+
+        sink = self.streaming = _DeltaSink(self.emitter, index, self.holding, interrupt_pending)
         try:
             reply = self.host.model.stream(request, sink)
         except StreamAborted:
@@ -600,14 +617,20 @@ class _TurnRun:
             end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
         self.streaming = None
-        self.emitter.publish(step_event)
+        if receipt.steer_count > cursor:
+            # Steers are pending, so the next boundary needs the steer list: read in the
+            # round trip that sends the step's event.
+            state.listed = self.emitter.publish_listing_steers(step_event, cursor)
+        else:
+            self.emitter.publish(step_event)
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
-        state.pending = list(receipt.pending)
+        state.pending = []  # those the commit counted past the cursor: read at the boundary
+        state.steer_count = max(state.steer_count, receipt.steer_count)
         state.feedback = _check_feedback(check) if check is not None and not check.passed else []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total
-        state.inbox_closed = idle and not receipt.pending
+        state.inbox_closed = idle and receipt.steer_count == cursor
         if receipt.finished is not None:
             self.emitter.allocate(EventKind.END, {})  # the seq the committed end took
             ending.receipt = receipt.finished

@@ -1,4 +1,4 @@
-"""The in-process coordinator: session locks, replay buffers and interrupt flags for the
+"""The in-process coordinator: session locks, replay buffers and steer lists for the
 embedded client (and for tests), behind the same port as the Redis one."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from schemas.events import Event, EventKind
+from schemas.records import Steer
 
 RETAINED_TURNS = 256
 """How many ended turns' replay buffers (tokens included) are kept; older turns are
@@ -49,7 +50,9 @@ class LocalCoordinator:
         self._held: set[str] = set()  # the sessions whose lock a driver holds
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
         self._ends: dict[str, int] = {}  # the newest buffered ``end`` seq of each turn
-        self._interrupts: set[str] = set()
+        # The steers accepted for turns that have a buffer here (a turn without one reads
+        # its steers from the store).
+        self._steers: dict[str, list[Steer]] = {}
         self._marks: dict[str, int] = {}
         self._owners: dict[str, int] = {}
         self._retained = retained_turns
@@ -126,9 +129,9 @@ class LocalCoordinator:
         for turn_id in ended[:excess]:
             del self._buffers[turn_id]
             del self._ends[turn_id]
-            # Ended, and now out of the window: nothing of it is left to fence or stop.
+            # Ended, and now out of the window: nothing of it is left to fence or steer.
             self._owners.pop(turn_id, None)
-            self._interrupts.discard(turn_id)
+            self._steers.pop(turn_id, None)
         while len(self._buffers) > self._retained * UNENDED_FACTOR:
             # Tokens live only here: first drop buffers without any (a queued turn's, say),
             # whose events a reader gets from the store all the same.
@@ -142,6 +145,7 @@ class LocalCoordinator:
             )
             del self._buffers[evicted]
             self._ends.pop(evicted, None)
+            self._steers.pop(evicted, None)
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
@@ -173,7 +177,6 @@ class LocalCoordinator:
         """Make ``fence`` the turn's publisher; returns the newest buffered seq."""
         with self._guard:
             self._owners[turn_id] = max(fence, self._owners.get(turn_id, 0))
-            self._interrupts.discard(turn_id)  # the claim read the durable inbox already
             buffer = self._buffers.get(turn_id)
             return buffer[-1].seq if buffer else 0
 
@@ -189,14 +192,23 @@ class LocalCoordinator:
             buffer = self._buffers.get(turn_id)
             return buffer is not None and bool(buffer) and buffer[0].seq <= seq + 1
 
-    # ------------------------------------------------------------------ interrupts
+    # ------------------------------------------------------------------ steers
 
-    def signal_interrupt(self, turn_id: str) -> None:
-        """Ask the turn's driver to stop now (the durable interrupt is in the store)."""
+    def push_steer(self, turn_id: str, steer: Steer) -> None:
+        """List a steer the store accepted, if the turn is still buffered here."""
         with self._guard:
-            self._interrupts.add(turn_id)
+            if turn_id in self._buffers:
+                self._steers.setdefault(turn_id, []).append(steer)
 
-    def interrupt_requested(self, turn_id: str, *, fresh: bool = False) -> bool:
-        """Whether an interrupt was signalled since the last clear."""
+    def publish_listing_steers(
+        self, events: Sequence[Event], fence: int, turn_id: str, cursor: int
+    ) -> list[Steer]:
+        """Publish ``events``, then give what :meth:`steers_after` gives."""
+        self.publish(events, fence)
+        return self.steers_after(turn_id, cursor)
+
+    def steers_after(self, turn_id: str, cursor: int, *, fresh: bool = False) -> list[Steer]:
+        """The listed steers past ``cursor``, in position order (always current here)."""
         with self._guard:
-            return turn_id in self._interrupts
+            listed = self._steers.get(turn_id, ())
+            return sorted((s for s in listed if s.position > cursor), key=lambda s: s.position)

@@ -384,10 +384,11 @@ class TurnEnd:
 
 @dataclass(frozen=True, kw_only=True)
 class StepReceipt:
-    """What a step's transaction committed: the steers that arrived meanwhile, or, when
-    the step was asked to end the turn and none had, the turn's end."""
+    """What a step's transaction committed: how many steers the run had accepted by then
+    (those past the step's cursor are pending: the next boundary reads them), or, when
+    the step was asked to end the turn and none was pending, the turn's end."""
 
-    pending: tuple[Steer, ...] = ()
+    steer_count: int = 0
     finished: FinishReceipt | None = None
 
 
@@ -455,7 +456,7 @@ class SessionLock(Protocol):
 
 
 class Coordinator(Protocol):
-    """Locks, live events and interrupt signals."""
+    """Locks, live events and steer lists."""
 
     def try_lock(self, session_id: str) -> SessionLock | None: ...
 
@@ -483,9 +484,8 @@ class Coordinator(Protocol):
         ...
 
     def adopt(self, turn_id: str, fence: int) -> int:
-        """Make ``fence`` the only driver allowed to publish the turn's events, drop any
-        interrupt flag (the claim reads the durable inbox), and return the newest seq
-        already buffered (the claim numbers events above it)."""
+        """Make ``fence`` the only driver allowed to publish the turn's events, and return
+        the newest seq already buffered (the claim numbers events above it)."""
         ...
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]: ...
@@ -502,9 +502,23 @@ class Coordinator(Protocol):
         reader at ``seq`` can wait for it rather than read the store)."""
         ...
 
-    def signal_interrupt(self, turn_id: str) -> None: ...
+    def push_steer(self, turn_id: str, steer: Steer) -> None:
+        """Append a steer the store accepted (committed) to the turn's steer list.  A push
+        that fails, or a list that is lost, costs only speed: a boundary that finds the
+        list behind the count its last commit saw reads the store."""
+        ...
 
-    def interrupt_requested(self, turn_id: str, *, fresh: bool = False) -> bool:
-        """Whether an interrupt is flagged for the turn; an implementation may answer from
-        a recent look unless ``fresh`` is asked for."""
+    def steers_after(self, turn_id: str, cursor: int, *, fresh: bool = False) -> list[Steer]:
+        """The listed steers of the turn with a position past ``cursor``, in position
+        order (possibly with gaps, or missing the newest: the caller checks them against
+        the store's count).  An implementation may answer from a recent look unless
+        ``fresh`` is asked for."""
+        ...
+
+    def publish_listing_steers(
+        self, events: Sequence[Event], fence: int, turn_id: str, cursor: int
+    ) -> list[Steer]:
+        """Publish ``events`` now and give what a fresh :meth:`steers_after` gives, in
+        one round trip where the two would take two (a driver whose step commit counted
+        pending steers needs both)."""
         ...

@@ -1,10 +1,10 @@
 """The Redis coordinator: session locks with a heartbeat, per-turn replay buffers with
-pub/sub, and interrupt flags, behind the same port as the in-process coordinator.
+pub/sub, and per-turn steer lists, behind the same port as the in-process coordinator.
 
 Events are batched: ``publish`` queues them and a flusher thread sends whatever has
 accumulated in one pipeline of Lua calls (append to the turn's stream, publish the batch
-on its channel, report the interrupt flag), so under load one round trip carries many
-deltas, and an idle stream sends each delta at once.  Redis failures never fail a turn:
+on its channel, report the length of its steer list), so under load one round trip
+carries many deltas, and an idle stream sends each delta at once.  Redis failures never fail a turn:
 PostgreSQL is the truth, and readers fall back to it.
 """
 
@@ -21,12 +21,14 @@ from typing import Any
 import redis
 
 from schemas.events import Event, EventKind
+from schemas.records import Steer, SteerKind
 from workers import constants as c
 
 log = logging.getLogger("parley.redis")
 
 # Append events to a turn's stream in seq order (skipping any already there), publish
-# them as one message, and say whether an interrupt is pending.  A driver publishes with
+# them as one message, and return the length of the turn's steer list (a steer pushed
+# since the driver last read the list shows as a longer one).  A driver publishes with
 # its fence: once a newer driver adopted the turn, the older one's events are dropped.
 # An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives the
 # replay period (an hour by default) past its turn's end, the ends stream a minute, and
@@ -34,13 +36,14 @@ log = logging.getLogger("parley.redis")
 # if no driver ever published: announcements leave the expiry alone once set), so no
 # buffer outlives its use: not one of a turn that never ends, nor one whose submission
 # rolled back after announcing it, while a running turn keeps its whole buffer.
-# KEYS: stream, channel, interrupt flag, owner, ends.  ARGV: seq of the batch's end (0:
+# The steer list lives as long as the buffer once the turn ended.
+# KEYS: stream, channel, steer list, owner, ends.  ARGV: seq of the batch's end (0:
 # none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
 # json...
 APPEND_AND_PUBLISH = """
 local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
-  return redis.call('EXISTS', KEYS[3])
+  return redis.call('LLEN', KEYS[3])
 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local top = 0
@@ -64,12 +67,13 @@ if #fresh > 0 then
 end
 if ended > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[2]))
 elseif #fresh > 0 and tonumber(ARGV[3]) > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
 elseif #fresh > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]), 'NX')
 end
-return redis.call('EXISTS', KEYS[3])
+return redis.call('LLEN', KEYS[3])
 """
 
 # Extend a held lock.  A lock that vanished is not taken back: another driver may have
@@ -82,12 +86,11 @@ end
 return 0
 """
 
-# Make a driver's fence the turn's publisher (never lowering it), drop an interrupt flag
-# the claim already read from the durable inbox, give the buffer a running turn's life
-# again unless a newer driver adopted it (a resumed turn's was set to expire after its
-# earlier end), and return the newest seq in the buffer, so the driver numbers its
-# events above everything published.
-# KEYS: owner, stream, interrupt flag.  ARGV: fence, ttl of a running turn's keys.
+# Make a driver's fence the turn's publisher (never lowering it), give the buffer and
+# the steer list a running turn's life again unless a newer driver adopted it (a resumed
+# turn's were set to expire after its earlier end), and return the newest seq in the
+# buffer, so the driver numbers its events above everything published.
+# KEYS: owner, stream, steer list.  ARGV: fence, ttl of a running turn's keys.
 ADOPT_TURN = """
 local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > owner then
@@ -95,8 +98,8 @@ if tonumber(ARGV[1]) > owner then
 end
 if tonumber(ARGV[1]) >= owner then
   redis.call('EXPIRE', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
 end
-redis.call('DEL', KEYS[3])
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last == 0 then return 0 end
 return tonumber(string.match(last[1][1], '^(%d+)'))
@@ -111,7 +114,10 @@ redis.call('DEL', KEYS[2])
 return redis.call('GET', KEYS[3])
 """
 
-INTERRUPT_RECHECK_SECONDS = 0.1
+STEERS_RECHECK_SECONDS = 0.1
+"""How long a look at a steer list (a read of it, or a flusher's reply giving its length)
+answers for, unless a fresh one is asked for: a streaming driver watches for an
+interrupt without a round trip per delta."""
 COALESCED_TEXT_LIMIT = 4_096
 """A queued token event takes no more deltas once its text is this long: each merge copies
 the text, and a stalled Redis must not make that quadratic."""
@@ -275,8 +281,10 @@ class RedisCoordinator:
         self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._closed = False
-        self._interrupted: set[str] = set()
-        self._interrupt_checked: dict[str, float] = {}
+        # Per turn: the steer list's length and the steers read from it, and when; and
+        # the length and time of the flusher's latest report of it.
+        self._listed: dict[str, tuple[int, list[Steer], float]] = {}
+        self._heard: dict[str, tuple[int, float]] = {}
         self.round_trips = 0  # pipelines sent, the events they carried, and the deltas
         self.events_sent = 0  # that joined a queued token event: for logs and benchmarks
         self.deltas_coalesced = 0
@@ -448,13 +456,13 @@ class RedisCoordinator:
 
         at = time.monotonic()
         try:
-            flags, _ = self.pipeline(append)
+            lengths, _ = self.pipeline(append)
         except redis.RedisError:
             log.warning(
                 "could not publish %d event(s); readers fall back to the store", len(events)
             )
             return
-        self._sent(events, turns, flags, at)
+        self._sent(events, turns, lengths, at)
 
     def _queue_appends(self, pipe: Any, events: list[tuple[int, Event]]) -> list[str]:
         """Queue on ``pipe`` one append-and-publish call per turn and fence; returns the
@@ -476,7 +484,7 @@ class RedisCoordinator:
             keys = [
                 c.events_key(turn_id),
                 c.deltas_channel(turn_id),
-                c.interrupt_key(turn_id),
+                c.steers_key(turn_id),
                 c.owner_key(turn_id),
                 c.ends_key(turn_id),
             ]
@@ -484,21 +492,18 @@ class RedisCoordinator:
         return [turn_id for turn_id, _fence in by_turn]
 
     def _sent(
-        self, events: list[tuple[int, Event]], turns: list[str], flags: list[Any], at: float
+        self, events: list[tuple[int, Event]], turns: list[str], lengths: list[Any], at: float
     ) -> None:
         """Count a pipeline sent at ``at`` that carried ``events``, and note what it said
-        of each turn's interrupt flag: a reply is as good as asking, so the next
-        :meth:`interrupt_requested` within the recheck period needs no round trip."""
+        of each turn's steer list: a reply is as good as asking, so the next
+        :meth:`steers_after` within the recheck period needs no round trip unless the
+        list grew."""
         self.round_trips += 1
         self.events_sent += len(events)
-        if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
-            self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless
-        if len(self._interrupted) > CHECKED_TURNS_KEPT:
-            self._interrupted.clear()  # a cache of flags Redis keeps: asked again if needed
-        for turn_id, flag in zip(turns, flags, strict=True):
-            if flag:
-                self._interrupted.add(turn_id)
-            self._interrupt_checked[turn_id] = at
+        if len(self._heard) > CHECKED_TURNS_KEPT:
+            self._heard.clear()  # only a rate limit: forgetting is harmless
+        for turn_id, length in zip(turns, lengths, strict=True):
+            self._heard[turn_id] = (int(length), at)
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
         """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
@@ -530,14 +535,10 @@ class RedisCoordinator:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
         now on a driver with an older fence cannot add to the buffer."""
         self.flush()  # what this process still holds counts too
-        self._interrupted.discard(turn_id)
-        # Just cleared: the first deltas need not ask Redis again (the flusher's answers
-        # report a new interrupt as soon as one is set).
-        self._interrupt_checked[turn_id] = time.monotonic()
         try:
             return int(
                 self.scripts.adopt(
-                    keys=[c.owner_key(turn_id), c.events_key(turn_id), c.interrupt_key(turn_id)],
+                    keys=[c.owner_key(turn_id), c.events_key(turn_id), c.steers_key(turn_id)],
                     args=[fence, c.IDLE_BUFFER_SECONDS],
                 )
             )
@@ -562,37 +563,101 @@ class RedisCoordinator:
             return False
         return bool(first) and _seq_of(first[0][0]) <= seq + 1
 
-    # ------------------------------------------------------------------ interrupts
+    # ------------------------------------------------------------------ steers
 
-    def signal_interrupt(self, turn_id: str) -> None:
-        """Tell a streaming driver to stop now (the interrupt itself is in the store)."""
+    def push_steer(self, turn_id: str, steer: Steer) -> None:
+        """Append a committed steer to the turn's list (its life renewed: a running
+        turn's).  A retried push may list it twice; readers keep one per position."""
+        entry = json.dumps(
+            {"p": steer.position, "k": steer.kind.value, "t": steer.text}, separators=(",", ":")
+        )
+        key = c.steers_key(turn_id)
+        self._listed.pop(turn_id, None)  # what this process read of it is out of date
         try:
-            self.redis.set(c.interrupt_key(turn_id), 1, ex=c.ENDED_BUFFER_SECONDS)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.rpush(key, entry)
+            pipe.expire(key, c.IDLE_BUFFER_SECONDS)
+            pipe.execute()
         except redis.RedisError:
             log.warning(
-                "could not flag the interrupt of %s; it lands at the next boundary", turn_id
+                "could not list the steer of %s; its next boundary reads it from the store",
+                turn_id,
             )
 
-    def interrupt_requested(self, turn_id: str, *, fresh: bool = False) -> bool:
-        """Whether an interrupt is flagged: from the flusher's answers, or asked at most
-        every 100 ms (unless ``fresh``), so a streaming driver does not pay a round trip
-        per delta."""
-        if turn_id in self._interrupted:
-            return True
+    def steers_after(self, turn_id: str, cursor: int, *, fresh: bool = False) -> list[Steer]:
+        """The listed steers past ``cursor`` from the list's newest ``STEER_TAIL``
+        entries: read in one round trip, or (unless ``fresh``) answered from a read or a
+        flusher's reply under ``STEERS_RECHECK_SECONDS`` old that shows the list as long
+        as that read found it.  None listed if Redis cannot be reached."""
         now = time.monotonic()
-        recent = now - self._interrupt_checked.get(turn_id, 0.0) < INTERRUPT_RECHECK_SECONDS
-        if recent and not fresh:
-            return False
-        if len(self._interrupt_checked) > CHECKED_TURNS_KEPT:
-            self._interrupt_checked.clear()  # only a rate limit: forgetting is harmless
-        self._interrupt_checked[turn_id] = now
+        listed = self._listed.get(turn_id)
+        if listed is not None and not fresh:
+            length, steers, read_at = listed
+            heard_length, heard_at = self._heard.get(turn_id, (-1, 0.0))
+            if now - read_at < STEERS_RECHECK_SECONDS or (
+                heard_length == length and now - heard_at < STEERS_RECHECK_SECONDS
+            ):
+                return [s for s in steers if s.position > cursor]
         try:
-            flagged = bool(self.redis.exists(c.interrupt_key(turn_id)))
+            pipe = self.redis.pipeline(transaction=False)
+            _queue_steer_read(pipe, turn_id)
+            length, entries = pipe.execute()
         except redis.RedisError:
-            return False
-        if flagged:
-            self._interrupted.add(turn_id)
-        return flagged
+            log.warning("cannot read the steer list of %s", turn_id)
+            return []
+        return self._listed_now(turn_id, length, entries, now, cursor)
+
+    def publish_listing_steers(
+        self, events: Sequence[Event], fence: int, turn_id: str, cursor: int
+    ) -> list[Steer]:
+        """Send ``events`` (and what is queued before them) now, and read the turn's
+        steer list in the same round trip: what :meth:`steers_after` gives."""
+        with self._sending:
+            with self._wake:
+                queued, self._pending = self._pending, []
+            batch = [*queued, *((fence, e) for e in events)]
+            turns: list[str] = []
+
+            def send(pipe: Any) -> None:
+                turns[:] = self._queue_appends(pipe, batch)
+                _queue_steer_read(pipe, turn_id)
+
+            at = time.monotonic()
+            try:
+                replies, _ = self.pipeline(send)
+            except redis.RedisError:
+                log.warning(
+                    "could not publish %d event(s) nor read the steer list of %s",
+                    len(batch),
+                    turn_id,
+                )
+                return []
+            self._sent(batch, turns, replies[: len(turns)], at)
+            return self._listed_now(turn_id, replies[-2], replies[-1], at, cursor)
+
+    def _listed_now(
+        self, turn_id: str, length: Any, entries: list[bytes], at: float, cursor: int
+    ) -> list[Steer]:
+        """Keep what a read of the steer list found (``length`` and its newest
+        ``entries``), one steer per position; returns those past ``cursor``."""
+        by_position = {}
+        for entry in entries:
+            data = json.loads(entry)
+            by_position[data["p"]] = Steer(
+                position=data["p"], kind=SteerKind(data["k"]), text=data["t"]
+            )
+        steers = [by_position[p] for p in sorted(by_position)]
+        if len(self._listed) > CHECKED_TURNS_KEPT:
+            self._listed.clear()  # a cache of what Redis keeps: read again if needed
+        self._listed[turn_id] = (int(length), steers, at)
+        return [s for s in steers if s.position > cursor]
+
+
+def _queue_steer_read(pipe: Any, turn_id: str) -> None:
+    """Queue the read of a steer list: its length, then its newest entries."""
+    key = c.steers_key(turn_id)
+    pipe.llen(key)
+    pipe.lrange(key, -c.STEER_TAIL, -1)
 
 
 def _seq_of(entry_id: bytes) -> int:

@@ -696,8 +696,8 @@ class SqlStore:
         end: TurnEnd | None = None,
     ) -> StepReceipt:
         """Commit one step whole: step row, run usage and cursor, session tokens, durable
-        events, fencing check.  The receipt holds the steers that arrived meanwhile; when
-        asked and none did, the inbox is closed in the same transaction, and with ``end``
+        events, fencing check.  The receipt counts the steers accepted so far; when asked
+        and none is pending, the inbox is closed in the same transaction, and with ``end``
         the turn's end is committed there too (a turn whose last step needs nothing after
         it costs one transaction, not two) and is in the receipt."""
         now = _now()
@@ -743,9 +743,9 @@ class SqlStore:
                 raise Fenced(f"run {run_id} moved on; step {index} not committed")
             self._insert_step(db, run_id, index, payload, now)
             self._insert_events(db, events, now)
-            if steer_count == steer_cursor:
-                return StepReceipt()  # nothing pending (and, if asked, the inbox is closed)
-            return StepReceipt(pending=self._pending(db, run_id, steer_cursor))
+            # Nothing pending: if asked, the inbox is closed.  Pending steers are read at
+            # the next boundary, from the turn's steer list where it has them all.
+            return StepReceipt(steer_count=int(steer_count))
 
     def _insert_step(
         self, db: StoreConnection, run_id: str, index: int, payload: StepPayload, now: datetime

@@ -26,6 +26,7 @@ from parley.errors import (
     TurnNotFound,
 )
 from schemas.events import EventKind
+from schemas.records import Steer, SteerKind
 from tests.acceptance.conftest import ClientFactory
 from tests.fleet import flush_redis
 from tests.helpers import Control, scripted_host
@@ -389,21 +390,30 @@ def test_interrupt_while_streaming_keeps_a_display_only_partial(
     assert "token0" not in replayed  # never replayed to the model
 
 
-def test_an_interrupt_flag_with_no_interrupt_in_the_inbox_does_not_abort_the_stream(
+def test_an_interrupt_the_turn_already_obeyed_does_not_abort_its_resumed_stream(
     make_client: ClientFactory, workspace: Path
 ) -> None:
-    # The flag is only a hint: one left over from an interrupt already obeyed (its signal
-    # delayed past the cancel and a resume) must not cancel a turn nobody interrupted.
+    # The steer list keeps what the turn obeyed, and a push can be retried late: an
+    # interrupt at or below the turn's cursor must not cancel the resumed attempt.
     text = "".join(f"token{i} " for i in range(150))  # streams for about 2 s
     rule = {"when": "essay", "steps": [{"text": text, "chunk_chars": 7, "delay_ms": 10}]}
     client = make_client([rule])
-    handle = client.open_session(workspace).submit("write an essay")
+    session = client.open_session(workspace)
+    handle = session.submit("write an essay")
     for event in handle.events():
         if event.kind is EventKind.TOKEN:
-            client.coordinator.signal_interrupt(handle.turn_id)
+            handle.interrupt()
             break
-    assert handle.result() is None  # raised while the model still streamed
-    result = handle.wait(30)
+    assert handle.wait(30).outcome is parley.TurnStatus.CANCELLED
+    seen = handle.latest_seq()
+    resumed = session.resume(handle.turn_id)
+    for event in resumed.events(after=seen):
+        if event.kind is EventKind.TOKEN:
+            obeyed = Steer(position=1, kind=SteerKind.INTERRUPT, text="")
+            client.coordinator.push_steer(handle.turn_id, obeyed)  # a late retry
+            break
+    assert resumed.result() is None  # pushed while the model still streamed
+    result = resumed.wait(30)
     assert result.outcome is parley.TurnStatus.FINISHED and result.reply == text
 
 

@@ -476,3 +476,82 @@ def test_a_producer_paused_inside_a_submission_does_not_stall_the_running_turn(
         submitter.join(30)
     assert handles[0].wait(30).reply == "b"
     producer.close()
+
+
+def gated_then_echo(chaos: Chaos) -> None:
+    """Step 0 waits at the gate; step 1 answers with what it heard last."""
+    chaos.control.script(
+        [
+            {
+                "when": "steer",
+                "steps": [
+                    {"tool_calls": [{"name": "wait_for_gate"}]},
+                    {"text": "heard: {last_message}"},
+                ],
+            }
+        ]
+    )
+
+
+def steers_heard(chaos: Chaos, turn_id: str) -> list[list[str]]:
+    """The steer texts of each model request of the turn, in order."""
+    return [
+        chaos.control.user_texts(r, origin="steer")
+        for r in chaos.control.requests()
+        if r["turn_id"] == turn_id
+    ]
+
+
+def test_a_flood_of_steers_reaches_the_model_once_each_in_order(chaos: Chaos) -> None:
+    # Far more than a boundary reads from the steer list: the rest come from the store.
+    gated_then_echo(chaos)
+    handle = chaos.client.open_session(chaos.workspace).submit("steer flood")
+    chaos.control.wait_entered()
+    texts = [f"steer {n:04d}" for n in range(2000)]
+
+    def send(part: list[str]) -> None:
+        for text in part:
+            handle.say(text)
+
+    senders = [threading.Thread(target=send, args=(texts[n::4],)) for n in range(4)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(120)
+    chaos.control.open_gate()
+    result = handle.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.undelivered == ()
+    heard = steers_heard(chaos, handle.turn_id)
+    assert heard[0] == [] and sorted(heard[1]) == texts and len(heard) == 2
+    listed = [e.data["text"] for e in handle.events() if e.kind is EventKind.STEER]
+    assert listed == heard[1]  # delivered in acceptance order, each once
+    assert [e.data["position"] for e in handle.events() if e.kind is EventKind.STEER] == list(
+        range(1, 2001)
+    )
+
+
+def test_a_steer_sent_before_its_worker_died_reaches_the_next_one_once(chaos: Chaos) -> None:
+    gated_then_echo(chaos)
+    handle = chaos.client.open_session(chaos.workspace).submit("steer, then crash")
+    chaos.control.wait_entered()
+    handle.say("before the crash")
+    os.killpg(chaos.worker_group_of(chaos.driver_pid(handle.turn_id)), signal.SIGKILL)
+    chaos.control.open_gate()
+    result = handle.wait(60)
+    assert result.reply == "heard: before the crash"
+    assert steers_heard(chaos, handle.turn_id)[-1] == ["before the crash"]
+    assert sum(e.kind is EventKind.STEER for e in handle.events()) == 1
+
+
+def test_a_steer_whose_list_redis_lost_reaches_the_model_from_the_store(chaos: Chaos) -> None:
+    gated_then_echo(chaos)
+    handle = chaos.client.open_session(chaos.workspace).submit("steer, then lose redis")
+    chaos.control.wait_entered()
+    handle.say("kept by the store")
+    flush_redis(CHAOS_REDIS_URL)  # the steer list, the lock, the buffer: gone
+    chaos.control.open_gate()
+    result = handle.wait(60)
+    assert result.reply == "heard: kept by the store"
+    assert [texts for texts in steers_heard(chaos, handle.turn_id) if texts] == [
+        ["kept by the store"]
+    ]

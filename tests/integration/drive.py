@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import event
 
 from schemas.events import Event, EventKind
 from schemas.messages import StepPayload
@@ -23,6 +26,20 @@ class Driving:
     run_id: str
     fence: int
     next_seq: int
+
+
+class StatementLog:
+    """The statements a store runs, by what they read."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.statements: list[str] = []
+        event.listen(store.engine, "before_cursor_execute", self._record)
+
+    def _record(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        self.statements.append(statement)
+
+    def count(self, fragment: str) -> int:
+        return sum(fragment in s for s in self.statements)
 
 
 @contextmanager

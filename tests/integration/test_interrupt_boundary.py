@@ -37,15 +37,15 @@ class CountingModel:
 
 class InterruptWhilePreparing:
     """``before_turn`` interrupts the turn being prepared, as another process would: the
-    steer goes to the store, then the flag to Redis."""
+    steer goes to the store, then to the turn's steer list in Redis."""
 
     def __init__(self, store: SqlStore) -> None:
         self.store = store
         self.other = RedisCoordinator(REDIS_TEST_URL)
 
     def before_turn(self, request: Any, _options: Any, _state: Any) -> None:
-        self.store.add_steer(request.turn_id, SteerKind.INTERRUPT, "")
-        self.other.signal_interrupt(request.turn_id)
+        steer = self.store.add_steer(request.turn_id, SteerKind.INTERRUPT, "")
+        self.other.push_steer(request.turn_id, steer)
 
 
 def test_an_interrupt_sent_while_a_turn_is_prepared_stops_it_at_its_first_boundary(

@@ -9,11 +9,13 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
 from schemas.events import Event, EventKind
+from schemas.records import Steer, SteerKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from workers import constants as c
 from workers.emitter import Emitter
@@ -221,31 +223,66 @@ def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
     ]
 
 
-def test_an_interrupt_flag_is_learnt_from_publish_replies_and_rechecked_soon(
+def test_a_steer_list_is_read_once_and_then_answered_from_publish_replies_until_it_grows(
     coordinator: RedisCoordinator,
 ) -> None:
-    asked: list[str] = []
-    exists = coordinator.redis.exists
+    reads: list[str] = []
+    lrange = coordinator.redis.pipeline
 
-    def counting_exists(*keys: str) -> int:
-        asked.extend(keys)
-        return int(exists(*keys))
+    def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = lrange(*args, **kwargs)
+        original = pipe.lrange
 
-    coordinator.redis.exists = counting_exists
-    flagged, later = str(uuid.uuid4()), str(uuid.uuid4())
-    coordinator.signal_interrupt(flagged)
-    Emitter(flagged, 1, coordinator, fence=1).emit(EventKind.STARTED, {}, now=True)
-    assert coordinator.interrupt_requested(flagged)  # the publish reply said so
-    Emitter(later, 1, coordinator, fence=1).emit(EventKind.STARTED, {}, now=True)
-    assert not coordinator.interrupt_requested(later)  # as fresh as a reply: not asked
-    assert asked == []
+        def counted(key: str, *rest: Any) -> Any:
+            reads.append(key)
+            return original(key, *rest)
 
-    coordinator.signal_interrupt(later)  # set after the reply said "no flag"
-    deadline = time.monotonic() + 1
-    while not coordinator.interrupt_requested(later):
-        assert time.monotonic() < deadline, "the flag was never asked for again"
-        time.sleep(0.01)
-    assert asked  # asked for once the reply was no longer fresh
+        pipe.lrange = counted
+        return pipe
+
+    coordinator.redis.pipeline = counting_pipeline
+    sender = RedisCoordinator(REDIS_TEST_URL)  # another process: a client that steers
+    turn_id = str(uuid.uuid4())
+    say = Steer(position=1, kind=SteerKind.SAY, text="hello")
+    try:
+        sender.push_steer(turn_id, say)
+        assert coordinator.steers_after(turn_id, 0, fresh=True) == [say]
+        assert len(reads) == 1
+        emitter = Emitter(turn_id, 1, coordinator, fence=1)
+        time.sleep(0.15)  # the read is no longer fresh, but a publish reply is...
+        emitter.emit(EventKind.STARTED, {}, now=True)
+        assert coordinator.steers_after(turn_id, 0) == [say]  # ...and the list is as long
+        assert coordinator.steers_after(turn_id, 1) == []  # past the cursor: nothing
+        assert len(reads) == 1
+
+        stop = Steer(position=2, kind=SteerKind.INTERRUPT, text="")
+        sender.push_steer(turn_id, stop)
+        sender.push_steer(turn_id, stop)  # a retried push lists it twice: read once
+        emitter.emit(EventKind.STARTED, {}, now=True)  # the reply: the list grew
+        assert coordinator.steers_after(turn_id, 1) == [stop]
+        assert len(reads) == 2
+        assert coordinator.steers_after(turn_id, 0, fresh=True) == [say, stop]
+        assert len(reads) == 3
+    finally:
+        sender.close()
+
+
+def test_a_steer_list_shows_only_its_newest_entries_and_nothing_once_redis_is_gone(
+    coordinator: RedisCoordinator,
+) -> None:
+    turn_id = str(uuid.uuid4())
+    for position in range(1, c.STEER_TAIL + 11):
+        coordinator.push_steer(turn_id, Steer(position=position, kind=SteerKind.SAY, text="s"))
+    listed = coordinator.steers_after(turn_id, 0, fresh=True)
+    assert [s.position for s in listed] == list(range(11, c.STEER_TAIL + 11))
+    flush_redis(REDIS_TEST_URL)
+    assert coordinator.steers_after(turn_id, 0, fresh=True) == []
+    broken = RedisCoordinator("redis://127.0.0.1:1/0")  # nothing listens there
+    try:
+        broken.push_steer(turn_id, Steer(position=1, kind=SteerKind.SAY, text="lost"))
+        assert broken.steers_after(turn_id, 0, fresh=True) == []
+    finally:
+        broken.close()
 
 
 def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(

@@ -4,6 +4,7 @@ turn's replay window stays the whole turn however many turns end meanwhile."""
 from __future__ import annotations
 
 from schemas.events import Event, EventKind
+from schemas.records import Steer, SteerKind
 from workers.local_coordinator import UNENDED_FACTOR, LocalCoordinator
 
 
@@ -69,9 +70,10 @@ def test_a_long_lived_process_keeps_nothing_of_sessions_and_turns_long_gone() ->
         assert lock is not None
         coordinator.mark_work(f"session{n}")
         coordinator.adopt(f"turn{n}", fence=1)
-        coordinator.signal_interrupt(f"turn{n}")
-        coordinator.publish([event(f"turn{n}", 1), event(f"turn{n}", 2, EventKind.END)], 1)
+        coordinator.publish([event(f"turn{n}", 1)], 1)
+        coordinator.push_steer(f"turn{n}", Steer(position=1, kind=SteerKind.INTERRUPT, text=""))
+        coordinator.publish([event(f"turn{n}", 2, EventKind.END)], 1)
         lock.release()
     state = vars(coordinator)
     assert not state["_held"] and not state["_marks"]
-    assert len(state["_owners"]) <= 2 and len(state["_interrupts"]) <= 2
+    assert len(state["_owners"]) <= 2 and len(state["_steers"]) <= 2
