@@ -8,7 +8,19 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from schemas.events import Event, EventKind
+from schemas.events import (
+    Checked,
+    Ended,
+    Event,
+    Payload,
+    Refused,
+    Steered,
+    StepCommitted,
+    StepRestarted,
+    Token,
+    ToolAnswered,
+    ToolCalled,
+)
 from schemas.records import TurnRecord, TurnStatus
 
 OUTCOME_STYLE = {
@@ -37,17 +49,17 @@ class EventPrinter:
         self._streamed: set[tuple[str, int]] = set()  # (turn, step) that showed tokens
 
     def __call__(self, event: Event) -> None:
-        kind, data = event.kind, event.data
-        if kind is EventKind.TOKEN:
-            self._streamed.add((event.turn_id, data["step"]))
-            self._print_inline(data["text"])
+        payload = event.payload
+        if isinstance(payload, Token):
+            self._streamed.add((event.turn_id, payload.step))
+            self._print_inline(payload.text)
             return
-        if kind is EventKind.STEP:
-            if data["text"] and (event.turn_id, data["index"]) not in self._streamed:
-                self._print_inline(data["text"])
-        elif kind is EventKind.END:
+        if isinstance(payload, StepCommitted):
+            if payload.text and (event.turn_id, payload.step) not in self._streamed:
+                self._print_inline(payload.text)
+        elif isinstance(payload, Ended):
             self._streamed = {s for s in self._streamed if s[0] != event.turn_id}
-        for line in self._describe(event):
+        for line in self._describe(event.seq, payload):
             if self._mid_line:
                 self.console.print()
                 self._mid_line = False
@@ -58,45 +70,40 @@ class EventPrinter:
         self._mid_line = True
 
     @classmethod
-    def _describe(cls, event: Event) -> list[Text]:
-        line = cls._line(event)
+    def _describe(cls, seq: int, payload: Payload) -> list[Text]:
+        line = cls._line(f"{seq:>3} ", payload)
         lines = [] if line is None else [line]
-        if event.kind is EventKind.END:
-            data = event.data
-            if data.get("error"):
-                lines.append(Text(f"    {data['error']}", style=OUTCOME_STYLE[TurnStatus.FAILED]))
-            for text in data.get("undelivered") or ():
+        if isinstance(payload, Ended):
+            if payload.error:
+                lines.append(Text(f"    {payload.error}", style=OUTCOME_STYLE[TurnStatus.FAILED]))
+            for text in payload.undelivered:
                 lines.append(Text.assemble(("    ✎ steer not delivered: ", "yellow"), text))
         return lines
 
     @staticmethod
-    def _line(event: Event) -> Text | None:
-        data = event.data
-        seq = f"{event.seq:>3} "
-        match event.kind:
-            case EventKind.TOOL_CALL:
+    def _line(seq: str, payload: Payload) -> Text | None:
+        match payload:
+            case ToolCalled(name=name, arguments=arguments):
+                return Text.assemble((seq, "dim"), ("→ ", "cyan"), (f"{name}({arguments})", "cyan"))
+            case ToolAnswered(content=content, is_error=is_error):
+                shown = content.strip().replace("\n", " ⏎ ")
+                style = "red" if is_error else "dim"
+                return Text.assemble((seq, "dim"), ("← ", style), (shown[:100], style))
+            case Refused(rule=rule):
                 return Text.assemble(
-                    (seq, "dim"), ("→ ", "cyan"), (f"{data['name']}({data['arguments']})", "cyan")
+                    (seq, "dim"), ("✋ refused by ", "bold red"), (rule, "bold red")
                 )
-            case EventKind.TOOL_RESULT:
-                content = str(data["content"]).strip().replace("\n", " ⏎ ")
-                style = "red" if data["is_error"] else "dim"
-                return Text.assemble((seq, "dim"), ("← ", style), (content[:100], style))
-            case EventKind.REFUSAL:
+            case Steered(text=text):
                 return Text.assemble(
-                    (seq, "dim"), ("✋ refused by ", "bold red"), (data["rule"], "bold red")
+                    (seq, "dim"), ("✎ steer delivered: ", "bold yellow"), (text, "yellow")
                 )
-            case EventKind.STEER:
-                return Text.assemble(
-                    (seq, "dim"), ("✎ steer delivered: ", "bold yellow"), (data["text"], "yellow")
-                )
-            case EventKind.STEP_RESTARTED:
-                return Text.assemble((seq, "dim"), (f"↺ step {data['index']} restarted", "magenta"))
-            case EventKind.CHECK:
-                verdict = "passed" if data["passed"] else "failed"
+            case StepRestarted(step=step):
+                return Text.assemble((seq, "dim"), (f"↺ step {step} restarted", "magenta"))
+            case Checked(passed=passed):
+                verdict = "passed" if passed else "failed"
                 return Text.assemble((seq, "dim"), (f"check {verdict}", "yellow"))
-            case EventKind.END:
-                outcome = TurnStatus(data["outcome"])
+            case Ended(outcome=outcome_name):
+                outcome = TurnStatus(outcome_name)
                 return Text.assemble(
                     (seq, "dim"),
                     ("■ ", OUTCOME_STYLE[outcome]),

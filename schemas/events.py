@@ -1,12 +1,28 @@
 """Events a subscriber sees while a turn runs, ordered by a per-turn ``seq`` that grows by
 one per event (it jumps where a turn cut off mid-run is taken over, past anything the
-attempt cut off may have published)."""
+attempt cut off may have published).
+
+Each kind has a declared payload: a frozen dataclass below, built by the engine and the
+store and read by every consumer through :attr:`Event.payload`.  An event travels and is
+stored in its wire form (``Event.to_json()``: ``turn_id``, ``seq``, ``kind``, ``data``),
+whose ``data`` keys are those of SPEC §4 and never change meaning; a payload field added
+later gets a default, so old stored events stay loadable.  One name per concept in
+Python: the step an event belongs to is ``step`` on every payload, though the wire form
+says ``index`` for the ``step`` and ``step_restarted`` events (as it always has).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from functools import cache
+from typing import Annotated, Any, ClassVar, Protocol
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from schemas.errors import CodecError
+from schemas.messages import ToolCall
+from schemas.records import Usage
 
 
 class EventKind(StrEnum):
@@ -30,14 +46,265 @@ class EventKind(StrEnum):
         return self is not EventKind.TOKEN
 
 
+class EventPayload(Protocol):
+    """What every payload class below has: its kind and its wire form."""
+
+    KIND: ClassVar[EventKind]
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+# The index of the step an event belongs to, read from the wire key ``index``.
+_StepIndex = Annotated[int, Field(validation_alias="index")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Queued:
+    """The turn was accepted (``resume``: again, by a resume), and waits for a driver."""
+
+    KIND: ClassVar[EventKind] = EventKind.QUEUED
+    run_id: str
+    resume: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "resume": True} if self.resume else {"run_id": self.run_id}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started:
+    """A driver claimed the turn: its ``attempt`` (1 for the first), and who it is."""
+
+    KIND: ClassVar[EventKind] = EventKind.STARTED
+    run_id: str
+    attempt: int
+    worker: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "attempt": self.attempt, "worker": self.worker}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Token:
+    """Provisional text the model streamed in a step (render it, do not act on it)."""
+
+    KIND: ClassVar[EventKind] = EventKind.TOKEN
+    step: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "text": self.text}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCalled:
+    """The model asked for a tool call (``arguments``: its JSON text, as the model gave
+    it); announced before the policy judges it."""
+
+    KIND: ClassVar[EventKind] = EventKind.TOOL_CALL
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolAnswered:
+    """The result the model gets for a call: the tool's output, an error, or a refusal
+    (``refusal`` names the rule)."""
+
+    KIND: ClassVar[EventKind] = EventKind.TOOL_RESULT
+    step: int
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    refusal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "call_id": self.call_id,
+            "name": self.name,
+            "content": self.content,
+            "is_error": self.is_error,
+            "refusal": self.refusal,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refused:
+    """The policy (``rule``) or the approver refused a call."""
+
+    KIND: ClassVar[EventKind] = EventKind.REFUSAL
+    call_id: str
+    tool: str
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steered:
+    """A ``say`` (its inbox ``position`` and text) reached the model with this step."""
+
+    KIND: ClassVar[EventKind] = EventKind.STEER
+    position: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": self.position, "text": self.text}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """The contract's check ran on a final answer (``exit_code`` None: it did not
+    finish, or could not start)."""
+
+    KIND: ClassVar[EventKind] = EventKind.CHECK
+    passed: bool
+    exit_code: int | None
+    output: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "exit_code": self.exit_code, "output": self.output}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCommitted:
+    """A step committed whole: its text, the calls it asked for, what it cost."""
+
+    KIND: ClassVar[EventKind] = EventKind.STEP
+    step: _StepIndex
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.step,
+            "text": self.text,
+            "tool_calls": [c.to_json() for c in self.tool_calls],
+            "usage": self.usage.to_json(),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRestarted:
+    """Drop the text streamed so far for this step: it will not commit as streamed
+    (``reason``: ``resumed``, ``failed``, ``diverged``, ``rejected``, or a provider's)."""
+
+    KIND: ClassVar[EventKind] = EventKind.STEP_RESTARTED
+    step: _StepIndex
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.step, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ended:
+    """The turn's outcome (SPEC §3), its reply, why it failed, and the steers that were
+    accepted but never reached the model."""
+
+    KIND: ClassVar[EventKind] = EventKind.END
+    outcome: str
+    reply: str | None = None
+    error: str | None = None
+    undelivered: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reply": self.reply,
+            "error": self.error,
+            "undelivered": list(self.undelivered),
+        }
+
+
+Payload = (
+    Queued
+    | Started
+    | Token
+    | ToolCalled
+    | ToolAnswered
+    | Refused
+    | Steered
+    | Checked
+    | StepCommitted
+    | StepRestarted
+    | Ended
+)
+"""Any event's payload: narrow it with ``isinstance`` or ``match``."""
+
+PAYLOADS: dict[EventKind, type[Payload]] = {
+    cls.KIND: cls
+    for cls in (
+        Queued,
+        Started,
+        Token,
+        ToolCalled,
+        ToolAnswered,
+        Refused,
+        Steered,
+        Checked,
+        StepCommitted,
+        StepRestarted,
+        Ended,
+    )
+}
+"""The payload class of each kind."""
+
+
+@cache
+def payload_adapter(kind: EventKind) -> TypeAdapter[Any]:
+    """The validating adapter of ``kind``'s payload (also its JSON schema)."""
+    return TypeAdapter(PAYLOADS[kind])
+
+
+def payload_of(kind: EventKind, data: dict[str, Any]) -> Payload:
+    """The typed payload of a wire ``data`` object; :class:`CodecError` if it does not
+    fit its kind (keys it does not know are ignored: a newer writer's)."""
+    try:
+        payload: Payload = payload_adapter(kind).validate_python(data)
+    except ValidationError as exc:
+        raise CodecError(f"a {kind.value} event's data does not fit: {exc}") from exc
+    return payload
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
-    """One event of one turn."""
+    """One event of one turn.  ``data`` is the payload's wire form; build events with
+    :meth:`of` and read them through :attr:`payload`."""
 
     turn_id: str
     seq: int
     kind: EventKind
     data: dict[str, Any]
+
+    @classmethod
+    def of(cls, turn_id: str, seq: int, payload: EventPayload) -> Event:
+        """The event ``seq`` of a turn, carrying ``payload``."""
+        return cls(turn_id=turn_id, seq=seq, kind=payload.KIND, data=payload.to_json())
+
+    @property
+    def payload(self) -> Payload:
+        """The typed payload (one of the classes in :data:`PAYLOADS`, by kind)."""
+        return payload_of(self.kind, self.data)
 
     def to_json(self) -> dict[str, Any]:
         """The wire form."""

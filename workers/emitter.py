@@ -9,9 +9,7 @@ burst of deltas costs a few events while a slow stream still sends each delta at
 
 from __future__ import annotations
 
-from typing import Any
-
-from schemas.events import Event, EventKind
+from schemas.events import Event, EventPayload, Token
 from schemas.records import Steer
 from workers.ports import Coordinator
 
@@ -28,19 +26,26 @@ class Emitter:
         self._fence = fence
         self._unstored: list[Event] = []
         self._last_token: Event | None = None
+        self._token_step = -1  # the step of the last token event
 
-    def allocate(self, kind: EventKind, data: dict[str, Any]) -> Event:
+    def allocate(self, payload: EventPayload) -> Event:
         """Number an event without publishing it (for events published after a commit)."""
-        event = Event(turn_id=self.turn_id, seq=self._next, kind=kind, data=data)
+        event = Event.of(self.turn_id, self._next, payload)
         self._next += 1
         return event
 
-    def emit(self, kind: EventKind, data: dict[str, Any], *, now: bool = False) -> Event:
+    def skip(self) -> int:
+        """Take the next seq for an event another writer builds (a turn's ``end``, which
+        the store composes in the final transaction); returns it."""
+        self._next += 1
+        return self._next - 1
+
+    def emit(self, payload: EventPayload, *, now: bool = False) -> Event:
         """Number and publish an event (sent before returning with ``now``); durable ones
         wait for the next commit to be stored."""
-        event = self.allocate(kind, data)
+        event = self.allocate(payload)
         self._coordinator.publish([event], self._fence, now=now)
-        if kind.durable:
+        if event.kind.durable:
             self._unstored.append(event)
         return event
 
@@ -49,17 +54,13 @@ class Emitter:
         is unsent and nothing came after it, else as a new ``token`` event (sent before
         returning with ``now``)."""
         last = self._last_token
-        if (
-            not now
-            and last is not None
-            and last.seq == self._next - 1
-            and last.data["step"] == step
-        ):
+        if not now and last is not None and last.seq == self._next - 1 and self._token_step == step:
             merged = self._coordinator.coalesce(last, text, self._fence)
             if merged is not None:
                 self._last_token = merged
                 return
-        self._last_token = self.emit(EventKind.TOKEN, {"step": step, "text": text}, now=now)
+        self._last_token = self.emit(Token(step=step, text=text), now=now)
+        self._token_step = step
 
     def publish(self, event: Event, *, now: bool = False) -> None:
         """Publish an event allocated earlier (after its commit)."""

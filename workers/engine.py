@@ -22,7 +22,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
-from schemas.events import EventKind
+from schemas.events import (
+    Checked,
+    Refused,
+    Steered,
+    StepCommitted,
+    StepRestarted,
+    ToolAnswered,
+    ToolCalled,
+)
 from schemas.messages import (
     Message,
     Prefix,
@@ -153,7 +161,7 @@ class _DeltaSink:
         if self.parts:
             # Only text readers have seen needs retracting; a retry before the first
             # delta is invisible to them.
-            self._emitter.emit(EventKind.STEP_RESTARTED, {"index": self._index, "reason": reason})
+            self._emitter.emit(StepRestarted(step=self._index, reason=reason))
         self.parts = []
 
     def settled(self, text: str) -> None:
@@ -286,9 +294,7 @@ class _TurnRun:
         if claimed.previous_status == TurnStatus.RUNNING or claimed.run.partial:
             # A step of an earlier attempt streamed and never committed: tell readers to
             # drop its provisional text before the redone step's tokens arrive.
-            self.emitter.emit(
-                EventKind.STEP_RESTARTED, {"index": len(state.steps), "reason": "resumed"}
-            )
+            self.emitter.emit(StepRestarted(step=len(state.steps), reason="resumed"))
         if claimed.run.stalled_attempts + 1 > MAX_ATTEMPTS:
             # Something kills every driver of this turn before it commits a step: stop
             # paying for it.
@@ -489,8 +495,7 @@ class _TurnRun:
         _check_holding(self.holding, "before the check")
         result = run_check(contract.check, self.root, contract.check_timeout)
         self.emitter.emit(
-            EventKind.CHECK,
-            {"passed": result.passed, "exit_code": result.exit_code, "output": result.output},
+            Checked(passed=result.passed, exit_code=result.exit_code, output=result.output)
         )
         state.checked = (index, result)
         return result
@@ -513,7 +518,7 @@ class _TurnRun:
         index = len(state.steps)
         inputs = [StepInput(origin="steer", text=s.text) for s in says] + state.feedback
         for steer in says:
-            self.emitter.emit(EventKind.STEER, {"position": steer.position, "text": steer.text})
+            self.emitter.emit(Steered(position=steer.position, text=steer.text))
         cursor = max([state.cursor] + [s.position for s in state.pending])
         prefix = self.request_prefix
         assert prefix is not None
@@ -597,13 +602,7 @@ class _TurnRun:
                     vetoed.discarded = reply.usage  # spent, if never committed
                     return vetoed
         step_event = self.emitter.allocate(
-            EventKind.STEP,
-            {
-                "index": index,
-                "text": reply.text,
-                "tool_calls": [c.to_json() for c in calls],
-                "usage": reply.usage.to_json(),
-            },
+            StepCommitted(step=index, text=reply.text, tool_calls=calls, usage=reply.usage)
         )
         receipt = self.store.commit_step(
             run_id=self.run_id,
@@ -632,7 +631,7 @@ class _TurnRun:
         state.session_tokens += reply.usage.total
         state.inbox_closed = idle and receipt.steer_count == cursor
         if receipt.finished is not None:
-            self.emitter.allocate(EventKind.END, {})  # the seq the committed end took
+            self.emitter.skip()  # the seq the committed end took
             ending.receipt = receipt.finished
             return ending
         return None
@@ -658,7 +657,7 @@ class _TurnRun:
         if reply.text.startswith(streamed):
             self.emitter.emit_delta(index, reply.text[len(streamed) :])
         else:
-            self.emitter.emit(EventKind.STEP_RESTARTED, {"index": index, "reason": "diverged"})
+            self.emitter.emit(StepRestarted(step=index, reason="diverged"))
             if reply.text:
                 self.emitter.emit_delta(index, reply.text)
         sink.settled(reply.text)
@@ -668,11 +667,19 @@ class _TurnRun:
         :class:`Fenced`: a driver that lost its session must not touch the workspace."""
         _check_holding(self.holding, "before a tool call")
         self.emitter.emit(
-            EventKind.TOOL_CALL,
-            {"step": index, "call_id": call.id, "name": call.name, "arguments": call.arguments},
+            ToolCalled(step=index, call_id=call.id, name=call.name, arguments=call.arguments)
         )
         result = self._tool_result(call)
-        self.emitter.emit(EventKind.TOOL_RESULT, {"step": index, **result.to_json()})
+        self.emitter.emit(
+            ToolAnswered(
+                step=index,
+                call_id=result.call_id,
+                name=result.name,
+                content=result.content,
+                is_error=result.is_error,
+                refusal=result.refusal,
+            )
+        )
         return result
 
     def _tool_result(self, call: ToolCall) -> ToolResult:
@@ -703,8 +710,7 @@ class _TurnRun:
             refusal_rule = None
         if refusal_rule is not None:
             self.emitter.emit(
-                EventKind.REFUSAL,
-                {"call_id": call.id, "tool": call.name, "rule": refusal_rule, "reason": reason},
+                Refused(call_id=call.id, tool=call.name, rule=refusal_rule, reason=reason)
             )
             return ToolResult(
                 call_id=call.id,
@@ -762,7 +768,7 @@ class _TurnRun:
                 fence=self.fence,
                 cursor=state.cursor,
                 events=self.emitter.take_unstored(),
-                end=self._turn_end(ending, self.emitter.allocate(EventKind.END, {}).seq),
+                end=self._turn_end(ending, self.emitter.skip()),
             )
         if ending.status.settled:
             self.engine.replay_cache.put(

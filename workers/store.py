@@ -38,7 +38,7 @@ from schemas.errors import (
     TurnEnded,
     TurnNotFound,
 )
-from schemas.events import Event, EventKind
+from schemas.events import Ended, Event, EventKind, Queued, Started
 from schemas.messages import Prefix, StepPayload
 from schemas.records import (
     Contract,
@@ -344,9 +344,7 @@ class SqlStore:
                 request_id=request_id,
                 created_at=now,
             )
-            queued = Event(
-                turn_id=record.turn_id, seq=1, kind=EventKind.QUEUED, data={"run_id": record.run_id}
-            )
+            queued = Event.of(record.turn_id, 1, Queued(run_id=record.run_id))
             rows = {
                 "b_turn_id": record.turn_id,
                 "b_run_id": record.run_id,
@@ -400,12 +398,7 @@ class SqlStore:
                 q.RESUME_RUN,
                 {"b_run_id": run.id, "b_now": now, "b_seq": seq, "b_position": position},
             )
-            queued = Event(
-                turn_id=turn_id,
-                seq=seq,
-                kind=EventKind.QUEUED,
-                data={"run_id": run.id, "resume": True},
-            )
+            queued = Event.of(turn_id, seq, Queued(run_id=run.id, resume=True))
             self._insert_events(db, [queued], now)
             return self._turn(db, turn_id), queued
 
@@ -625,11 +618,8 @@ class SqlStore:
                 )
             turn = replace(turn, parent_id=session.head_turn_id)
         seq = max(run.last_seq, seq_floor) + 1
-        started = Event(
-            turn_id=turn_id,
-            seq=seq,
-            kind=EventKind.STARTED,
-            data={"run_id": run.id, "attempt": run.attempts + 1, "worker": worker},
+        started = Event.of(
+            turn_id, seq, Started(run_id=run.id, attempt=run.attempts + 1, worker=worker)
         )
         if not written:
             db.execute(
@@ -1036,16 +1026,10 @@ def _end_values(
 
 def _end_event(end: TurnEnd, undelivered: tuple[str, ...]) -> Event:
     """The ``end`` event of a turn ending as ``end`` says."""
-    return Event(
-        turn_id=end.turn_id,
-        seq=end.end_seq,
-        kind=EventKind.END,
-        data={
-            "outcome": end.status.value,
-            "reply": end.reply,
-            "error": end.error,
-            "undelivered": list(undelivered),
-        },
+    return Event.of(
+        end.turn_id,
+        end.end_seq,
+        Ended(outcome=end.status.value, reply=end.reply, error=end.error, undelivered=undelivered),
     )
 
 

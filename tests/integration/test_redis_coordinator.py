@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 import redis
 
-from schemas.events import Event, EventKind
+from schemas.events import Ended, Event, EventKind, Queued, Started, StepCommitted, ToolCalled
 from schemas.records import Steer, SteerKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from workers import constants as c
 from workers.emitter import Emitter
 from workers.redis_coordinator import RedisCoordinator
+
+STARTED = Started(run_id="r", attempt=1, worker="w")
 
 
 @pytest.fixture
@@ -90,10 +92,10 @@ def test_deltas_never_join_a_token_event_across_another_event_or_step(
     with coordinator._sending:
         emitter.emit_delta(0, "a")
         emitter.emit_delta(0, "b")
-        emitter.emit(EventKind.TOOL_CALL, {"step": 0, "call_id": "c", "name": "x"})
+        emitter.emit(ToolCalled(step=0, call_id="c", name="x", arguments="{}"))
         emitter.emit_delta(0, "c")
         emitter.emit_delta(1, "d")
-        emitter.allocate(EventKind.STEP, {"index": 1})  # numbered, published later
+        emitter.allocate(StepCommitted(step=1, text=""))  # numbered, published later
         emitter.emit_delta(1, "e")  # after a seq was taken: a new event, never a merge
     assert _buffered(coordinator, turn_id) == [
         (1, "token", "ab"),
@@ -155,7 +157,7 @@ def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_aft
 ) -> None:
     turn_id = str(uuid.uuid4())
     announcer = Emitter(turn_id, 1, coordinator)
-    announcer.emit(EventKind.QUEUED, {"run_id": "r"})  # a turn that may never end
+    announcer.emit(Queued(run_id="r"))  # a turn that may never end
     coordinator.flush()
     stream = c.events_key(turn_id)
     assert c.IDLE_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.IDLE_BUFFER_SECONDS
@@ -163,7 +165,7 @@ def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_aft
     # (here after the better part of a day in a tool), so its first tokens do not go.
     coordinator.redis.expire(stream, 100)
     emitter = Emitter(turn_id, 2, coordinator, fence=1)
-    emitter.emit(EventKind.STARTED, {})
+    emitter.emit(STARTED)
     coordinator.flush()
     assert c.IDLE_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.IDLE_BUFFER_SECONDS
     coordinator.redis.expire(stream, 100)
@@ -171,7 +173,7 @@ def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_aft
     coordinator.flush()  # an announcement does not: only a driver shows the turn runs
     assert coordinator.redis.ttl(stream) <= 100
     emitter = Emitter(turn_id, 4, coordinator, fence=1)
-    emitter.emit(EventKind.END, {"outcome": "finished"})
+    emitter.emit(Ended(outcome="finished"))
     coordinator.flush()
     assert c.ENDED_BUFFER_SECONDS - 5 < coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
     # The ends stream is for waiters that blocked before the end: it goes within a minute.
@@ -187,8 +189,8 @@ def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable()
     try:
         turn_id = str(uuid.uuid4())
         emitter = Emitter(turn_id, 1, coordinator)
-        emitter.emit(EventKind.QUEUED, {"run_id": "r"})
-        emitter.emit(EventKind.END, {"outcome": "cancelled"})
+        emitter.emit(Queued(run_id="r"))
+        emitter.emit(Ended(outcome="cancelled"))
         coordinator.flush()
         stream = c.events_key(turn_id)
         assert 110 < coordinator.redis.ttl(stream) <= 120
@@ -207,7 +209,7 @@ def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
 ) -> None:
     turn_id, session_id = str(uuid.uuid4()), str(uuid.uuid4())
     emitter = Emitter(turn_id, 1, coordinator)
-    emitter.emit(EventKind.QUEUED, {"run_id": "r"})
+    emitter.emit(Queued(run_id="r"))
     assert coordinator.mark_work(session_id) is True
     coordinator.redis.script_flush()  # what a restarted server knows of them
     emitter.emit_delta(0, "after")
@@ -250,7 +252,7 @@ def test_a_steer_list_is_read_once_and_then_answered_from_publish_replies_until_
         assert len(reads) == 1
         emitter = Emitter(turn_id, 1, coordinator, fence=1)
         time.sleep(0.15)  # the read is no longer fresh, but a publish reply is...
-        emitter.emit(EventKind.STARTED, {}, now=True)
+        emitter.emit(STARTED, now=True)
         assert coordinator.steers_after(turn_id, 0) == [say]  # ...and the list is as long
         assert coordinator.steers_after(turn_id, 1) == []  # past the cursor: nothing
         assert len(reads) == 1
@@ -258,7 +260,7 @@ def test_a_steer_list_is_read_once_and_then_answered_from_publish_replies_until_
         stop = Steer(position=2, kind=SteerKind.INTERRUPT, text="")
         sender.push_steer(turn_id, stop)
         sender.push_steer(turn_id, stop)  # a retried push lists it twice: read once
-        emitter.emit(EventKind.STARTED, {}, now=True)  # the reply: the list grew
+        emitter.emit(STARTED, now=True)  # the reply: the list grew
         assert coordinator.steers_after(turn_id, 1) == [stop]
         assert len(reads) == 2
         assert coordinator.steers_after(turn_id, 0, fresh=True) == [say, stop]
@@ -302,12 +304,12 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
     try:
         assert coordinator.adopt(turn_id, fence=2) == 0
         emitter = Emitter(turn_id, 1, coordinator, fence=2)
-        emitter.emit(EventKind.STARTED, {})
+        emitter.emit(STARTED)
         for n in range(30):
             emitter.emit_delta(0, f"d{n} ")
         stale = Emitter(turn_id, 100, coordinator, fence=1)
         stale.emit_delta(0, "from a driver that lost the turn", now=True)
-        emitter.emit(EventKind.END, {"outcome": "finished"}, now=True)
+        emitter.emit(Ended(outcome="finished"), now=True)
         heard: list[Event] = []
         deadline = time.monotonic() + 5
         while (not heard or heard[-1].kind is not EventKind.END) and time.monotonic() < deadline:

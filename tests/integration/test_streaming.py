@@ -9,7 +9,7 @@ import time
 import pytest
 
 from parley.streaming import PATIENCE_SECONDS, follow
-from schemas.events import Event, EventKind
+from schemas.events import Event, EventKind, StepCommitted, StepRestarted
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import Driving, commit, finish, new_session, start, submit
 from workers.emitter import Emitter
@@ -111,9 +111,9 @@ def test_a_turn_taken_over_after_redis_lost_its_buffer_reuses_no_seq_a_reader_ho
         assert started.seq > cut_off
         emitter = Emitter(turn_id, claimed.next_seq, second, fence)
         emitter.publish(started)
-        emitter.emit(EventKind.STEP_RESTARTED, {"index": 0, "reason": "resumed"})
+        emitter.emit(StepRestarted(step=0, reason="resumed"))
         emitter.emit_delta(0, "second attempt", now=True)
-        step = emitter.allocate(EventKind.STEP, {"index": 0})
+        step = emitter.allocate(StepCommitted(step=0, text=""))
         d = Driving(session_id, turn_id, claimed.run.run_id, fence, step.seq)
         commit(store, d, 0, events=[*emitter.take_unstored(), step], close=True)
         emitter.publish(step)
