@@ -11,18 +11,27 @@ from parley.host import Host, load_host
 from parley.policy import ApproveAll, Policy
 from parley.tools.decorator import tool
 from schemas.events import Event, EventKind
-from schemas.records import Contract as TaskContract
-from schemas.records import IfBusy, TurnRecord, TurnResult, TurnStatus, Usage
+from schemas.records import IfBusy, TaskContract, TurnRecord, TurnResult, TurnStatus, Usage
 from workers.budget import ContextBudget, estimate_tokens
-from workers.ports import (
+from workers.host_ports import (
+    Access,
     ApprovalRequest,
     CommitReceipt,
+    ModelReply,
+    ModelRequest,
     PrefixSnapshot,
+    Refusal,
+    SessionHooks,
+    SessionStateView,
+    StreamAborted,
+    ToolContext,
     TurnOutcome,
     TurnPreparation,
+    TurnRequest,
 )
 
 __all__ = [
+    "Access",
     "ApprovalRequest",
     "ApproveAll",
     "Client",
@@ -32,14 +41,22 @@ __all__ = [
     "EventKind",
     "Host",
     "IfBusy",
+    "ModelReply",
+    "ModelRequest",
     "Policy",
     "PrefixSnapshot",
+    "Refusal",
     "Session",
+    "SessionHooks",
+    "SessionStateView",
+    "StreamAborted",
     "TaskContract",
+    "ToolContext",
     "TurnHandle",
     "TurnOutcome",
     "TurnPreparation",
     "TurnRecord",
+    "TurnRequest",
     "TurnResult",
     "TurnStatus",
     "Usage",

@@ -35,13 +35,14 @@ from parley.mcp.spec import McpServer
 from parley.streaming import follow
 from schemas.events import Event
 from schemas.records import (
-    Contract,
     IfBusy,
     SessionRecord,
     SteerKind,
+    TaskContract,
     TurnRecord,
     TurnResult,
 )
+from workers.backend_ports import Coordinator
 from workers.constants import TURN_QUEUE
 from workers.database import (
     create_database_engine,
@@ -52,7 +53,6 @@ from workers.database import (
 )
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
-from workers.ports import Coordinator
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore, validate_ids
 
@@ -194,9 +194,7 @@ class Client:
         """Stop accepting work; embedded, with ``wait``, let running turns finish first."""
         self._closed = True
         self._kicker.close(wait=wait, timeout=timeout)
-        close = getattr(self.coordinator, "close", None)
-        if close is not None:
-            close()
+        self.coordinator.close()
         self.store.close()
 
     def _check_open(self) -> None:
@@ -280,7 +278,7 @@ class Session:
         self,
         prompt: str,
         *,
-        contract: Contract | None = None,
+        contract: TaskContract | None = None,
         on_event: Callable[[Event], None] | None = None,
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
@@ -300,14 +298,14 @@ class Session:
         self,
         prompt: str | bytes,
         *,
-        contract: Contract | None = None,
+        contract: TaskContract | None = None,
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
     ) -> TurnHandle:
         """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
         text = _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
         busy = _check_if_busy(if_busy)
-        if contract is not None and not isinstance(contract, Contract):
+        if contract is not None and not isinstance(contract, TaskContract):
             raise InvalidRequest("contract must be a parley.TaskContract")
         if contract is not None:
             for server in contract.mcp_servers:

@@ -16,10 +16,19 @@ from parley.mcp.spec import McpServer
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
-from schemas.records import Contract
+from schemas.records import TaskContract
 from workers.budget import ContextBudget
-from workers.ports import Access, ApprovalRequest, Approver, Model, Tool, ToolContext, Toolset
-from workers.ports import Policy as PolicyPort
+from workers.host_ports import (
+    Access,
+    ApprovalRequest,
+    Approver,
+    HookSet,
+    Model,
+    Tool,
+    ToolContext,
+    Toolset,
+)
+from workers.host_ports import Policy as PolicyPort
 
 if TYPE_CHECKING:
     from parley.mcp.pool import McpPool
@@ -36,8 +45,9 @@ class Host:
     ``model`` defaults to the one ``PARLEY_MODEL`` names (``openai:<model>``,
     ``anthropic:<model>``, ``scripted:<path>``, or a comma-separated fallover list).
     ``mcp_servers`` are started on first use in each process and kept open; their tools
-    join ``tools`` under the same policy.  ``hooks`` is any object with some of
-    ``before_turn``, ``before_commit``, ``after_commit`` and ``on_terminal``.  parley is
+    join ``tools`` under the same policy.  ``hooks`` is a :class:`parley.SessionHooks`
+    subclass, or any object with some of ``before_turn``, ``before_commit``,
+    ``after_commit`` and ``on_terminal``.  parley is
     not a policy layer: prompts, model choice, authorization, tool admission and
     credentials stay the host's."""
 
@@ -51,6 +61,7 @@ class Host:
     tool_output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT
     context_budget: ContextBudget | None = None
     _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
+    _hook_set: HookSet = field(default_factory=HookSet, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.model is None:
@@ -89,8 +100,14 @@ class Host:
         if not all(isinstance(s, McpServer) for s in servers):
             raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")
         object.__setattr__(self, "mcp_servers", servers)
+        object.__setattr__(self, "_hook_set", HookSet.of(self.hooks))
 
-    def toolset(self, contract: Contract | None, context: ToolContext) -> Toolset:
+    @property
+    def hook_set(self) -> HookSet:
+        """The hooks the engine calls, resolved from ``hooks`` once."""
+        return self._hook_set
+
+    def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:
         """The tools of one turn: the host's own, its MCP servers' (kept open across
         turns), and those of the MCP servers the turn's contract names (started now, in
         the session root, if the policy and the approver allow starting each, and

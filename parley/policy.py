@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
 from parley.workspace import confine, relative
-from workers.ports import Access, ApprovalRequest, Refusal
+from workers.host_ports import Access, ApprovalRequest, Refusal
 
 GLOB_CHARS = ("*", "?")
 _NAMED_RULES = {

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 from schemas.errors import StoreError
 from schemas.events import Event, EventKind
-from workers.ports import Coordinator
+from workers.backend_ports import Coordinator
 from workers.store import SqlStore
 
 POLL_SECONDS = 0.5

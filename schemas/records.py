@@ -175,7 +175,7 @@ class HasJsonForm(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Contract:
+class TaskContract:
     """A per-turn bound (``parley.TaskContract``): at most ``max_steps`` model calls and
     ``max_tokens`` tokens, and optionally a ``check`` shell command that must pass (run in
     the session root after the model stops; its failing output goes back to the model
@@ -235,7 +235,7 @@ class Contract:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> Contract | None:
+    def from_json(cls, data: dict[str, Any] | None) -> TaskContract | None:
         """Load the stored form; None stays None (an unbounded turn)."""
         if data is None:
             return None
@@ -268,7 +268,7 @@ class RunState:
     steps: int
     usage: Usage
     steer_cursor: int
-    contract: Contract | None
+    contract: TaskContract | None
     reply: str | None
     partial: str | None
     error: str | None

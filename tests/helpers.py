@@ -13,7 +13,7 @@ import parley
 from schemas.events import EventKind
 from tests.hosts import control_dir
 from workers.constants import TAKEOVER_SEQ_GAP
-from workers.ports import ModelReply, ModelRequest
+from workers.host_ports import ModelReply, ModelRequest
 
 
 class Control:

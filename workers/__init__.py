@@ -3,5 +3,5 @@ fencing, deltas, steer signals) in a Redis and an in-process implementation, the
 that runs a session's turns in order, and the Celery tasks.
 
 The engine imports no Celery, Redis, SQLAlchemy or HTTP client: it talks to the narrow
-ports of :mod:`workers.ports`.
+ports of :mod:`workers.host_ports` and :mod:`workers.backend_ports`.
 """

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from schemas.errors import CodecError
 from schemas.messages import AssistantMessage, Message, StepInput, ToolMessage, UserMessage
-from workers.ports import CommittedStep, PathTurn
+from workers.backend_ports import CommittedStep, PathTurn
 
 
 def step_messages(step: CommittedStep) -> list[Message]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from schemas.events import Event, EventPayload, Token
 from schemas.records import Steer
-from workers.ports import Coordinator
+from workers.backend_ports import Coordinator
 
 
 class Emitter:

@@ -6,7 +6,8 @@ commit the whole step in one transaction.  When the model stops, the inbox is cl
 the same transaction as the last step, or one more step runs for the steer that slipped in;
 with nothing pending, that transaction also commits the turn's end (a contract's check runs
 before it, on the final answer).
-The engine talks only to the ports in :mod:`workers.ports` and to :class:`SqlStore`.
+The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
+:mod:`workers.backend_ports` (the store and the coordinator).
 """
 
 from __future__ import annotations
@@ -40,30 +41,32 @@ from schemas.messages import (
     ToolResult,
     request_digest,
 )
-from schemas.records import Contract, Steer, SteerKind, TurnStatus, Usage
-from workers.checks import CheckResult, run_check
-from workers.context import assemble, history_messages, turn_replay
-from workers.emitter import Emitter
-from workers.ports import (
-    ApprovalRequest,
+from schemas.records import Steer, SteerKind, TaskContract, TurnStatus, Usage
+from workers.backend_ports import (
     Claim,
     ClaimedTurn,
-    CommitReceipt,
     CommittedStep,
     Coordinator,
     FinishReceipt,
+    PathTurn,
+    Store,
+    TurnEnd,
+)
+from workers.checks import CheckResult, run_check
+from workers.context import assemble, history_messages, turn_replay
+from workers.emitter import Emitter
+from workers.host_ports import (
+    ApprovalRequest,
+    CommitReceipt,
     Host,
     ModelReply,
     ModelRequest,
-    PathTurn,
     PrefixSnapshot,
     Refusal,
     SessionStateView,
-    Store,
     StreamAborted,
     Tool,
     ToolContext,
-    TurnEnd,
     TurnOutcome,
     TurnPreparation,
     TurnRequest,
@@ -254,6 +257,7 @@ class _TurnRun:
         self.engine = engine
         self.store = engine.store
         self.host = engine.host
+        self.hooks = engine.host.hook_set
         self.claimed = claimed
         self.fence = fence
         self.emitter = emitter
@@ -261,7 +265,7 @@ class _TurnRun:
         self.claim_next = claim_next
         self.turn = claimed.turn
         self.run_id = claimed.run.run_id
-        self.contract: Contract | None = claimed.run.contract
+        self.contract: TaskContract | None = claimed.run.contract
         # A final answer the model gives is checked by the contract's command, if any; one
         # that passes (or has nothing to pass) ends the turn with this outcome.
         self.checks = bool(self.contract and self.contract.check)
@@ -379,7 +383,7 @@ class _TurnRun:
             log.warning("closing the tools of turn %s failed", self.turn.turn_id, exc_info=True)
 
     def _before_turn(self) -> TurnPreparation | None:
-        hook = getattr(self.host.hooks, "before_turn", None)
+        hook = self.hooks.before_turn
         if hook is None:
             return None
         claimed = self.claimed
@@ -580,7 +584,7 @@ class _TurnRun:
         idle = not calls and (not checked or (check is not None and check.passed))
         ending = _Ending(status=self.answered, reply=reply.text)
         ends_here = idle
-        if idle and self._before_commit() is not None:
+        if idle and self.hooks.before_commit is not None:
             # The hook sees (and may veto) that outcome before any of the step commits:
             # vetoed, a resume asks the model again instead of replaying the rejected
             # answer.  Only a final one: the inbox is closed first (atomically against
@@ -754,7 +758,7 @@ class _TurnRun:
 
     def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, FinishReceipt]:
         outcome = self._outcome(state, ending)
-        hooks = self.host.hooks
+        hooks = self.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
         receipt = ending.receipt
         if receipt is None:
@@ -777,7 +781,7 @@ class _TurnRun:
         self.emitter.publish(receipt.end_event)
         if completed:
             _observe(
-                getattr(hooks, "after_commit", None),
+                hooks.after_commit,
                 CommitReceipt(
                     outcome=outcome,
                     head_turn_id=receipt.head_turn_id,
@@ -785,16 +789,12 @@ class _TurnRun:
                     committed_at=datetime.now(UTC),
                 ),
             )
-        _observe(getattr(hooks, "on_terminal", None), outcome)
+        _observe(hooks.on_terminal, outcome)
         return ending.status, receipt
-
-    def _before_commit(self) -> Callable[..., object] | None:
-        hook: Callable[..., object] | None = getattr(self.host.hooks, "before_commit", None)
-        return hook
 
     def _vetoed(self, outcome: TurnOutcome) -> _Ending | None:
         """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""
-        before_commit = self._before_commit()
+        before_commit = self.hooks.before_commit
         if before_commit is None:
             return None
         try:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from schemas.events import Event, EventKind
 from schemas.records import Steer
+from workers.backend_ports import Coordinator
 
 RETAINED_TURNS = 256
 """How many ended turns' replay buffers (tokens included) are kept; older turns are
@@ -41,8 +42,8 @@ class LocalLock:
         return self._release()
 
 
-class LocalCoordinator:
-    """Thread-safe, in-memory implementation of :class:`workers.ports.Coordinator`."""
+class LocalCoordinator(Coordinator):
+    """Thread-safe, in-memory implementation of the coordinator port."""
 
     def __init__(self, retained_turns: int = RETAINED_TURNS) -> None:
         self._guard = threading.Lock()
@@ -56,6 +57,9 @@ class LocalCoordinator:
         self._marks: dict[str, int] = {}
         self._owners: dict[str, int] = {}
         self._retained = retained_turns
+
+    def close(self) -> None:
+        """Nothing to release: the buffers go with the object."""
 
     # ------------------------------------------------------------------ locks
 

@@ -23,6 +23,7 @@ import redis
 from schemas.events import Event, EventKind
 from schemas.records import Steer, SteerKind
 from workers import constants as c
+from workers.backend_ports import Coordinator
 
 log = logging.getLogger("parley.redis")
 
@@ -257,8 +258,8 @@ class _Scripts:
             script.sha = self._client.script_load(script.script)
 
 
-class RedisCoordinator:
-    """Implements :class:`workers.ports.Coordinator` on Redis."""
+class RedisCoordinator(Coordinator):
+    """The coordinator port on Redis."""
 
     def __init__(self, url: str, *, replay_seconds: int = c.ENDED_BUFFER_SECONDS) -> None:
         """``replay_seconds``: how long the replay buffer of a turn this process ends is

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.records import Contract, RunState, SessionRecord, TurnRecord, TurnStatus, Usage
+from schemas.records import RunState, SessionRecord, TaskContract, TurnRecord, TurnStatus, Usage
 
 
 def aware(value: datetime) -> datetime:
@@ -56,7 +56,7 @@ def run_state_of(run: Any) -> RunState:
             cached_tokens=run.cached_tokens,
         ),
         steer_cursor=run.steer_cursor,
-        contract=Contract.from_json(run.contract),
+        contract=TaskContract.from_json(run.contract),
         reply=run.reply,
         partial=run.partial,
         error=run.error,

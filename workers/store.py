@@ -41,20 +41,19 @@ from schemas.errors import (
 from schemas.events import Ended, Event, EventKind, Queued, Started
 from schemas.messages import Prefix, StepPayload
 from schemas.records import (
-    Contract,
     IfBusy,
     RunState,
     SessionRecord,
     Steer,
     SteerKind,
+    TaskContract,
     TurnRecord,
     TurnResult,
     TurnStatus,
 )
 from workers import constants as c
 from workers import statements as q
-from workers.database import create_database_engine, transaction_lock
-from workers.ports import (
+from workers.backend_ports import (
     Claim,
     ClaimedTurn,
     CommittedStep,
@@ -65,6 +64,7 @@ from workers.ports import (
     StepReceipt,
     TurnEnd,
 )
+from workers.database import create_database_engine, transaction_lock
 from workers.rows import run_state_of, session_record, turn_of_next_run, turn_record
 from workers.store_connection import DirectStatements, StoreConnection, row_key
 
@@ -271,7 +271,7 @@ class SqlStore:
         session_id: str,
         prompt: str,
         request_id: str | None,
-        contract: Contract | None,
+        contract: TaskContract | None,
         if_busy: IfBusy,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
@@ -297,7 +297,7 @@ class SqlStore:
         session_id: str,
         prompt: str,
         request_id: str | None,
-        contract: Contract | None,
+        contract: TaskContract | None,
         if_busy: IfBusy,
     ) -> SubmitReceipt:
         now = _now()

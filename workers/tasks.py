@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from workers import constants as c
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
-from workers.ports import Host
+from workers.host_ports import Host
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 

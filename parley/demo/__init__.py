@@ -21,11 +21,11 @@ from rich.panel import Panel
 from rich.rule import Rule
 
 import parley
+from parley import ToolContext
 from parley.errors import InvalidRequest
 from parley.render import EventPrinter, tree_of, turn_line
 from parley.tools import WORKSPACE_TOOLS, FunctionTool
 from schemas.events import EventKind
-from workers.ports import ToolContext
 
 SCRIPT = Path(__file__).with_name("script.json")
 

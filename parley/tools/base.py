@@ -12,7 +12,7 @@ from typing import Any
 
 from parley.errors import InvalidRequest
 from schemas.messages import ToolDeclaration
-from workers.ports import Access, ToolContext
+from workers.host_ports import Access, ToolContext
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

@@ -17,7 +17,7 @@ Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``list[T]``,
 ``Any``, ``TypedDict`` and dataclass types, nested freely; ``Annotated[T, "text"]`` gives
 a parameter its description.  Anything else is refused when the function is decorated.
 A parameter annotated ``ToolContext`` (or an unannotated one named ``context``) receives
-the turn's :class:`~workers.ports.ToolContext` and is not shown to the model.
+the turn's :class:`~workers.host_ports.ToolContext` and is not shown to the model.
 
 Arguments are validated against the schema before the function runs; a validation error
 goes back to the model as the tool's result.  A ``str`` return value is the result as
@@ -39,7 +39,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from parley.errors import InvalidRequest
 from parley.tools.base import FunctionTool, validate
-from workers.ports import Access, ToolContext
+from workers.host_ports import Access, ToolContext
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -23,8 +23,8 @@ import parley
 from schemas.messages import Message, Prefix, message_bytes
 from tests.bench.embedded import bare_sqlite_commit
 from tests.helpers import RecordingModel
+from workers.backend_ports import PathTurn
 from workers.context import assemble, history_messages, turn_replay
-from workers.ports import PathTurn
 from workers.replay_cache import ReplayCache
 
 RULES = {

@@ -25,7 +25,7 @@ from tests.conftest import fresh_postgres_database
 from workers import store_connection
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
-from workers.ports import DeltaSink, ModelReply, ModelRequest
+from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 

@@ -11,8 +11,8 @@ from schemas.records import TurnStatus
 from tests.integration.drive import new_session, submit
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
+from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.local_coordinator import LocalCoordinator
-from workers.ports import DeltaSink, ModelReply, ModelRequest
 from workers.store import SqlStore
 
 

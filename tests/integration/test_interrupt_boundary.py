@@ -14,7 +14,7 @@ from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import new_session, submit
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
-from workers.ports import DeltaSink, ModelReply, ModelRequest
+from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import parley
 from parley.errors import StoreError
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from workers.ports import DeltaSink, ModelReply, ModelRequest, ToolContext
+from workers.host_ports import DeltaSink, ModelReply, ModelRequest, ToolContext
 
 EVENTS = (
     "none",

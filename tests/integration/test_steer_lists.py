@@ -15,10 +15,11 @@ from schemas.messages import ToolCall, UserMessage
 from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import StatementLog, new_session, submit
+from workers.backend_ports import Coordinator
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
+from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.local_coordinator import LocalCoordinator
-from workers.ports import Coordinator, DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 

@@ -31,8 +31,8 @@ from tests.integration.drive import (
 )
 from workers import constants as c
 from workers import statements as q
+from workers.backend_ports import ClaimedTurn, TurnEnd
 from workers.database import create_database_engine, current_revision, head_revision, migrate
-from workers.ports import ClaimedTurn, TurnEnd
 from workers.store import SqlStore
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from workers.ports import StreamAborted
+from workers.host_ports import StreamAborted
 
 
 class RecordingSink:

@@ -37,7 +37,7 @@ from tests.providers.servers import (
     sse,
 )
 from tests.providers.sink import RecordingSink
-from workers.ports import ModelRequest, StreamAborted
+from workers.host_ports import ModelRequest, StreamAborted
 
 KEY = "sk-test-0123456789abcdef"
 

@@ -11,9 +11,9 @@ import pytest
 
 from parley.errors import CodecError, InvalidRequest
 from schemas.messages import StepInput, StepPayload, ToolCall, ToolResult
-from schemas.records import Contract, TurnStatus, Usage
+from schemas.records import TaskContract, TurnStatus, Usage
 
-# ---------------------------------------------------------------------------- Contract
+# ---------------------------------------------------------------------------- TaskContract
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ from schemas.records import Contract, TurnStatus, Usage
 )
 def test_invalid_contracts(options: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest):
-        Contract(**options)
+        TaskContract(**options)
 
 
 @pytest.mark.parametrize(
@@ -51,12 +51,12 @@ def test_invalid_contracts(options: dict[str, Any]) -> None:
     ],
 )
 def test_valid_contracts_round_trip(options: dict[str, Any]) -> None:
-    contract = Contract(**options)
-    assert Contract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
+    contract = TaskContract(**options)
+    assert TaskContract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
 
 
 def test_no_contract_stays_none() -> None:
-    assert Contract.from_json(None) is None
+    assert TaskContract.from_json(None) is None
 
 
 def test_a_contracts_mcp_servers_take_what_their_type_says() -> None:
@@ -67,13 +67,13 @@ def test_a_contracts_mcp_servers_take_what_their_type_says() -> None:
         def to_json(self) -> dict[str, Any]:
             return dict(spec)
 
-    contract = Contract(mcp_servers=UserList([MappingProxyType(spec), Spec()]))
+    contract = TaskContract(mcp_servers=UserList([MappingProxyType(spec), Spec()]))
     assert contract.mcp_servers == (spec, spec)
     assert all(type(s) is dict for s in contract.mcp_servers)
-    assert Contract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
+    assert TaskContract.from_json(json.loads(json.dumps(contract.to_json()))) == contract
     for wrong in ("calc", spec, [3], [{"name": "calc", "env": MappingProxyType({})}]):
         with pytest.raises(InvalidRequest, match="mcp_servers"):
-            Contract(mcp_servers=wrong)  # type: ignore[arg-type]
+            TaskContract(mcp_servers=wrong)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- StepPayload

@@ -16,7 +16,7 @@ from parley.errors import InvalidRequest
 from parley.tools import DecoratedTool, FunctionTool, tool
 from parley.tools.base import validate
 from parley.tools.decorator import parse_docstring
-from workers.ports import Access, ToolContext
+from workers.host_ports import Access, ToolContext
 
 
 @pytest.fixture
