@@ -9,9 +9,13 @@ burst of deltas costs a few events while a slow stream still sends each delta at
 
 from __future__ import annotations
 
-from schemas.events import Event, EventPayload, Token
+from collections.abc import Callable
+
+from schemas.events import Event, EventPayload, StepRestarted, Token
 from schemas.records import Steer
 from workers.backend_ports import Coordinator
+from workers.holding import ensure_holding
+from workers.host_ports import StreamAborted
 
 
 class Emitter:
@@ -80,3 +84,59 @@ class Emitter:
     def next_seq(self) -> int:
         """The seq the next event will get."""
         return self._next
+
+
+class StreamingSink:
+    """Publishes each delta as a ``token`` event (deltas that arrive while the previous
+    one is still queued join it); aborts the stream on an interrupt, and stops a driver
+    that lost its session lock from streaming any further."""
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        index: int,
+        holding: Callable[[], bool],
+        interrupt_pending: Callable[[], bool],
+    ) -> None:
+        self._emitter = emitter
+        self._index = index
+        self._holding = holding
+        self._interrupt_pending = interrupt_pending
+        self.parts: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        self.raise_if_interrupted()
+        if text:
+            # The first token is what a reader waits for: it is sent from this thread
+            # now rather than when the flusher next gets the interpreter (the model may
+            # be producing the rest faster than the flusher is scheduled).
+            self._emitter.emit_delta(self._index, text, now=not self.parts)
+            self.parts.append(text)
+
+    def raise_if_interrupted(self) -> None:
+        """Raise :class:`StreamAborted` on a listed interrupt (and Fenced once the lock
+        is gone)."""
+        ensure_holding(self._holding, "while the model streamed")
+        if self._interrupt_pending():
+            raise StreamAborted
+
+    def restart(self, reason: str) -> None:
+        ensure_holding(self._holding, "while the model restarted its stream")
+        self.retract(reason)
+        self.raise_if_interrupted()
+
+    def retract(self, reason: str) -> None:
+        """Tell readers to drop what the step streamed so far: it will not commit."""
+        if self.parts:
+            # Only text readers have seen needs retracting; a retry before the first
+            # delta is invisible to them.
+            self._emitter.emit(StepRestarted(step=self._index, reason=reason))
+        self.parts = []
+
+    def settled(self, text: str) -> None:
+        """Readers now hold ``text`` for this step (the engine completed the stream)."""
+        self.parts = [text] if text else []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)

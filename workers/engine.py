@@ -25,20 +25,15 @@ from typing import Any
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
 from schemas.events import (
     Checked,
-    Refused,
     Steered,
     StepCommitted,
     StepRestarted,
-    ToolAnswered,
-    ToolCalled,
 )
 from schemas.messages import (
     Message,
     Prefix,
     StepInput,
     StepPayload,
-    ToolCall,
-    ToolResult,
     request_digest,
 )
 from schemas.records import Steer, SteerKind, TaskContract, TurnStatus, Usage
@@ -52,17 +47,16 @@ from workers.backend_ports import (
     Store,
     TurnEnd,
 )
-from workers.checks import CheckResult, run_check
 from workers.context import assemble, history_messages, turn_replay
-from workers.emitter import Emitter
+from workers.contract_check import CheckResult, run_contract_check
+from workers.emitter import Emitter, StreamingSink
+from workers.holding import ensure_holding
 from workers.host_ports import (
-    ApprovalRequest,
     CommitReceipt,
     Host,
     ModelReply,
     ModelRequest,
     PrefixSnapshot,
-    Refusal,
     SessionStateView,
     StreamAborted,
     Tool,
@@ -72,6 +66,7 @@ from workers.host_ports import (
     TurnRequest,
 )
 from workers.replay_cache import ReplayCache
+from workers.tool_calls import ToolRunner, unique_ids
 
 log = logging.getLogger("parley.engine")
 
@@ -91,13 +86,6 @@ def _never() -> bool:
 
 def _nothing() -> None:
     return None
-
-
-def _check_holding(holding: Callable[[], bool], where: str) -> None:
-    """Raise :class:`Fenced` once the session lock is gone: a driver that lost it must
-    neither pay for another model call nor touch the workspace."""
-    if not holding():
-        raise Fenced(f"the session lock was lost {where}")
 
 
 @functools.cache
@@ -122,60 +110,6 @@ class _Ending:
     """What a step thrown away at the end cost (a vetoed answer): charged with the end."""
 
 
-class _DeltaSink:
-    """Publishes each delta as a ``token`` event (deltas that arrive while the previous
-    one is still queued join it); aborts the stream on an interrupt, and stops a driver
-    that lost its session lock from streaming any further."""
-
-    def __init__(
-        self,
-        emitter: Emitter,
-        index: int,
-        holding: Callable[[], bool],
-        interrupt_pending: Callable[[], bool],
-    ) -> None:
-        self._emitter = emitter
-        self._index = index
-        self._holding = holding
-        self._interrupt_pending = interrupt_pending
-        self.parts: list[str] = []
-
-    def __call__(self, text: str) -> None:
-        self.check()
-        if text:
-            # The first token is what a reader waits for: it is sent from this thread
-            # now rather than when the flusher next gets the interpreter (the model may
-            # be producing the rest faster than the flusher is scheduled).
-            self._emitter.emit_delta(self._index, text, now=not self.parts)
-            self.parts.append(text)
-
-    def check(self) -> None:
-        _check_holding(self._holding, "while the model streamed")
-        if self._interrupt_pending():
-            raise StreamAborted
-
-    def restart(self, reason: str) -> None:
-        _check_holding(self._holding, "while the model restarted its stream")
-        self.retract(reason)
-        self.check()
-
-    def retract(self, reason: str) -> None:
-        """Tell readers to drop what the step streamed so far: it will not commit."""
-        if self.parts:
-            # Only text readers have seen needs retracting; a retry before the first
-            # delta is invisible to them.
-            self._emitter.emit(StepRestarted(step=self._index, reason=reason))
-        self.parts = []
-
-    def settled(self, text: str) -> None:
-        """Readers now hold ``text`` for this step (the engine completed the stream)."""
-        self.parts = [text] if text else []
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 @dataclass(kw_only=True)
 class _TurnState:
     steps: list[CommittedStep]
@@ -192,7 +126,7 @@ class _TurnState:
     inbox_closed: bool = False
     first_boundary: bool = True
     # The contract's check run on the final answer of the step at this index.
-    checked: tuple[int, CheckResult] | None = None
+    contract_checked: tuple[int, CheckResult] | None = None
 
 
 class TurnEngine:
@@ -268,20 +202,21 @@ class _TurnRun:
         self.contract: TaskContract | None = claimed.run.contract
         # A final answer the model gives is checked by the contract's command, if any; one
         # that passes (or has nothing to pass) ends the turn with this outcome.
-        self.checks = bool(self.contract and self.contract.check)
-        self.answered = TurnStatus.SUCCEEDED if self.checks else TurnStatus.FINISHED
+        self.contract_checks = bool(self.contract and self.contract.check)
+        self.answered = TurnStatus.SUCCEEDED if self.contract_checks else TurnStatus.FINISHED
         self.root = claimed.session.root
         self.context = ToolContext(
             root=self.root, session_id=claimed.session.session_id, turn_id=claimed.turn.turn_id
         )
         self.tools: dict[str, Tool] = {}
+        self.tool_runner: ToolRunner  # once the tools are settled (_prepare)
         self.prefix: Prefix | None = None
         self.request_prefix: Prefix | None = None
         self._close_tools: Callable[[], None] = _nothing
         self.refresh_prefix = False
         self.history: tuple[Message, ...] | None = None
         # The sink of the step in flight, until that step commits.
-        self.streaming: _DeltaSink | None = None
+        self.streaming: StreamingSink | None = None
 
     # ------------------------------------------------------------------ turn
 
@@ -335,7 +270,7 @@ class _TurnRun:
         host = self.host
         # Opening the toolset may start the contract's MCP servers (processes of their
         # own): not for a driver that lost the session while before it.
-        _check_holding(self.holding, "before the turn's tools opened")
+        ensure_holding(self.holding, "before the turn's tools opened")
         toolset = host.toolset(self.contract, self.context)
         self._close_tools = toolset.close
         tools = toolset.stable
@@ -364,6 +299,15 @@ class _TurnRun:
         else:
             self.prefix = frozen
         self.tools = {t.declaration.name: t for t in (*tools, *toolset.extra)}
+        self.tool_runner = ToolRunner(
+            tools=self.tools,
+            policy=host.policy,
+            approver=host.approver,
+            context=self.context,
+            emitter=self.emitter,
+            holding=self.holding,
+            output_limit=host.tool_output_limit,
+        )
         if toolset.extra:
             # This turn's own tools come after the frozen declarations: what providers
             # cache (system prompt and the session's tools) stays byte-identical.
@@ -413,7 +357,7 @@ class _TurnRun:
 
     def _loop(self, state: _TurnState) -> _Ending:
         while True:
-            _check_holding(self.holding, "at a step boundary")
+            ensure_holding(self.holding, "at a step boundary")
             self._take_steers(state)
             if _has_interrupt(state.pending):
                 return _Ending(status=TurnStatus.CANCELLED)
@@ -467,11 +411,11 @@ class _TurnRun:
         """The model answered without tool calls: check, close the inbox, or go on (only
         while ``more_steps`` are allowed)."""
         reply = state.steps[-1].payload.text
-        result = self._check(state, len(state.steps) - 1)
+        result = self._contract_check(state, len(state.steps) - 1)
         if result is not None and not result.passed:
             if not more_steps:
                 return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
-            state.feedback = _check_feedback(result)
+            state.feedback = _failed_check_feedback(result)
             return None
         if not state.inbox_closed and more_steps:
             state.pending = list(
@@ -486,22 +430,22 @@ class _TurnRun:
                 return None  # a steer slipped in: run one more step for it
         return _Ending(status=self.answered, reply=reply)
 
-    def _check(self, state: _TurnState, index: int) -> CheckResult | None:
+    def _contract_check(self, state: _TurnState, index: int) -> CheckResult | None:
         """The contract's check of the final answer of step ``index`` (None without a
         check): run once per answer, and announced by a ``check`` event."""
         contract = self.contract
-        if contract is None or not contract.check:  # self.checks, in terms mypy can narrow
+        if contract is None or not contract.check:  # self.contract_checks, in terms mypy can narrow
             return None
-        if state.checked is not None and state.checked[0] == index:
-            return state.checked[1]
+        if state.contract_checked is not None and state.contract_checked[0] == index:
+            return state.contract_checked[1]
         # It runs before the step commits: a driver that lost the session must not run
         # it in the workspace beside the one that took over.
-        _check_holding(self.holding, "before the check")
-        result = run_check(contract.check, self.root, contract.check_timeout)
+        ensure_holding(self.holding, "before the check")
+        result = run_contract_check(contract.check, self.root, contract.check_timeout)
         self.emitter.emit(
             Checked(passed=result.passed, exit_code=result.exit_code, output=result.output)
         )
-        state.checked = (index, result)
+        state.contract_checked = (index, result)
         return result
 
     def _budget_exceeded(self, state: _TurnState) -> str | None:
@@ -545,7 +489,7 @@ class _TurnRun:
             # the cursor, it is not one the turn obeyed already.
             return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
 
-        sink = self.streaming = _DeltaSink(self.emitter, index, self.holding, interrupt_pending)
+        sink = self.streaming = StreamingSink(self.emitter, index, self.holding, interrupt_pending)
         try:
             reply = self.host.model.stream(request, sink)
         except StreamAborted:
@@ -561,8 +505,8 @@ class _TurnRun:
                 status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
             )
         self._settle_stream(sink, reply, index)
-        calls = _unique_ids(reply.tool_calls, index)
-        results = [self._call_tool(call, index) for call in calls]
+        calls = unique_ids(reply.tool_calls, index)
+        results = [self.tool_runner.run(call, index) for call in calls]
         payload = StepPayload(
             inputs=tuple(inputs),
             text=reply.text,
@@ -579,9 +523,9 @@ class _TurnRun:
         # its step and the model hears the check's output next, with any steer.  An
         # interrupt already waiting skips the check: the step commits and the boundary
         # stops the turn without waiting for it.
-        checked = not calls and self.checks
-        check = self._check(state, index) if checked and not interrupt_pending() else None
-        idle = not calls and (not checked or (check is not None and check.passed))
+        judged = not calls and self.contract_checks
+        verdict = self._contract_check(state, index) if judged and not interrupt_pending() else None
+        idle = not calls and (not judged or (verdict is not None and verdict.passed))
         ending = _Ending(status=self.answered, reply=reply.text)
         ends_here = idle
         if idle and self.hooks.before_commit is not None:
@@ -630,7 +574,8 @@ class _TurnRun:
         state.cursor = cursor
         state.pending = []  # those the commit counted past the cursor: read at the boundary
         state.steer_count = max(state.steer_count, receipt.steer_count)
-        state.feedback = _check_feedback(check) if check is not None and not check.passed else []
+        failed = verdict is not None and not verdict.passed
+        state.feedback = _failed_check_feedback(verdict) if failed and verdict else []
         state.usage = state.usage + reply.usage
         state.session_tokens += reply.usage.total
         state.inbox_closed = idle and receipt.steer_count == cursor
@@ -652,7 +597,7 @@ class _TurnRun:
             cache.put(turn.turn_id, turn.status, replay)
         return replay
 
-    def _settle_stream(self, sink: _DeltaSink, reply: ModelReply, index: int) -> None:
+    def _settle_stream(self, sink: StreamingSink, reply: ModelReply, index: int) -> None:
         """Make the step's tokens concatenate to exactly its committed text, whatever the
         model streamed: complete a prefix, or restart the step's stream if it diverged."""
         streamed = sink.text
@@ -665,94 +610,6 @@ class _TurnRun:
             if reply.text:
                 self.emitter.emit_delta(index, reply.text)
         sink.settled(reply.text)
-
-    def _call_tool(self, call: ToolCall, index: int) -> ToolResult:
-        """Run one tool call through validation, policy and approver.  Raises only
-        :class:`Fenced`: a driver that lost its session must not touch the workspace."""
-        _check_holding(self.holding, "before a tool call")
-        self.emitter.emit(
-            ToolCalled(step=index, call_id=call.id, name=call.name, arguments=call.arguments)
-        )
-        result = self._tool_result(call)
-        self.emitter.emit(
-            ToolAnswered(
-                step=index,
-                call_id=result.call_id,
-                name=result.name,
-                content=result.content,
-                is_error=result.is_error,
-                refusal=result.refusal,
-            )
-        )
-        return result
-
-    def _tool_result(self, call: ToolCall) -> ToolResult:
-        def error(text: str) -> ToolResult:
-            return ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
-
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return error(f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}")
-        try:
-            arguments = tool.parse(call.arguments)
-            accesses = tuple(tool.accesses(arguments))
-        except InvalidRequest as exc:
-            return error(f"error: InvalidRequest: {exc}")
-        except Exception as exc:  # host code: its failure is the tool's, not the turn's
-            return error(f"error: {type(exc).__name__}: {exc}")
-        try:
-            refusal = self.host.policy.check(call.name, accesses, self.root)
-        except Exception as exc:
-            # A policy that cannot decide refuses: failing closed is the safe side.
-            log.warning("policy failed on %s; refusing the call", call.name, exc_info=True)
-            refusal = Refusal(rule="policy_error", reason=f"{type(exc).__name__}: {exc}")
-        if refusal is None and not self._approved(call, arguments, accesses):
-            refusal_rule, reason = "approver", "the host's approver declined this call"
-        elif refusal is not None:
-            refusal_rule, reason = refusal.rule, refusal.reason
-        else:
-            refusal_rule = None
-        if refusal_rule is not None:
-            self.emitter.emit(
-                Refused(call_id=call.id, tool=call.name, rule=refusal_rule, reason=reason)
-            )
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                content=f"refused by policy rule {refusal_rule}: {reason}",
-                is_error=True,
-                refusal=refusal_rule,
-            )
-        # Validation, the policy and the approver are host code and may take any time
-        # (a person approving, an MCP server starting): the lock may have been lost
-        # meanwhile, and a driver that lost it must not touch the workspace.
-        _check_holding(self.holding, "before the tool ran")
-        try:
-            output = tool.run(arguments, self.context)
-        except Exception as exc:
-            return error(f"error: {type(exc).__name__}: {exc}")
-        if not isinstance(output, str):
-            # A host tool's bug, like its exceptions: the model hears of it.
-            return error(f"error: the tool returned {type(output).__name__}, not text")
-        return ToolResult(
-            call_id=call.id, name=call.name, content=_cap(output, self.host.tool_output_limit)
-        )
-
-    def _approved(
-        self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Any, ...]
-    ) -> bool:
-        request = ApprovalRequest(
-            session_id=self.claimed.session.session_id,
-            turn_id=self.turn.turn_id,
-            tool=call.name,
-            arguments=arguments,
-            accesses=accesses,
-        )
-        try:
-            return bool(self.host.approver.approve(request))
-        except Exception:
-            log.warning("approver failed; treating the call as declined", exc_info=True)
-            return False
 
     # ------------------------------------------------------------------ end
 
@@ -846,7 +703,7 @@ class _TurnRun:
         )
 
 
-def _check_feedback(failed: CheckResult) -> list[StepInput]:
+def _failed_check_feedback(failed: CheckResult) -> list[StepInput]:
     """What the model hears of a failed check, with its next request."""
     return [StepInput(origin="check", text=failed.feedback())]
 
@@ -863,26 +720,3 @@ def _observe(hook: Any, argument: Any) -> None:
         hook(argument)
     except Exception:
         log.warning("observational hook %r failed", hook, exc_info=True)
-
-
-def _unique_ids(calls: Sequence[ToolCall], index: int) -> tuple[ToolCall, ...]:
-    """Give every call of a step a distinct id (replay pairs results by id)."""
-    seen: set[str] = set()
-    unique: list[ToolCall] = []
-    for position, call in enumerate(calls):
-        call_id = call.id or f"call_{index}_{position}"
-        if call_id in seen:
-            call_id = f"{call_id}_{position}"
-        seen.add(call_id)
-        unique.append(ToolCall(id=call_id, name=call.name, arguments=call.arguments))
-    return tuple(unique)
-
-
-def _cap(output: str, limit: int) -> str:
-    """Cap tool output, telling the model what was cut."""
-    if len(output) <= limit:
-        return output
-    return (
-        output[:limit]
-        + f"\n[output truncated: {len(output)} characters, showing the first {limit}]"
-    )

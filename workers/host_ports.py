@@ -64,7 +64,7 @@ class DeltaSink(Protocol):
         Raises :class:`StreamAborted` if the turn was interrupted meanwhile."""
         ...
 
-    def check(self) -> None:
+    def raise_if_interrupted(self) -> None:
         """Raise :class:`StreamAborted` if the turn was interrupted: a model that waits
         between attempts asks, so a pause does not hold an interrupt up."""
         ...

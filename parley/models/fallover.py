@@ -14,8 +14,8 @@ the timeout, or carrying a malformed chunk is ``retriable``: ``Fallover`` asks t
 provider again, ``retries_per_model`` times with backoff and jitter, before moving on.
 As soon as an attempt fails it calls ``on_delta.restart("retry")`` or
 ``on_delta.restart("fallover")`` so readers drop the provisional text of the failed one,
-and it waits out the backoff in slices, asking ``on_delta.check()`` between them, so an
-interrupt is not held up by the pause.
+and it waits out the backoff in slices, asking ``on_delta.raise_if_interrupted()``
+between them, so an interrupt is not held up by the pause.
 
 Only :class:`ProviderError` is handled.  Anything else — an interrupt
 (:class:`~workers.host_ports.StreamAborted`) or a lost session lock raised by the sink, a bug —
@@ -150,7 +150,7 @@ class Fallover:
             pause = min(remaining, WAIT_SLICE_SECONDS)
             self._sleep(pause)
             remaining -= pause
-            on_delta.check()
+            on_delta.raise_if_interrupted()
 
 
 def _exhausted(failures: list[Failure]) -> ProviderError:

@@ -36,9 +36,9 @@ class RecordingSink:
 
     def restart(self, reason: str) -> None:
         self.log.append(("restart", reason))
-        self.check()
+        self.raise_if_interrupted()
 
-    def check(self) -> None:
+    def raise_if_interrupted(self) -> None:
         self.checks += 1
         if self.interrupted.is_set():
             raise StreamAborted

@@ -22,7 +22,7 @@ class CheckResult:
         return f"The check failed ({code}). Its output:\n{self.output}"
 
 
-def run_check(command: str, root: str, timeout: float) -> CheckResult:
+def run_contract_check(command: str, root: str, timeout: float) -> CheckResult:
     """Run ``command`` through the shell in ``root``; stdout and stderr are merged.
 
     The command is the host's or the operator's, never the model's, so a shell is what the
