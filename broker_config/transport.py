@@ -1,4 +1,5 @@
-"""kombu's Redis transport, with one synchronous Redis client per channel.
+"""kombu's Redis transport, with one synchronous Redis client per channel, and channels
+that can still reach Redis after their connection let go of them.
 
 kombu builds a new ``redis.Redis`` for every synchronous command it sends: each publish,
 and the unacked bookkeeping of each delivery and each ack.  redis-py's constructor fills
@@ -17,6 +18,18 @@ worker's banner, the "Connected to" line) reads
 ``broker_config.transport:Transport://host:port/db``, and a fail-over list of URLs
 (``redis://a;redis://b``) is on kombu's own channel again after kombu switches to the
 next one.
+
+The second change keeps a worker alive through a broker restart.  When Celery loses the
+broker it calls ``Connection.collect()`` and then ``close()``.  A channel's close can stop
+half-way on a connection error (the pending BRPOP it reads first, the fan-out bindings
+it deletes, the unacked messages it restores), and so can the transport's loop closing
+its channels; ``collect()`` then clears the transport's ``client`` all the same.  The
+second ``close()`` reaches a surviving channel again, its restore of the unacked
+messages needs a new connection pool, and kombu builds one from
+``self.connection.client.hostname``: an ``AttributeError``, not a connection error, so
+it ends Celery's reconnect loop ("Unrecoverable error") and the worker stops.  The same
+happens to the ack of a kick that finishes after the reconnect.  This channel works out
+its connection parameters while the client is there and keeps them.
 """
 
 from __future__ import annotations
@@ -27,9 +40,25 @@ from kombu.transport import redis as kombu_redis
 
 
 class Channel(kombu_redis.Channel):
-    """A kombu Redis channel that reuses its synchronous client."""
+    """A kombu Redis channel that reuses its synchronous client and keeps its connection
+    parameters."""
 
     _sync_client: Any = None
+    _params: dict[bool, dict[str, Any]] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        # (Its ping took the asynchronous parameters; these are for acks and restores.)
+        self._connparams(asynchronous=False)
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        if self._params is None:
+            self._params = {}
+        params = self._params.get(asynchronous)
+        if params is None:
+            params = super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+            self._params[asynchronous] = params
+        return dict(params)  # (a pool is free to keep or change what it is given)
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous or self._closing:

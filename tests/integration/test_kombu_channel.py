@@ -1,7 +1,9 @@
 """parley's kombu Redis channel against the machine's Redis: messages still go through
 and are acked as with kombu's own channel, but one Redis client serves every publish and
 ack of a channel instead of a new one each, and a channel whose pool was dropped builds a
-client of its new pool.  Which apps get the channel is settled by the broker URL."""
+client of its new pool.  A channel its connection has let go of (as Celery's reconnect
+does) still restores its unacked messages.  Which apps get the channel is settled by the
+broker URL."""
 
 from __future__ import annotations
 
@@ -78,6 +80,31 @@ def test_a_channel_whose_pool_was_dropped_builds_a_client_of_the_new_one(connect
     assert after.ping()
     channel.close()
     assert channel._sync_client is None  # nothing of a closed channel is kept
+
+
+def test_a_channel_its_connection_let_go_of_still_restores_its_unacked_messages(
+    connection: Any,
+) -> None:
+    # After a lost broker, Celery calls collect() then close() on its connection.  A
+    # channel whose close failed half-way during collect() (a connection error) outlives
+    # it, and collect() has cleared the transport's client by the time close() reaches
+    # the channel again and restores the kick it still holds: kombu's own channel builds
+    # that restore's connection pool from the cleared client (AttributeError: 'NoneType'
+    # object has no attribute 'hostname'), which ends Celery's reconnect loop.
+    queue = Queue(f"test.channel.{uuid.uuid4().hex[:8]}")  # type: ignore[no-untyped-call]
+    channel = connection.default_channel
+    Producer(channel).publish(  # type: ignore[no-untyped-call]
+        {"kick": 1}, routing_key=queue.name, declare=[queue], serializer="json"
+    )
+    held: list[Any] = []
+    with Consumer(channel, queues=[queue], accept=["json"]) as consumer:  # type: ignore[no-untyped-call]
+        consumer.register_callback(lambda _body, message: held.append(message))
+        connection.drain_events(timeout=5)
+        assert len(held) == 1  # delivered, not acked
+        channel._disconnect_pools()  # (what the half-done close got to)
+        connection.transport.client = None  # (what collect() does)
+        channel.close()
+    assert redis.Redis.from_url(REDIS_TEST_URL).llen(queue.name) == 1  # back in the queue
 
 
 @pytest.mark.parametrize(
