@@ -179,11 +179,23 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     for name in ("celery.worker.strategy", "celery.app.trace"):
         logging.getLogger(name).setLevel(logging.WARNING)
     _fleet_environment(args)
-    from parley.worker import app, settings
+    import click
+    from celery.bin.celery import celery
 
-    argv = ["worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args]
-    app.worker_main(argv)
-    return 0
+    from parley.worker import settings
+
+    argv = [
+        *("--app", "parley.worker:app", "worker"),
+        *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
+    ]
+    # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
+    # drops: a worker that cannot go on must not look like one that was told to stop.
+    try:
+        status = celery.main(args=argv, standalone_mode=False)
+    except click.ClickException as exc:  # a mistyped Celery option: its usage, no traceback
+        exc.show()
+        return exc.exit_code
+    return int(status or 0)
 
 
 def _beat(args: argparse.Namespace, console: Console) -> int:
