@@ -18,18 +18,24 @@ from workers import constants as c
 #: Celery's ``broker_transport`` for parley's kombu channel (``broker_config/transport.py``),
 #: by name: kombu imports it when a connection is made, not when parley is imported.
 TRANSPORT = "broker_config.transport:Transport"
+#: The same for a ``rediss://`` broker.
+TLS_TRANSPORT = "broker_config.transport:TlsTransport"
 
 
 def transport_for(broker_url: str) -> str | None:
     """The ``broker_transport`` setting for ``broker_url``: parley's channel for a
-    ``redis://`` URL, else None (kombu picks by scheme)."""
-    return TRANSPORT if broker_url.startswith("redis://") else None
+    ``redis://`` or ``rediss://`` URL, else None (kombu picks by scheme)."""
+    if broker_url.startswith("redis://"):
+        return TRANSPORT
+    if broker_url.startswith("rediss://"):
+        return TLS_TRANSPORT
+    return None
 
 
 def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bool = False) -> Any:
     """A Celery app for ``settings``: producers send kicks with it, workers run them.
 
-    A ``redis://`` broker goes through parley's kombu channel (``broker_config.transport``)
+    A Redis broker goes through parley's kombu channel (``broker_config.transport``)
     unless ``stock_kombu``, which the benchmark's floor uses to measure Celery as shipped."""
     app = Celery(name, broker=settings.broker_url, set_as_current=False)
     app.conf.update(

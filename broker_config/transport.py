@@ -11,13 +11,12 @@ pool and what goes over the wire, is kombu's.
 
 Selected by name (``broker_config.app.transport_for``), so that kombu imports this
 module, and with it kombu's Redis transport, when a connection is made rather than on
-``import parley``.  Only for ``redis://`` broker URLs: naming a transport class by hand
-skips the TLS defaults kombu gives the ``rediss`` scheme, so those keep kombu's own
-transport.  Two things show that the transport was named: a connection's URI (the
-worker's banner, the "Connected to" line) reads
-``broker_config.transport:Transport://host:port/db``, and a fail-over list of URLs
-(``redis://a;redis://b``) is on kombu's own channel again after kombu switches to the
-next one.
+``import parley``.  Naming a transport class by hand skips the TLS default kombu gives
+the ``rediss`` scheme, so ``rediss://`` URLs get :class:`TlsTransport`, which applies it.
+Two things show that the transport was named: a connection's URI (the worker's banner,
+the "Connected to" line) reads ``broker_config.transport:Transport://host:port/db``, and
+a fail-over list of URLs (``redis://a;redis://b``) is on kombu's own channel again after
+kombu switches to the next one.
 
 The second change keeps a worker alive through a broker restart.  When Celery loses the
 broker it calls ``Connection.collect()`` and then ``close()``.  A channel's close can stop
@@ -34,9 +33,13 @@ its connection parameters while the client is there and keeps them.
 
 from __future__ import annotations
 
+import logging
+import ssl
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+
+log = logging.getLogger("parley.broker")
 
 
 class Channel(kombu_redis.Channel):
@@ -80,3 +83,19 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel
+
+
+class TlsTransport(Transport):
+    """:class:`Transport` for ``rediss://`` brokers, with kombu's TLS default."""
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        if not client.ssl:
+            # kombu's Connection gives a `rediss` URL with no TLS options (none in its
+            # query, no broker_use_ssl) this default and warning, but only when the scheme
+            # picks the transport.
+            log.warning(
+                "Secure redis scheme specified (rediss) with no ssl options, defaulting "
+                "to insecure SSL behaviour."
+            )
+            client.ssl = {"ssl_cert_reqs": ssl.CERT_NONE}
+        super().__init__(client, **kwargs)  # type: ignore[no-untyped-call]

@@ -5,83 +5,26 @@ its supervisor restarts it rather than taking it for one that was told to stop."
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 import parley
 from tests.acceptance.test_fleet_failures import Chaos, assert_completed_once_in_order
 from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet
+from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 POOLS = ["prefork", "threads"]
 
 
-class RedisServer:
-    """A `redis-server` on a loopback port nobody else uses, that a test may stop and
-    start again (on the same port, empty)."""
-
-    def __init__(self, log: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        """Start the server and wait until it answers."""
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                    *("--save", "", "--appendonly", "no", "--daemonize", "no"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        client = self.client()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert self.process.poll() is None, f"redis-server exited; see {self.log}"
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-            finally:
-                client.close()
-
-    def shutdown(self) -> None:
-        """What an operator's `redis-cli shutdown nosave` does: every key is gone."""
-        assert self.process is not None
-        self.client().shutdown(nosave=True)
-        self.process.wait(10)
-        self.process = None
-
-    def client(self) -> redis.Redis:
-        """A client of the server (the caller closes it)."""
-        return redis.Redis(host="127.0.0.1", port=self.port)
-
-    def stop(self) -> None:
-        """Stop the server if it runs."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
-        self.process = None
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis-server.log")
+    server = RedisServer(tmp_path)
     server.start()
     try:
         yield server
