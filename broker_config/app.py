@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
+from kombu.exceptions import OperationalError
 
 from broker_config.settings import FleetSettings
 from workers import constants as c
@@ -20,6 +22,11 @@ from workers import constants as c
 TRANSPORT = "broker_config.transport:Transport"
 #: The same for a ``rediss://`` broker.
 TLS_TRANSPORT = "broker_config.transport:TlsTransport"
+
+#: What a broker that is down or refusing raises (kombu wraps connection errors in
+#: ``OperationalError``): an outage that the sweeper rides out, not a bug, so callers log
+#: it on one line rather than with its chained traceback.
+BROKER_ERRORS: tuple[type[Exception], ...] = (OperationalError, redis.RedisError, OSError)
 
 
 def transport_for(broker_url: str) -> str | None:

@@ -331,7 +331,8 @@ class RedisCoordinator:
             try:
                 replies, twice = self.pipeline(mark)
             except redis.RedisError:
-                log.warning("could not mark work for session %s; kicking anyway", session_id)
+                # (Not a warning: the kick that follows reports whether it reached the fleet.)
+                log.info("could not mark work for session %s; kicking anyway", session_id)
                 return True
             self._sent(batch, turns, replies[: len(turns)], at)
             # Run twice, the second SET found the first one's flag: kick to be safe.
