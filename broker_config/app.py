@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
+from kombu.exceptions import OperationalError
 
 from broker_config.settings import FleetSettings
 from workers import constants as c
@@ -18,18 +20,29 @@ from workers import constants as c
 #: Celery's ``broker_transport`` for parley's kombu channel (``broker_config/transport.py``),
 #: by name: kombu imports it when a connection is made, not when parley is imported.
 TRANSPORT = "broker_config.transport:Transport"
+#: The same for a ``rediss://`` broker.
+TLS_TRANSPORT = "broker_config.transport:TlsTransport"
+
+#: What a broker that is down or refusing raises (kombu wraps connection errors in
+#: ``OperationalError``): an outage that the sweeper rides out, not a bug, so callers log
+#: it on one line rather than with its chained traceback.
+BROKER_ERRORS: tuple[type[Exception], ...] = (OperationalError, redis.RedisError, OSError)
 
 
 def transport_for(broker_url: str) -> str | None:
     """The ``broker_transport`` setting for ``broker_url``: parley's channel for a
-    ``redis://`` URL, else None (kombu picks by scheme)."""
-    return TRANSPORT if broker_url.startswith("redis://") else None
+    ``redis://`` or ``rediss://`` URL, else None (kombu picks by scheme)."""
+    if broker_url.startswith("redis://"):
+        return TRANSPORT
+    if broker_url.startswith("rediss://"):
+        return TLS_TRANSPORT
+    return None
 
 
 def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bool = False) -> Any:
     """A Celery app for ``settings``: producers send kicks with it, workers run them.
 
-    A ``redis://`` broker goes through parley's kombu channel (``broker_config.transport``)
+    A Redis broker goes through parley's kombu channel (``broker_config.transport``)
     unless ``stock_kombu``, which the benchmark's floor uses to measure Celery as shipped."""
     app = Celery(name, broker=settings.broker_url, set_as_current=False)
     app.conf.update(

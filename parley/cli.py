@@ -10,7 +10,8 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +25,10 @@ from parley.render import EventPrinter, error_line, tree_of, turn_line
 from workers.database import create_database_engine, migrate, sqlite_file
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
+
+UNCLAIMED_NOTICE_SECONDS = 5.0
+"""How long a fleet turn that `submit` or `resume` watches may stay queued, with nothing
+of its session running, before the command says that no worker has taken it."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,11 +184,23 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     for name in ("celery.worker.strategy", "celery.app.trace"):
         logging.getLogger(name).setLevel(logging.WARNING)
     _fleet_environment(args)
-    from parley.worker import app, settings
+    import click
+    from celery.bin.celery import celery
 
-    argv = ["worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args]
-    app.worker_main(argv)
-    return 0
+    from parley.worker import settings
+
+    argv = [
+        *("--app", "parley.worker:app", "worker"),
+        *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
+    ]
+    # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
+    # drops: a worker that cannot go on must not look like one that was told to stop.
+    try:
+        status = celery.main(args=argv, standalone_mode=False)
+    except click.ClickException as exc:  # a mistyped Celery option: its usage, no traceback
+        exc.show()
+        return exc.exit_code
+    return int(status or 0)
 
 
 def _beat(args: argparse.Namespace, console: Console) -> int:
@@ -224,7 +241,8 @@ def _submit(args: argparse.Namespace, console: Console) -> int:
         session = client.session(args.session_id)
         handle = session.submit(args.prompt, contract=contract, request_id=args.request_id)
         console.print(Text.assemble(("you: ", "bold"), args.prompt))
-        return _watch(handle, console)
+        with _unclaimed_notice(client, handle):
+            return _watch(handle, console)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
@@ -232,7 +250,42 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
         turn = client.attach(args.turn_id)
         seen = turn.latest_seq()  # what came before is history: `follow` shows it
         handle = client.session(turn.session_id).resume(turn.turn_id)
-        return _watch(handle, console, after=seen)
+        with _unclaimed_notice(client, handle):
+            return _watch(handle, console, after=seen)
+
+
+@contextlib.contextmanager
+def _unclaimed_notice(client: parley.Client, handle: parley.TurnHandle) -> Iterator[None]:
+    """While the block runs: once, if the fleet turn is still queued after
+    :data:`UNCLAIMED_NOTICE_SECONDS` and nothing of its session runs, say on stderr that
+    no worker has taken it (otherwise the command would wait without a word for a worker
+    that may not exist)."""
+    if not client.fleet:
+        yield  # this process drives the turn
+        return
+
+    def notice() -> None:
+        try:
+            statuses = {t.turn_id: t.status for t in client.session(handle.session_id).tree()}
+        except parley.errors.ParleyError:
+            return  # (the store is out of reach: the watch itself says so)
+        if (
+            statuses.get(handle.turn_id) is parley.TurnStatus.QUEUED
+            and parley.TurnStatus.RUNNING not in statuses.values()
+        ):
+            line = (
+                f"turn {handle.turn_id} is queued and no worker has taken it in "
+                f"{UNCLAIMED_NOTICE_SECONDS:g} s: is `parley worker` running?"
+            )
+            Console(stderr=True, highlight=False).print(Text(line, "yellow"), soft_wrap=True)
+
+    timer = threading.Timer(UNCLAIMED_NOTICE_SECONDS, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _watch(handle: parley.TurnHandle, console: Console, after: int = 0) -> int:

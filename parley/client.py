@@ -184,6 +184,11 @@ class Client:
         self._kicker = kicker
         self._closed = False
 
+    @property
+    def fleet(self) -> bool:
+        """Whether the fleet's workers run this client's turns (else this process does)."""
+        return isinstance(self._kicker, FleetKicker)
+
     def __enter__(self) -> Client:
         return self
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker_config.app import create_app, send_kick
+from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.driver import SessionDriver
@@ -122,9 +122,17 @@ class FleetKicker:
         """A fleet client can always submit: the workers hold the host."""
 
     def kick(self, session_id: str) -> None:
-        """Send a kick; a lost one is recovered by the sweeper, so failure only logs."""
+        """Send a kick; a lost one is recovered by the sweeper, so failure only logs (on
+        one line naming the error, if the broker is out of reach)."""
         try:
             send_kick(self._app, self._settings, session_id)
+        except BROKER_ERRORS as exc:
+            log.warning(
+                "could not kick session %s (%s: %s); the sweeper will",
+                session_id,
+                type(exc).__name__,
+                exc,
+            )
         except Exception:
             log.warning("could not kick session %s; the sweeper will", session_id, exc_info=True)
 

@@ -16,9 +16,10 @@ from typing import Any
 
 from celery.signals import worker_process_init, worker_shutting_down
 
-from broker_config.app import create_app, send_kick
+from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.host import host_from_environment, load_host
+from schemas.errors import StoreError
 from workers import constants as c
 from workers.store import validate_ids
 from workers.tasks import FleetRuntime, drive_session, sweep
@@ -113,6 +114,10 @@ def sweep_once() -> list[str]:
     return sweep(runtime(), lambda session_id: send_kick(app, settings, session_id))
 
 
+#: What the sweeper meets while the broker, Redis or the database is down.
+OUTAGES: tuple[type[Exception], ...] = (*BROKER_ERRORS, StoreError)
+
+
 def run_sweeper(stop: threading.Event | None = None) -> None:
     """The ``beat`` process: sweep every ``PARLEY_SWEEP_SECONDS`` until stopped.
 
@@ -125,11 +130,17 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
         # 30 ms of imports and setup, and an unreachable broker shows in the log at once.
         with app.producer_or_acquire() as producer:
             producer.connection.ensure_connection(max_retries=0)
+    except BROKER_ERRORS as exc:
+        log.warning(
+            "the broker is not reachable yet (%s: %s); sweeping anyway", type(exc).__name__, exc
+        )
     except Exception:
         log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
     while not stop.is_set():
         try:
             sweep_once()
+        except OUTAGES as exc:  # (every sweep until it ends: one line each)
+            log.warning("sweep failed (%s: %s); retrying", type(exc).__name__, exc)
         except Exception:
             log.warning("sweep failed; retrying", exc_info=True)
         stop.wait(settings.sweep_seconds)

@@ -43,9 +43,11 @@ class Fleet:
             "PYTHONPATH": str(REPO),
         }
 
-    def start_worker(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
-        """A `parley worker` process (its own process group, so a test can kill it whole)."""
-        return self._start("worker", "--concurrency", str(concurrency), "--pool", "prefork")
+    def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> subprocess.Popen[bytes]:
+        """A `parley worker` process running ``concurrency`` kicks at a time on Celery's
+        ``pool`` (``prefork`` or ``threads``), in its own process group, so a test can
+        kill it whole."""
+        return self._start("worker", "--concurrency", str(concurrency), "--pool", pool)
 
     def start_beat(self) -> subprocess.Popen[bytes]:
         """The sweeper process."""

@@ -15,7 +15,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -289,6 +291,8 @@ class RedisCoordinator(Coordinator):
         self.round_trips = 0  # pipelines sent, the events they carried, and the deltas
         self.events_sent = 0  # that joined a queued token event: for logs and benchmarks
         self.deltas_coalesced = 0
+        self._tallying = threading.local()  # a driver's Tally, on the driver's thread
+        self._tally_of: dict[str, Tally] = {}  # by turn: its events may go out elsewhere
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher and the heartbeat."""
@@ -340,7 +344,8 @@ class RedisCoordinator(Coordinator):
             try:
                 replies, twice = self.pipeline(mark)
             except redis.RedisError:
-                log.warning("could not mark work for session %s; kicking anyway", session_id)
+                # (Not a warning: the kick that follows reports whether it reached the fleet.)
+                log.info("could not mark work for session %s; kicking anyway", session_id)
                 return True
             self._sent(batch, turns, replies[: len(turns)], at)
             # Run twice, the second SET found the first one's flag: kick to be safe.
@@ -384,6 +389,7 @@ class RedisCoordinator(Coordinator):
         passes its fence."""
         if not events:
             return
+        self._tally_turns(events)
         if now:
             self._send_pending([(fence, e) for e in events])
             return
@@ -400,6 +406,31 @@ class RedisCoordinator(Coordinator):
         """Send what is queued now (from the caller's thread)."""
         self._send_pending()
 
+    @contextmanager
+    def tally(self) -> Iterator[Tally]:
+        """While the block runs, count what the turns this thread publishes events of
+        cost in Redis, whichever thread sends those events: a driver's share of
+        :attr:`round_trips`, :attr:`events_sent` and :attr:`deltas_coalesced`, which
+        count the whole process's (every driver's, on a threads pool).  Flush before
+        reading it."""
+        tally = self._tallying.tally = Tally()
+        try:
+            yield tally
+        finally:
+            self._tallying.tally = None
+            for turn_id in tally.turns:
+                if self._tally_of.get(turn_id) is tally:
+                    self._tally_of.pop(turn_id, None)
+
+    def _tally_turns(self, events: Sequence[Event]) -> None:
+        tally: Tally | None = getattr(self._tallying, "tally", None)
+        if tally is None:
+            return
+        for event in events:
+            if event.turn_id not in tally.turns:
+                tally.turns.add(event.turn_id)
+                self._tally_of[event.turn_id] = tally
+
     def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
         """Append ``text`` to ``token`` while it is the last queued event, unsent."""
         with self._wake:
@@ -411,6 +442,9 @@ class RedisCoordinator(Coordinator):
             # else's hands, and a send takes the queue under this lock before reading it.
             token.data["text"] += text
             self.deltas_coalesced += 1
+            tally = self._tally_of.get(token.turn_id)
+            if tally is not None:
+                tally.coalesced += 1
             return token
 
     def _send_pending(self, then: Sequence[tuple[int, Event]] = ()) -> None:
@@ -501,6 +535,13 @@ class RedisCoordinator(Coordinator):
         list grew."""
         self.round_trips += 1
         self.events_sent += len(events)
+        if self._tally_of:
+            tallies = [self._tally_of.get(event.turn_id) for _fence, event in events]
+            for tally in tallies:
+                if tally is not None:
+                    tally.events += 1
+            for tally in {id(t): t for t in tallies if t is not None}.values():
+                tally.round_trips += 1
         if len(self._heard) > CHECKED_TURNS_KEPT:
             self._heard.clear()  # only a rate limit: forgetting is harmless
         for turn_id, length in zip(turns, lengths, strict=True):
@@ -664,3 +705,15 @@ def _queue_steer_read(pipe: Any, turn_id: str) -> None:
 def _seq_of(entry_id: bytes) -> int:
     """The seq of a replay-buffer entry (stream ids are ``<seq>-0``)."""
     return int(entry_id.split(b"-")[0])
+
+
+@dataclass
+class Tally:
+    """What one driver's turns cost in Redis (:meth:`RedisCoordinator.tally`): the
+    pipelines that carried any of their events, those events, and the deltas that joined
+    one of them instead."""
+
+    round_trips: int = 0
+    events: int = 0
+    coalesced: int = 0
+    turns: set[str] = field(default_factory=set)

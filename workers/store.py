@@ -14,6 +14,7 @@ named, in :mod:`workers.statements`.  Concurrency rules:
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -113,7 +114,8 @@ class SqlStore:
         self._q = q.DialectStatements(engine.dialect.name)
         postgres = engine.dialect.name == "postgresql"
         self._direct = DirectStatements(engine.dialect) if postgres else None
-        self.transactions = 0  # counted for logs and benchmarks
+        self.transactions = 0  # counted for logs and benchmarks: the process's, and
+        self._thread = threading.local()  # each thread's (a driver's, on a threads pool)
 
     @classmethod
     def from_url(cls, url: str) -> SqlStore:
@@ -124,12 +126,23 @@ class SqlStore:
         """Release every pooled connection."""
         self.engine.dispose()
 
+    @property
+    def thread_transactions(self) -> int:
+        """How many transactions the calling thread has begun (:attr:`transactions`
+        counts the whole process's)."""
+        count: int = getattr(self._thread, "transactions", 0)
+        return count
+
+    def _count_transaction(self) -> None:
+        self.transactions += 1
+        self._thread.transactions = self.thread_transactions + 1
+
     @contextmanager
     def _tx(self) -> Iterator[StoreConnection]:
         """One transaction; driver errors become :class:`StoreError`."""
         if self._lock is not None:
             self._lock.acquire()
-        self.transactions += 1
+        self._count_transaction()
         try:
             with _store_errors(), self.engine.begin() as connection:
                 yield StoreConnection(connection, self._direct)
@@ -530,7 +543,7 @@ class SqlStore:
         when nothing is runnable, or False when the claim must be made in a transaction:
         a run that started before, or a snapshot that missed a submission."""
         now = _now()
-        self.transactions += 1
+        self._count_transaction()
         with self._autocommit() as db:
             row = db.execute(
                 statement, {"b_session_id": session_id, "b_worker": worker, "b_now": now}

@@ -66,21 +66,19 @@ def drive_session(
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
-    before = (
-        store.transactions,
-        coordinator.round_trips,
-        coordinator.events_sent,
-        coordinator.deltas_coalesced,
-    )
     driver = SessionDriver(
         runtime.engine,
         stopping=stopping,
         slice_seconds=c.DRIVE_SLICE_SECONDS,
         hand_over=hand_over,
     )
-    ran = driver.drive(session_id)
-    coordinator.flush()
-    transactions = store.transactions - before[0]
+    # This driver's own costs: on a threads pool the process's counters hold every
+    # driver's.  (The driver's transactions all run on this thread.)
+    before = store.thread_transactions
+    with coordinator.tally() as redis_cost:
+        ran = driver.drive(session_id)
+        coordinator.flush()
+    transactions = store.thread_transactions - before
     if ran or transactions:
         # Also a duplicate kick that took the lock and found nothing: what it cost in
         # the database is part of the fleet's bill.  One that bounced off the lock is not.
@@ -89,9 +87,9 @@ def drive_session(
             session_id,
             ran,
             transactions,
-            coordinator.round_trips - before[1],
-            coordinator.events_sent - before[2],
-            coordinator.deltas_coalesced - before[3],
+            redis_cost.round_trips,
+            redis_cost.events,
+            redis_cost.coalesced,
         )
     return ran
 

@@ -8,7 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+
+import pytest
+
+from parley import TurnStatus, connect
+from parley.cli import UNCLAIMED_NOTICE_SECONDS
+from tests.conftest import fresh_postgres_database
+from tests.fleet import REDIS_TEST_URL
 
 
 def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -151,3 +159,39 @@ def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
     assert "word word" in resumed.stdout and "finished" in resumed.stdout
     assert "cancelled" not in resumed.stdout  # only the resumed attempt is shown
     assert parley("resume", turn_id, env=env).returncode == 2  # a finished turn is not resumable
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_submit_with_no_worker_says_once_that_the_turn_waits_for_one(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [{"when": ".*", "steps": [{"text": "hi"}]}]}))
+    with fresh_postgres_database("cli") as url:
+        env = {
+            **os.environ,
+            "COLUMNS": "200",
+            "PARLEY_DATABASE_URL": url,
+            "PARLEY_REDIS_URL": REDIS_TEST_URL,
+            "PARLEY_QUEUE": f"parley.test.{uuid.uuid4().hex[:8]}",  # that no worker serves
+            "PARLEY_HOST": f"scripted:{script}",
+        }
+        session_id = parley("new", str(tmp_path), env=env).stdout.strip()
+        with subprocess.Popen(
+            [sys.executable, "-m", "parley", "submit", session_id, "anyone?"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as process:
+            time.sleep(UNCLAIMED_NOTICE_SECONDS + 3)
+            assert process.poll() is None  # still waiting, as it should
+            process.terminate()
+            _, err = process.communicate(timeout=30)
+        with connect(url, redis_url=REDIS_TEST_URL) as client:
+            [turn] = client.session(session_id).tree()
+        assert turn.status is TurnStatus.QUEUED
+    [notice] = err.splitlines()
+    assert notice == (
+        f"turn {turn.turn_id} is queued and no worker has taken it in "
+        f"{UNCLAIMED_NOTICE_SECONDS:g} s: is `parley worker` running?"
+    )

@@ -1,7 +1,9 @@
 """The fleet under failure, with real processes: workers killed with SIGKILL, a worker
 paused past its lock, Redis emptied or its connections cut, database backends
 terminated, and a load of sessions.  Each test gets its own database, Redis database
-and fleet (two single-process workers and the sweeper)."""
+and fleet (two workers that run one kick at a time, and the sweeper), and runs on both of
+Celery's pools a deployment may choose: prefork (the kick in a child process) and threads
+(in the worker process itself)."""
 
 from __future__ import annotations
 
@@ -30,19 +32,27 @@ CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0
 
 
 class Chaos:
-    """A fleet of two single-process workers plus the sweeper, and a client of it."""
+    """A fleet of two workers on Celery's ``pool``, each running ``concurrency`` kicks at
+    a time, plus the sweeper, and a client of it."""
 
-    def __init__(self, database_url: str, workspace: Path) -> None:
-        self.fleet = Fleet(database_url=database_url, redis_url=CHAOS_REDIS_URL)
+    def __init__(
+        self,
+        database_url: str,
+        workspace: Path,
+        *,
+        pool: str,
+        redis_url: str = CHAOS_REDIS_URL,
+        concurrency: int = 1,
+    ) -> None:
+        self.fleet = Fleet(database_url=database_url, redis_url=redis_url)
         self.database_url = database_url
+        self.redis_url = redis_url
         self.workspace = workspace
         self.control = Control(workspace)
-        self.workers = [self.fleet.start_worker(concurrency=1) for _ in range(2)]
+        self.workers = [self.fleet.start_worker(concurrency, pool) for _ in range(2)]
         self.fleet.start_beat()
         self.fleet.wait_ready()
-        self.client = parley.connect(
-            database_url, redis_url=CHAOS_REDIS_URL, queue=self.fleet.queue
-        )
+        self.client = parley.connect(database_url, redis_url=redis_url, queue=self.fleet.queue)
 
     def worker_group_of(self, pid: int) -> int:
         """The process group (one `parley worker`) that process ``pid`` belongs to."""
@@ -61,11 +71,11 @@ class Chaos:
         self.fleet.stop()
 
 
-@pytest.fixture
-def chaos(workspace: Path) -> Iterator[Chaos]:
+@pytest.fixture(params=["prefork", "threads"])
+def chaos(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Chaos]:
     with fresh_postgres_database("chaos") as url:
         flush_redis(CHAOS_REDIS_URL)
-        harness = Chaos(url, workspace)
+        harness = Chaos(url, workspace, pool=request.param)
         try:
             yield harness
         finally:

@@ -1,0 +1,121 @@
+"""The fleet's broker restarted under it, with real processes: a `redis-server` of the
+test's own on a free port is shut down (nothing saved) while workers drive turns, and
+started again five seconds later.  And a worker that cannot go on exits non-zero, so that
+its supervisor restarts it rather than taking it for one that was told to stop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import parley
+from tests.acceptance.test_fleet_failures import Chaos, assert_completed_once_in_order
+from tests.conftest import fresh_postgres_database
+from tests.fleet import Fleet
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+POOLS = ["prefork", "threads"]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_workers_ride_through_a_broker_restart_under_load(
+    pool: str, broker: RedisServer, workspace: Path
+) -> None:
+    with fresh_postgres_database("restart") as url:
+        # Two workers with three slots each: kicks in flight and a free slot, whose
+        # BRPOP is pending when the broker goes (that is what kombu trips over).
+        chaos = Chaos(url, workspace, pool=pool, redis_url=broker.url, concurrency=3)
+        try:
+            _restart_under_load(chaos, broker)
+        finally:
+            chaos.close()
+
+
+def _restart_under_load(chaos: Chaos, broker: RedisServer) -> None:
+    step = {"chunk_chars": 2, "delay_ms": 20}
+    chaos.control.script(
+        [
+            {
+                "when": "^gated",
+                "steps": [
+                    {"tool_calls": [{"name": "wait_for_gate"}]},
+                    {"text": "done: {prompt}"},
+                ],
+            },
+            {
+                "when": "^load",
+                "steps": [
+                    {"text": "working ", **step, "tool_calls": [{"name": "list_files"}]},
+                    {"text": "done: {prompt}", **step},
+                ],
+            },
+        ]
+    )
+    # Two sessions whose driver waits at the gate with turns queued behind it, two that
+    # stream turn after turn.
+    gated = [chaos.client.open_session(chaos.workspace) for _ in range(2)]
+    streaming = [chaos.client.open_session(chaos.workspace) for _ in range(2)]
+    load = [
+        [s.submit(f"gated 0 of {s.id[:8]}"), *(s.submit(f"load {n} of {s.id[:8]}") for n in (1, 2))]
+        for s in gated
+    ] + [[s.submit(f"load {n} of {s.id[:8]}") for n in range(3)] for s in streaming]
+    deadline = time.monotonic() + 30
+    while chaos.control.gate_calls < 2:  # both gated drivers hold their kicks
+        assert time.monotonic() < deadline, "the gated turns never reached the gate"
+        time.sleep(0.01)
+    broker.shutdown()
+    time.sleep(5)
+    broker.start()
+    chaos.control.open_gate()
+
+    assert_completed_once_in_order(chaos, load)
+    after = chaos.client.open_session(chaos.workspace).submit("load after the restart")
+    result = after.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert result.reply == "done: load after the restart"
+    assert [w.poll() for w in chaos.workers] == [None, None], "a worker exited"
+    for worker in chaos.workers:
+        assert b"Unrecoverable error" not in chaos.fleet.log_of(worker).read_bytes()
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_worker_that_cannot_go_on_exits_non_zero(
+    pool: str, broker: RedisServer, workspace: Path
+) -> None:
+    # A broker whose access list lets the worker connect but refuses it BRPOP: no
+    # reconnect mends that, so Celery gives up ("Unrecoverable error").
+    admin = broker.client()
+    admin.acl_setuser(
+        "parley",
+        enabled=True,
+        nopass=True,
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-brpop"],
+    )
+    admin.close()
+    with fresh_postgres_database("refused") as url:
+        fleet = Fleet(database_url=url, redis_url=f"redis://parley:any@127.0.0.1:{broker.port}/0")
+        worker = fleet.start_worker(pool=pool)
+        try:
+            status = worker.wait(60)
+        finally:
+            fleet.stop()
+        log = fleet.log_of(worker).read_text()
+    assert "Unrecoverable error" in log and "NoPermissionError" in log
+    assert status == 1
