@@ -194,9 +194,7 @@ class Client:
         """Stop accepting work; embedded, with ``wait``, let running turns finish first."""
         self._closed = True
         self._kicker.close(wait=wait, timeout=timeout)
-        close = getattr(self.coordinator, "close", None)
-        if close is not None:
-            close()
+        self.coordinator.close()
         self.store.close()
 
     def _check_open(self) -> None:

@@ -90,6 +90,10 @@ class LocalCoordinator:
     def flush(self) -> None:
         """Nothing to send: publishing here is immediate."""
 
+    def close(self) -> None:
+        """Nothing to send or stop: publishing here is immediate, and every embedded
+        client of a database shares its coordinator, so it stays usable after."""
+
     def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
         """Never: a published event is already in readers' hands."""
         return None

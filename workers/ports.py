@@ -522,3 +522,8 @@ class Coordinator(Protocol):
         one round trip where the two would take two (a driver whose step commit counted
         pending steers needs both)."""
         ...
+
+    def close(self) -> None:
+        """Send what ``publish`` has queued, then stop what runs in the background
+        (threads, connections).  The owner calls it once it is done with the coordinator."""
+        ...
