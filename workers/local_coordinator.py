@@ -212,7 +212,8 @@ class LocalCoordinator:
         return self.steers_after(turn_id, cursor)
 
     def steers_after(self, turn_id: str, cursor: int, *, fresh: bool = False) -> list[Steer]:
-        """The listed steers past ``cursor``, in position order (always current here)."""
+        """The listed steers past ``cursor``, one per position (a steer pushed twice is
+        read once, as from Redis), in position order (always current here)."""
         with self._guard:
-            listed = self._steers.get(turn_id, ())
-            return sorted((s for s in listed if s.position > cursor), key=lambda s: s.position)
+            listed = {s.position: s for s in self._steers.get(turn_id, ()) if s.position > cursor}
+            return [listed[position] for position in sorted(listed)]
