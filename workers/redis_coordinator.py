@@ -381,10 +381,10 @@ class RedisCoordinator:
         whatever is queued before them, from the caller's thread: woken for them, the
         flusher would only make the caller's next send wait behind its own.  A driver
         passes its fence."""
-        if not events:
-            return
         if now:
             self._send_pending([(fence, e) for e in events])
+            return
+        if not events:
             return
         with self._wake:
             self._pending.extend((fence, e) for e in events)
