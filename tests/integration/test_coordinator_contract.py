@@ -97,12 +97,6 @@ def seqs(events: list[Event]) -> list[int]:
     return [e.seq for e in events]
 
 
-def disagreement(request: pytest.FixtureRequest, implementation: str, reason: str) -> None:
-    """Mark the running test xfail (strict) on ``implementation``: it breaks the contract."""
-    if request.node.callspec.params["coordinator"] == implementation:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 # ---------------------------------------------------------------------------- locks
 
 
@@ -261,14 +255,8 @@ def test_publishing_nothing_now_still_sends_what_is_queued(
 
 
 def test_events_of_an_announcer_and_a_driver_keep_their_publishing_order(
-    coordinator: Coordinator, peer: Coordinator, request: pytest.FixtureRequest
+    coordinator: Coordinator, peer: Coordinator
 ) -> None:
-    disagreement(
-        request,
-        "redis",
-        "a send groups a turn's queued events by fence: a driver's later event overtakes an"
-        " announcement, which is then dropped as a re-send",
-    )
     # Queued together, a driver's events and an announcement (fence 0) of the same turn
     # reach the buffer in the order they were published: none is taken for a re-sent one.
     with flusher_held(coordinator):
