@@ -63,8 +63,9 @@ def redis_coordinator() -> Iterator[RedisCoordinator]:
 def flusher_held(coordinator: Coordinator) -> Iterator[None]:
     """Keep the Redis coordinator's flusher thread from sending, so what is published
     stays queued until this thread sends it (``now``, ``flush`` and the calls that send
-    first still work).  Enter it before the coordinator's first publish: the flusher
-    then waits for the queue's lock, which this thread holds.  In process, nothing to
+    first still work: the queue's lock is reentrant).  Enter it before the coordinator's
+    first publish: the flusher then waits for that lock, which this thread holds.  Do not
+    close the coordinator inside it (close waits for the flusher).  In process, nothing to
     hold: there is no queue."""
     if isinstance(coordinator, RedisCoordinator):
         with coordinator._wake:
