@@ -185,10 +185,6 @@ class SessionLock(Protocol):
 class Coordinator(Protocol):
     """Locks, live events and steer lists."""
 
-    def close(self) -> None:
-        """Send what is queued and release connections and threads."""
-        ...
-
     def try_lock(self, session_id: str) -> SessionLock | None: ...
 
     def mark_work(self, session_id: str, events: Sequence[Event] = ()) -> bool:
@@ -252,4 +248,9 @@ class Coordinator(Protocol):
         """Publish ``events`` now and give what a fresh :meth:`steers_after` gives, in
         one round trip where the two would take two (a driver whose step commit counted
         pending steers needs both)."""
+        ...
+
+    def close(self) -> None:
+        """Send what ``publish`` has queued, then stop what runs in the background
+        (threads, connections).  The owner calls it once it is done with the coordinator."""
         ...

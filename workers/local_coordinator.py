@@ -58,9 +58,6 @@ class LocalCoordinator(Coordinator):
         self._owners: dict[str, int] = {}
         self._retained = retained_turns
 
-    def close(self) -> None:
-        """Nothing to release: the buffers go with the object."""
-
     # ------------------------------------------------------------------ locks
 
     def try_lock(self, session_id: str) -> LocalLock | None:
@@ -93,6 +90,10 @@ class LocalCoordinator(Coordinator):
 
     def flush(self) -> None:
         """Nothing to send: publishing here is immediate."""
+
+    def close(self) -> None:
+        """Nothing to send or stop: publishing here is immediate, and every embedded
+        client of a database shares its coordinator, so it stays usable after."""
 
     def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
         """Never: a published event is already in readers' hands."""
@@ -212,7 +213,8 @@ class LocalCoordinator(Coordinator):
         return self.steers_after(turn_id, cursor)
 
     def steers_after(self, turn_id: str, cursor: int, *, fresh: bool = False) -> list[Steer]:
-        """The listed steers past ``cursor``, in position order (always current here)."""
+        """The listed steers past ``cursor``, one per position (a steer pushed twice is
+        read once, as from Redis), in position order (always current here)."""
         with self._guard:
-            listed = self._steers.get(turn_id, ())
-            return sorted((s for s in listed if s.position > cursor), key=lambda s: s.position)
+            listed = {s.position: s for s in self._steers.get(turn_id, ()) if s.position > cursor}
+            return [listed[position] for position in sorted(listed)]

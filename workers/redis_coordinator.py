@@ -387,11 +387,11 @@ class RedisCoordinator(Coordinator):
         whatever is queued before them, from the caller's thread: woken for them, the
         flusher would only make the caller's next send wait behind its own.  A driver
         passes its fence."""
-        if not events:
-            return
         self._tally_turns(events)
         if now:
             self._send_pending([(fence, e) for e in events])
+            return
+        if not events:
             return
         with self._wake:
             self._pending.extend((fence, e) for e in events)
@@ -500,12 +500,20 @@ class RedisCoordinator(Coordinator):
         self._sent(events, turns, lengths, at)
 
     def _queue_appends(self, pipe: Any, events: list[tuple[int, Event]]) -> list[str]:
-        """Queue on ``pipe`` one append-and-publish call per turn and fence; returns the
-        turn of each call, in order."""
-        by_turn: dict[tuple[str, int], list[Event]] = {}
+        """Queue on ``pipe`` one append-and-publish call per run of a turn's events with
+        the same fence (one per turn, as a rule); returns the turn of each call, in order.
+        A turn's calls keep its events' order: a later event sent first would make the
+        stream skip an earlier one as a re-send."""
+        runs: list[tuple[str, int, list[Event]]] = []
+        latest: dict[str, int] = {}  # each turn's latest run
         for fence, event in events:
-            by_turn.setdefault((event.turn_id, fence), []).append(event)
-        for (turn_id, fence), batch in by_turn.items():
+            at = latest.get(event.turn_id)
+            if at is not None and runs[at][1] == fence:
+                runs[at][2].append(event)
+            else:
+                latest[event.turn_id] = len(runs)
+                runs.append((event.turn_id, fence, [event]))
+        for turn_id, fence, batch in runs:
             ends = [e.seq for e in batch if e.kind is EventKind.END]
             args: list[Any] = [
                 ends[-1] if ends else 0,
@@ -524,7 +532,7 @@ class RedisCoordinator(Coordinator):
                 c.ends_key(turn_id),
             ]
             self.scripts.queue(pipe, self.scripts.append, keys, args)
-        return [turn_id for turn_id, _fence in by_turn]
+        return [turn_id for turn_id, _fence, _batch in runs]
 
     def _sent(
         self, events: list[tuple[int, Event]], turns: list[str], lengths: list[Any], at: float

@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import migrated_store
+from workers.backend_ports import Coordinator
+from workers.local_coordinator import LocalCoordinator
+from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
+
+COORDINATORS = ["local", "redis"]
 
 
 @pytest.fixture
@@ -23,3 +29,34 @@ def postgres_store(postgres_url: str) -> Iterator[SqlStore]:
     """A migrated store on the run's PostgreSQL database."""
     with migrated_store(postgres_url) as store:
         yield store
+
+
+@pytest.fixture(params=COORDINATORS)
+def coordinator(request: pytest.FixtureRequest) -> Iterator[Coordinator]:
+    """Each implementation of the coordinator port in turn: the in-process one, and the
+    Redis one on the tests' emptied Redis database.  Closed after the test."""
+    chosen: Coordinator
+    if request.param == "local":
+        chosen = LocalCoordinator()
+    else:
+        flush_redis(REDIS_TEST_URL)
+        chosen = RedisCoordinator(REDIS_TEST_URL)
+    try:
+        yield chosen
+    finally:
+        chosen.close()
+
+
+@pytest.fixture
+def peer(coordinator: Coordinator) -> Iterator[Coordinator]:
+    """The coordinator as another client sees it: for Redis a second coordinator on the
+    same database (another process), in process the same object (a process has one per
+    database, shared by every client on it)."""
+    if not isinstance(coordinator, RedisCoordinator):
+        yield coordinator
+        return
+    other = RedisCoordinator(coordinator.url)
+    try:
+        yield other
+    finally:
+        other.close()

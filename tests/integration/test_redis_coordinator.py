@@ -1,7 +1,9 @@
 """The Redis coordinator against the machine's Redis: deltas that pile up behind a send
 join one token event, a slow stream still sends each delta, nothing is merged across
-another event, a kick still waiting for a driver makes further kicks unnecessary, and a
-server that lost its scripts gets them again."""
+another event, a work mark cannot come back to a driver's value, buffers and steer lists
+expire, a server that lost its scripts gets them again, and a steer list is read in as few
+round trips as it can be.  What it promises as a coordinator is tested, with the
+in-process one, in test_coordinator_contract.py."""
 
 from __future__ import annotations
 
@@ -104,23 +106,6 @@ def test_deltas_never_join_a_token_event_across_another_event_or_step(
         (4, "token", "d"),
         (6, "token", "e"),
     ]
-
-
-def test_no_kick_is_needed_from_a_kick_sent_until_its_driver_lets_go(
-    coordinator: RedisCoordinator,
-) -> None:
-    session_id = str(uuid.uuid4())
-    assert coordinator.mark_work(session_id) is True  # first submission: kick
-    assert coordinator.mark_work(session_id) is False  # that kick still waits: it will do
-    lock = coordinator.try_lock(session_id)  # a driver takes the kick up
-    assert lock is not None
-    assert coordinator.mark_work(session_id) is False  # the driver will see this work...
-    assert coordinator.try_lock(session_id) is None  # (a duplicate kick bounces)
-    after = lock.release()
-    assert after != lock.work_mark  # ...as letting go tells it: it goes on
-    assert after == coordinator.redis.get(c.work_key(session_id))
-    assert coordinator.mark_work(session_id) is True  # nobody holds it now: kick
-    assert lock.release() is None  # released once
 
 
 def test_a_work_mark_that_expired_during_a_drive_cannot_return_to_the_drivers_value(

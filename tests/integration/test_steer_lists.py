@@ -1,14 +1,12 @@
 """A step boundary learns of steers from the turn's steer list (Redis, or in process),
 and reads the store's inbox only when the list cannot be trusted: missing steers the
 store counted (a push that never happened, a list Redis lost).  Run on both coordinators
-with the same test bodies."""
+with the same test bodies (the ``coordinator`` fixture of the integration tests)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 import parley
 from schemas.messages import ToolCall, UserMessage
@@ -19,22 +17,8 @@ from workers.backend_ports import Coordinator
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest
-from workers.local_coordinator import LocalCoordinator
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
-
-
-@pytest.fixture(params=["local", "redis"])
-def coordinator(request: pytest.FixtureRequest) -> Iterator[Coordinator]:
-    if request.param == "local":
-        yield LocalCoordinator()
-        return
-    flush_redis(REDIS_TEST_URL)
-    redis_coordinator = RedisCoordinator(REDIS_TEST_URL)
-    try:
-        yield redis_coordinator
-    finally:
-        redis_coordinator.close()
 
 
 class SteeredModel:

@@ -1,5 +1,7 @@
-"""The in-process coordinator's replay buffers: a bound on ended turns only, so a running
-turn's replay window stays the whole turn however many turns end meanwhile."""
+"""The in-process coordinator's memory bounds: its replay buffers are bounded on ended
+turns only, so a running turn's replay window stays the whole turn however many turns end
+meanwhile, and it keeps nothing of idle sessions.  What it promises as a coordinator is
+tested, with the Redis one, in tests/integration/test_coordinator_contract.py."""
 
 from __future__ import annotations
 
@@ -49,18 +51,6 @@ def test_a_running_turns_tokens_outlast_a_deep_queue_of_announced_turns() -> Non
     assert [e.seq for e in coordinator.read_events("running", 0, timeout=0)] == [1, 2]
     kept = [n for n in range(20) if coordinator.read_events(f"queued{n}", 0, timeout=0)]
     assert kept == list(range(20 - 2 * UNENDED_FACTOR + 1, 20))
-
-
-def test_a_session_lock_counts_the_work_marked_while_it_is_held() -> None:
-    coordinator = LocalCoordinator()
-    coordinator.mark_work("s")  # before any driver: the kick that follows starts one
-    lock = coordinator.try_lock("s")
-    assert lock is not None and coordinator.try_lock("s") is None
-    coordinator.mark_work("s")
-    moved = lock.release()
-    assert moved is not None and moved != lock.work_mark  # the driver goes round again
-    again = coordinator.try_lock("s")
-    assert again is not None and again.release() == again.work_mark  # nothing new
 
 
 def test_a_long_lived_process_keeps_nothing_of_sessions_and_turns_long_gone() -> None:
