@@ -3,6 +3,7 @@ before the function runs (a validation error goes back to the model, nothing run
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -10,20 +11,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+from jsonschema.validators import extend
+
 from parley.errors import InvalidRequest
 from schemas.messages import ToolDeclaration
 from workers.host_ports import Access, ToolContext
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,107 +78,131 @@ def _refuse_constant(name: str) -> Any:
     raise InvalidRequest(f"{name} is not a JSON number")
 
 
-def validate(value: Any, schema: dict[str, Any], where: str) -> None:
-    """Check ``value`` against the subset of JSON Schema tools declare: ``type`` (one name
-    or a list, ``null`` included), ``anyOf``, ``enum``, ``properties``, ``required``,
-    ``additionalProperties`` (``false`` or a schema), ``items``, ``minItems``/``maxItems``,
-    ``minLength`` and ``minimum``/``maximum``.  Other keywords (``description``,
-    ``default``, …) are annotations and ignored."""
-    if "anyOf" in schema:
-        _validate_any_of(value, schema["anyOf"], where)
-    expected = schema.get("type")
-    if expected is not None:
-        names = expected if isinstance(expected, list) else [expected]
-        for name in names:
-            if name not in _JSON_TYPES:
-                raise InvalidRequest(f"{where}: schema type {name!r} is not supported")
-        if not any(_is_type(value, name) for name in names):
-            raise InvalidRequest(
-                f"{where}: expected {' or '.join(names)}, got {json_type_name(value)}"
-            )
-    if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
-        raise InvalidRequest(f"{where}: {value!r} is not one of {schema['enum']}")
-    if isinstance(value, dict):
-        _validate_object(value, schema, where)
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            raise InvalidRequest(f"{where}: needs at least {schema['minItems']} item(s)")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise InvalidRequest(f"{where}: takes at most {schema['maxItems']} item(s)")
-        if "items" in schema:
-            for position, item in enumerate(value):
-                validate(item, schema["items"], f"{where}[{position}]")
-    if isinstance(value, str) and "minLength" in schema and len(value) < schema["minLength"]:
-        raise InvalidRequest(f"{where}: needs at least {schema['minLength']} character(s)")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidRequest(f"{where}: {value!r} is not a finite number")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise InvalidRequest(f"{where}: {value!r} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise InvalidRequest(f"{where}: {value!r} is above the maximum {schema['maximum']}")
+# --------------------------------------------------------------------------- validation
 
 
-def json_type_name(value: Any) -> str:
-    """The JSON name of a decoded value's type (what error messages call it)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    for name in ("integer", "number", "string", "array", "object"):
-        if isinstance(value, _JSON_TYPES[name]):
-            return name
-    return type(value).__name__
+def _is_integer(_checker: Any, value: Any) -> bool:
+    # JSON has no boolean-as-integer (True is not an integer argument), and a decoded 1.0
+    # is a float: the function would get 1.0 where it declared int.
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_type(value: Any, name: str) -> bool:
-    # JSON has no separate boolean-as-integer: True is not an integer argument.
-    if isinstance(value, bool) and name in ("integer", "number"):
+def _is_number(_checker: Any, value: Any) -> bool:
+    # No bound holds for NaN or an infinity (1e400 decodes to inf), so neither is a number.
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return isinstance(value, _JSON_TYPES[name])
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite
 
 
-def _same(value: Any, option: Any) -> bool:
-    # 1 == True in Python but not in JSON: an enum of [1] does not admit true.
-    return bool(value == option) and isinstance(value, bool) == isinstance(option, bool)
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _is_integer, "number": _is_number}
+)
+# The stubs leave ``extend`` untyped; what it returns is a validator class.
+_Checker: type[Validator] = extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, type_checker=_TYPES
+)
 
 
-def _validate_object(value: dict[str, Any], schema: dict[str, Any], where: str) -> None:
-    properties: dict[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", ()):
-        if name not in value:
-            raise InvalidRequest(f"{where}: missing required argument {name!r}")
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        if name in properties:
-            validate(item, properties[name], f"{where}.{name}")
-        elif extra is False:
-            raise InvalidRequest(f"{where}: unexpected argument {name!r}")
-        elif isinstance(extra, dict):
-            validate(item, extra, f"{where}.{name}")
+def validate(value: Any, schema: dict[str, Any], where: str) -> None:
+    """Check ``value`` against a JSON schema (draft 2020-12, formats unchecked) and raise
+    :class:`InvalidRequest` with the first problem, worded for the model: the shallowest
+    one, so a missing argument is named before a wrong value inside another.  Integers
+    and numbers are JSON's: ``true`` is neither, ``1.0`` is not an integer, and ``NaN``
+    and infinities are no numbers.  A schema that is not valid JSON Schema is refused."""
+    try:
+        checker = _checker(json.dumps(schema, sort_keys=True))
+    except SchemaError as exc:
+        place = "/".join(str(part) for part in exc.path) or "the root"
+        raise InvalidRequest(
+            f"{where}: the tool's schema is not supported: {exc.message} (at {place})"
+        ) from exc
+    errors = list(checker.iter_errors(value))
+    if errors:
+        raise InvalidRequest(_wording(_first(errors), where))
 
 
-def _validate_any_of(value: Any, options: list[dict[str, Any]], where: str) -> None:
-    failures: list[tuple[dict[str, Any], InvalidRequest]] = []
-    for option in options:
-        try:
-            validate(value, option, where)
-        except InvalidRequest as exc:
-            failures.append((option, exc))
-        else:
-            return
+@functools.lru_cache(maxsize=256)
+def _checker(schema_text: str) -> Validator:
+    # Checking a schema against the metaschema takes milliseconds and a tool's schema is
+    # the same on every call, so each is checked and compiled once (keyed by its text: a
+    # dict cannot be a key).
+    schema = json.loads(schema_text)
+    _Checker.check_schema(schema)
+    return _Checker(schema)
+
+
+def _first(errors: list[ValidationError]) -> ValidationError:
+    return min(errors, key=lambda error: len(error.path))
+
+
+def _wording(error: ValidationError, where: str) -> str:
+    """parley's sentence for one of jsonschema's errors; ``where`` names the tool."""
+    at = where + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    )
+    # jsonschema sets these on every error it yields (the stubs allow them unset).
+    value: Any = error.instance
+    setting: Any = error.validator_value
+    rule = str(error.validator)
+    if rule == "type" and isinstance(value, float) and not math.isfinite(value):
+        return f"{at}: {value!r} is not a finite number"
+    if rule == "type":
+        names = setting if isinstance(setting, list) else [setting]
+        return f"{at}: expected {' or '.join(names)}, got {json_type_name(value)}"
+    if rule == "anyOf":
+        return _any_of_wording(error, at, where)
+    if rule == "required":
+        missing = next(name for name in setting if name not in value)
+        return f"{at}: missing required argument {missing!r}"
+    if rule == "additionalProperties":
+        return f"{at}: unexpected argument {_extra_key(value, error.schema)!r}"
+    if rule == "enum":
+        return f"{at}: {value!r} is not one of {setting}"
+    if rule == "minimum":
+        return f"{at}: {value!r} is below the minimum {setting}"
+    if rule == "maximum":
+        return f"{at}: {value!r} is above the maximum {setting}"
+    if rule == "minItems":
+        return f"{at}: needs at least {setting} item(s)"
+    if rule == "maxItems":
+        return f"{at}: takes at most {setting} item(s)"
+    if rule == "minLength":
+        return f"{at}: needs at least {setting} character(s)"
+    return f"{at}: {error.message}"  # the rarer keywords, in jsonschema's words
+
+
+def _extra_key(value: dict[str, Any], schema: Any) -> str:
+    """The first key of ``value`` that its closed object ``schema`` does not admit."""
+    known = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    return next(
+        name
+        for name in value
+        if name not in known and not any(re.search(pattern, name) for pattern in patterns)
+    )
+
+
+def _any_of_wording(error: ValidationError, at: str, where: str) -> str:
+    options: Any = error.validator_value
+    value: Any = error.instance
     # When exactly one alternative has the value's type, its own error is the useful one
     # (say, the missing key of an object), not "matches none of".
-    typed = [(o, e) for o, e in failures if "type" in o and _type_fits(value, o["type"])]
+    typed = [
+        index
+        for index, option in enumerate(options)
+        if "type" in option and _type_fits(value, option["type"])
+    ]
     if len(typed) == 1:
-        raise typed[0][1]
+        own = [e for e in error.context or () if e.relative_schema_path[0] == typed[0]]
+        if own:
+            return _wording(_first(own), where)
     wanted = " or ".join(_describe(option) for option in options)
-    raise InvalidRequest(f"{where}: expected {wanted}, got {json_type_name(value)}")
+    return f"{at}: expected {wanted}, got {json_type_name(value)}"
 
 
 def _type_fits(value: Any, expected: str | list[str]) -> bool:
     names = expected if isinstance(expected, list) else [expected]
-    return any(name in _JSON_TYPES and _is_type(value, name) for name in names)
+    return any(_TYPES.is_type(value, name) for name in names)
 
 
 def _describe(schema: dict[str, Any]) -> str:
@@ -191,3 +212,20 @@ def _describe(schema: dict[str, Any]) -> str:
     if isinstance(expected, list):
         return " or ".join(expected)
     return str(expected) if expected else "a value"
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a decoded value's type (what error messages call it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__

@@ -7,7 +7,16 @@ import dataclasses
 import enum
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
+from typing import (  # noqa: UP035 - the old spellings are supported too
+    Annotated,
+    Any,
+    Dict,
+    List,
+    Literal,
+    NotRequired,
+    Optional,
+    TypedDict,
+)
 
 import pytest
 
@@ -106,12 +115,14 @@ def test_a_decorated_tool_goes_into_a_host() -> None:
         pytest.param(bool, {"type": "boolean"}, id="bool"),
         pytest.param(list[str], {"type": "array", "items": {"type": "string"}}, id="list"),
         pytest.param(list, {"type": "array"}, id="bare-list"),
+        pytest.param(List, {"type": "array"}, id="typing-list"),  # noqa: UP006
         pytest.param(
             dict[str, int],
             {"type": "object", "additionalProperties": {"type": "integer"}},
             id="dict",
         ),
         pytest.param(dict, {"type": "object"}, id="bare-dict"),
+        pytest.param(Dict, {"type": "object"}, id="typing-dict"),  # noqa: UP006
         pytest.param(Literal["a", "b"], {"type": "string", "enum": ["a", "b"]}, id="literal"),
         pytest.param(Literal[1, "x"], {"enum": [1, "x"]}, id="mixed-literal"),
         pytest.param(Color, {"type": "string", "enum": ["red", "blue"]}, id="enum"),
@@ -624,3 +635,167 @@ def test_validator_enum_keeps_booleans_apart_from_numbers() -> None:
         validate(True, {"enum": [1, 2]}, "w")
     with pytest.raises(InvalidRequest):
         validate(0, {"enum": [False]}, "w")
+
+
+# ---------------------------------------------------------------------------- pydantic
+
+
+def all_keys(schema: Any) -> set[str]:
+    """Every keyword used anywhere in a schema (property names excluded)."""
+    if isinstance(schema, list):
+        return set().union(*(all_keys(item) for item in schema))
+    if not isinstance(schema, dict):
+        return set()
+    keys = set(schema) - {"properties"}
+    nested = [v for k, v in schema.items() if k != "properties"]
+    nested += list(schema.get("properties", {}).values())
+    return keys.union(*(all_keys(item) for item in nested))
+
+
+class Documented(enum.Enum):
+    """An enum's docstring, which the model is not told."""
+
+    ONE = 1
+    TWO = 2
+
+
+@dataclasses.dataclass
+class Labelled:
+    """A record's docstring, which the model is not told either."""
+
+    label: Annotated[str, "what it says"]
+    tags: list[Literal["only"]] = dataclasses.field(default_factory=list)
+    options: Options | None = None  # a typing.TypedDict, which pydantic refuses on 3.11
+
+
+def test_the_schema_is_inline_and_without_pydantic_noise() -> None:
+    @tool
+    def f(
+        first: Labelled,
+        second: list[Labelled],
+        number: Documented = Documented.TWO,
+        odd: Any = object(),  # noqa: B008 - a default that is not JSON
+        nan: float = float("nan"),
+    ) -> str:
+        """F."""
+        return ""
+
+    schema = f.declaration.parameters
+    keys = all_keys(schema)
+    assert not keys & {"title", "$ref", "$defs", "const"}, keys
+    labelled = properties(f)["first"]
+    assert labelled == properties(f)["second"]["items"]
+    assert labelled["properties"]["label"] == {"type": "string", "description": "what it says"}
+    assert labelled["properties"]["tags"] == {
+        "type": "array",
+        "items": {"type": "string", "enum": ["only"]},
+    }
+    assert labelled["required"] == ["label"] and "description" not in labelled
+    assert labelled["properties"]["options"]["anyOf"][0]["additionalProperties"] is False
+    assert properties(f)["number"] == {"type": "integer", "enum": [1, 2], "default": 2}
+    assert "default" not in properties(f)["odd"] and "default" not in properties(f)["nan"]
+
+
+def test_booleans_are_not_literal_or_enum_numbers() -> None:
+    # pydantic alone takes true for Literal[1] and for an enum member of value 1, even in
+    # strict mode: the JSON schema check before it keeps JSON's rule.
+    @tool
+    def f(level: Literal[1, 2] = 1, number: Documented = Documented.ONE) -> str:
+        """F."""
+        return ""
+
+    with pytest.raises(InvalidRequest, match=r"f\.level: True is not one of \[1, 2\]"):
+        f.parse('{"level": true}')
+    with pytest.raises(InvalidRequest, match=r"f\.number: True is not one of \[1, 2\]"):
+        f.parse('{"number": true}')
+
+
+def test_records_are_built_with_their_nested_values(context: ToolContext) -> None:
+    @tool
+    def f(items: dict[str, list[Labelled]]) -> str:
+        """F."""
+        return repr(items)
+
+    text = '{"items": {"a": [{"label": "l", "options": {"label": "o", "weight": 2}}]}}'
+    assert call(f, text, context) == (
+        "{'a': [Labelled(label='l', tags=[], options={'label': 'o', 'weight': 2.0})]}"
+    )
+
+
+@dataclasses.dataclass
+class Positive:
+    value: int
+
+    def __post_init__(self) -> None:
+        if self.value <= 0:
+            raise ValueError("value must be positive")
+
+
+def test_what_only_pydantic_refuses_is_refused_by_parse() -> None:
+    ran: list[Any] = []
+
+    @tool
+    def f(numbers: list[Positive] | None = None) -> str:
+        """F."""
+        ran.append(numbers)
+        return ""
+
+    with pytest.raises(
+        InvalidRequest, match=r"^f\.numbers\[1\]: Value error, value must be positive$"
+    ):
+        f.parse('{"numbers": [{"value": 1}, {"value": 0}]}')
+    assert ran == []
+
+
+@dataclasses.dataclass
+class Node:
+    children: list[Node]
+
+
+def test_a_type_that_contains_itself_is_refused() -> None:
+    def function(tree: Node) -> str:
+        """F."""
+        return ""
+
+    with pytest.raises(InvalidRequest, match="'tree', field 'children': Node contains itself"):
+        tool(function)
+
+
+def test_a_record_whose_fields_cannot_be_read_is_refused() -> None:
+    @dataclasses.dataclass
+    class Local:
+        child: Local  # a name the module cannot resolve
+
+    def function(value: Local) -> str:
+        """F."""
+        return ""
+
+    function.__annotations__ = {"value": Local}
+    with pytest.raises(InvalidRequest, match="cannot read the fields of Local"):
+        tool(function)
+
+
+def test_unions_pick_the_exact_type(context: ToolContext) -> None:
+    # pydantic's smart unions: an integer stays an int, a string that looks like one a str.
+    @tool
+    def f(a: float | int = 0, b: int | str = 0, c: bool | int = 0) -> str:
+        """F."""
+        return repr((a, b, c))
+
+    assert call(f, {"a": 3, "b": "4", "c": 1}, context) == "(3, '4', 1)"
+    assert call(f, {"a": 3.5, "b": 4, "c": True}, context) == "(3.5, 4, True)"
+
+
+def test_results_are_encoded_by_pydantic(context: ToolContext) -> None:
+    @tool
+    def f() -> dict[str, Any]:
+        """F."""
+        return {"tuple": (1, Point(x=2)), "frozen": frozenset({"a"}), "nan": float("nan")}
+
+    assert call(f, {}, context) == ('{"tuple": [1, {"x": 2, "y": 0}], "frozen": ["a"], "nan": NaN}')
+
+
+def test_docstring_summary_over_two_lines() -> None:
+    parsed = parse_docstring("Summary line\ncontinued.\n\nArgs:\n    a: the a.")
+    assert parsed.description == "Summary line continued."
+    assert parsed.parameters == {"a": "the a."}

@@ -132,6 +132,41 @@ def test_enum_without_type() -> None:
 def test_unsupported_schema_type_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="not supported"):
         validate(1, {"type": "int"}, "w")
+    with pytest.raises(InvalidRequest, match=r"not supported.*\(at properties/a/minimum\)"):
+        validate({}, {"type": "object", "properties": {"a": {"minimum": "one"}}}, "w")
+
+
+def test_every_json_schema_keyword_is_checked() -> None:
+    # jsonschema checks the whole of draft 2020-12; what parley words itself above, the
+    # rest in jsonschema's own words.
+    with pytest.raises(InvalidRequest, match=r"w\.a: 'ab' does not match"):
+        validate({"a": "ab"}, {"properties": {"a": {"pattern": "^a$"}}}, "w")
+    with pytest.raises(InvalidRequest, match="w: 2 was expected"):
+        validate(3, {"const": 2}, "w")
+    with pytest.raises(InvalidRequest, match="w: 'x' is not valid under any of the given schemas"):
+        validate("x", {"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, "w")
+    validate("x", {"type": "string", "format": "email"}, "w")  # formats are annotations
+
+
+def test_json_numbers() -> None:
+    # 1.0 is a float when decoded: not an integer argument (JSON Schema itself says it is).
+    with pytest.raises(InvalidRequest, match="expected integer, got number"):
+        validate(1.0, {"type": "integer"}, "w")
+    validate(10**400, {"type": "number"}, "w")  # an int of any size is finite
+    with pytest.raises(InvalidRequest, match="inf is not a finite number"):
+        validate(float("inf"), {"type": ["number", "null"]}, "w")
+
+
+def test_pattern_properties_are_not_unexpected() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {}},
+        "patternProperties": {"^x-": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    validate({"a": 1, "x-tag": "t"}, schema, "w")
+    with pytest.raises(InvalidRequest, match="unexpected argument 'b'"):
+        validate({"x-tag": "t", "b": 1}, schema, "w")
 
 
 # ---------------------------------------------------------------------------- construction
