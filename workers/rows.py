@@ -1,16 +1,56 @@
-"""Stored rows → frozen records: the one place that knows both shapes."""
+"""Stored rows → frozen records: the one place that knows both shapes, and the reads
+(by name) that the client-facing side of the store and the driver's protocol share."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.records import RunState, SessionRecord, TaskContract, TurnRecord, TurnStatus, Usage
+from schemas.errors import SessionNotFound, TurnNotFound
+from schemas.events import Event
+from schemas.messages import StepPayload
+from schemas.records import (
+    RunState,
+    SessionRecord,
+    Steer,
+    SteerKind,
+    TaskContract,
+    TurnRecord,
+    TurnStatus,
+    Usage,
+)
+from workers import statements as q
+from workers.backend_ports import CommittedStep
+from workers.store_connection import StoreConnection
 
 
 def aware(value: datetime) -> datetime:
     """SQLite hands timestamps back naive; everything parley stores is UTC."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRow:
+    """A ``sessions`` row as the driver's protocol reads it (all its columns)."""
+
+    id: str
+    root: str
+    metadata: dict[str, Any]
+    head_turn_id: str | None
+    fence: int
+    turn_count: int
+    tokens_used: int
+    token_ceiling: int | None
+    prefix_generation: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> SessionRow:
+        """A row (or a mapping of its columns) of any statement returning them."""
+        values = row if isinstance(row, Mapping) else row._mapping
+        return cls(**{name: values[name] for name in q.SESSION_COLUMNS})
 
 
 def session_record(row: Any) -> SessionRecord:
@@ -80,3 +120,70 @@ def turn_of_next_run(run: Any) -> TurnRecord:
         request_id=run.request_id,
         created_at=aware(run.turn_created_at),
     )
+
+
+# ---------------------------------------------------------------------------- shared reads
+# The statements the client-facing side and the driver's protocol both run, by name.
+
+
+def read_session(db: StoreConnection, session_id: str) -> SessionRecord:
+    """The stored session; :class:`SessionNotFound` if unknown."""
+    row = db.execute(q.SESSION, {"b_session_id": session_id}).one_or_none()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}")
+    return session_record(row)
+
+
+def read_turn(db: StoreConnection, turn_id: str) -> TurnRecord:
+    """One turn; :class:`TurnNotFound` if unknown."""
+    row = db.execute(q.TURN, {"b_turn_id": turn_id}).one_or_none()
+    if row is None:
+        raise TurnNotFound(f"no turn {turn_id!r}")
+    return turn_record(row)
+
+
+def read_path(db: StoreConnection, head: str | None) -> list[TurnRecord]:
+    """The turns from the root to ``head`` (none without a head)."""
+    if head is None:
+        return []
+    return [turn_record(row) for row in db.execute(q.PATH, {"b_head": head}).all()]
+
+
+def read_steps(db: StoreConnection, run_ids: Sequence[str]) -> dict[str, list[CommittedStep]]:
+    """The committed steps of each run, in order (runs without any are absent)."""
+    found: dict[str, list[CommittedStep]] = {}
+    if not run_ids:
+        return found
+    for row in db.execute(q.STEPS_OF_RUNS, {"b_run_ids": list(run_ids)}).all():
+        found.setdefault(row.run_id, []).append(
+            CommittedStep(index=row.step_index, payload=StepPayload.from_json(row.payload))
+        )
+    return found
+
+
+def read_pending(db: StoreConnection, run_id: str, cursor: int) -> tuple[Steer, ...]:
+    """The steers of a run accepted after ``cursor``, in position order."""
+    rows = db.execute(q.PENDING_STEERS, {"b_run_id": run_id, "b_cursor": cursor}).all()
+    return tuple(Steer(position=r.position, kind=SteerKind(r.kind), text=r.text) for r in rows)
+
+
+def event_row(event: Event) -> dict[str, Any]:
+    """An event's row, but ``created_at`` (see ``statements.EVENT_COLUMNS``)."""
+    return {
+        "turn_id": event.turn_id,
+        "seq": event.seq,
+        "kind": event.kind.value,
+        "data": event.data,
+    }
+
+
+def write_events(
+    db: StoreConnection,
+    statements: q.DialectStatements,
+    events: Sequence[Event],
+    now: datetime,
+) -> None:
+    """Store the durable ones of ``events`` (tokens are never stored)."""
+    durable = [{**event_row(e), "created_at": now} for e in events if e.kind.durable]
+    if durable:
+        db.execute(statements.insert_events, durable)

@@ -22,24 +22,32 @@ context on the direct path).
 from __future__ import annotations
 
 import re
+import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, CursorResult, Insert, bindparam
+from sqlalchemy import Connection, CursorResult, Engine, Insert, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
+    IntegrityError,
     InvalidRequestError,
     MultipleResultsFound,
     NoResultFound,
+    SQLAlchemyError,
 )
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
+
+from schemas.errors import ParleyError, StoreError
+from workers import statements as q
+from workers.database import transaction_lock
 
 Params = Mapping[str, Any]
 
@@ -293,3 +301,105 @@ def _row_type(names: tuple[str, ...]) -> Any:
             return dict(zip(names, self, strict=True))
 
     return Row
+
+
+class IntegrityConflict(StoreError):
+    """A write violated a constraint (e.g. two submissions racing on one request_id)."""
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Driver errors become :class:`StoreError` (a violated constraint the subclass
+    :class:`IntegrityConflict`); parley's own errors pass through."""
+    try:
+        yield
+    except ParleyError:
+        raise
+    except IntegrityError as exc:
+        raise IntegrityConflict(f"constraint violated: {exc.orig}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+
+
+def _dropped(error: StoreError) -> bool:
+    """Whether ``error`` came of a connection the server had dropped."""
+    cause = error.__cause__
+    return isinstance(cause, DBAPIError) and bool(cause.connection_invalidated)
+
+
+_T = TypeVar("_T")
+
+
+class Transactions:
+    """A store's transaction plumbing on one engine: a transaction per call (driver
+    errors translated), autocommit reads on PostgreSQL, and the counts benchmarks and
+    logs read.  The store's two sides build on it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = transaction_lock(engine)
+        self._q = q.DialectStatements(engine.dialect.name)
+        postgres = engine.dialect.name == "postgresql"
+        self._direct = DirectStatements(engine.dialect) if postgres else None
+        self.transactions = 0  # counted for logs and benchmarks: the process's, and
+        self._thread = threading.local()  # each thread's (a driver's, on a threads pool)
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()
+
+    @property
+    def thread_transactions(self) -> int:
+        """How many transactions the calling thread has begun (:attr:`transactions`
+        counts the whole process's)."""
+        count: int = getattr(self._thread, "transactions", 0)
+        return count
+
+    def _count_transaction(self) -> None:
+        self.transactions += 1
+        self._thread.transactions = self.thread_transactions + 1
+
+    @contextmanager
+    def _tx(self) -> Iterator[StoreConnection]:
+        """One transaction; driver errors become :class:`StoreError`."""
+        if self._lock is not None:
+            self._lock.acquire()
+        self._count_transaction()
+        try:
+            with store_errors(), self.engine.begin() as connection:
+                yield StoreConnection(connection, self._direct)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def _reading(self, read: Callable[[StoreConnection], _T]) -> _T:
+        """Run ``read``, whose statements need no snapshot shared between them: on
+        PostgreSQL each runs on its own (autocommit), sparing a ``BEGIN`` and a ``COMMIT``
+        round trip per call, which readers polling a turn pay often.  SQLite reads in a
+        transaction."""
+        if self._lock is not None:
+            with self._tx() as db:
+                return read(db)
+        try:
+            return self._read_once(read)
+        except StoreError as exc:
+            if not _dropped(exc):
+                raise
+        # The server dropped the pooled connection just before it was checked out (its
+        # goodbye not yet on the socket, so the checkout's look missed it).  SQLAlchemy
+        # has discarded it and every connection pooled before; a read changes nothing,
+        # so it runs once more on a fresh connection.
+        return self._read_once(read)
+
+    def _read_once(self, read: Callable[[StoreConnection], _T]) -> _T:
+        with self._autocommit() as db:
+            return read(db)
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[StoreConnection]:
+        """A PostgreSQL connection on which each statement commits on its own."""
+        with (
+            store_errors(),
+            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
+        ):
+            yield StoreConnection(db, self._direct)

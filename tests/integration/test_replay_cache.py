@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import parley
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from tests.helpers import RecordingModel
+from workers import rows, store_driver
+from workers import store as store_module
 from workers.replay_cache import ReplayCache, replay_size
-from workers.store import SqlStore
 
 RULES = [
     {
@@ -38,27 +41,30 @@ def client_for(db: str) -> tuple[parley.Client, RecordingModel]:
 
 
 class CountingSteps:
-    """Counts which runs' steps a store loads."""
+    """Counts which runs' steps the store loads (both of its sides)."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.loaded: list[str] = []
-        original = store._steps
+        original = rows.read_steps
 
         def counting(db: Any, run_ids: Any) -> Any:
             self.loaded.extend(run_ids)
             return original(db, run_ids)
 
-        store._steps = counting  # type: ignore[method-assign]
+        for module in (store_module, store_driver):
+            monkeypatch.setattr(module, "read_steps", counting)
 
 
-def test_cached_turns_are_not_loaded_and_requests_are_unchanged(tmp_path: Path) -> None:
+def test_cached_turns_are_not_loaded_and_requests_are_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = f"sqlite:///{tmp_path / 'db.sqlite'}"
     warm, warm_model = client_for(db)
     with warm:
         session = warm.open_session(str(tmp_path))
         for n in range(5):
             session.turn(f"read round {n}")
-        counter = CountingSteps(warm.store)
+        counter = CountingSteps(monkeypatch)
         session.turn("read once more")
         history_runs = {t.run_id for t in session.history()[:-1]}
         assert not history_runs & set(counter.loaded), "cached turns were loaded again"

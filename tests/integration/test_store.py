@@ -8,6 +8,7 @@ import resource
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import ClaimedTurn, TurnEnd
 from workers.database import create_database_engine, current_revision, head_revision, migrate
+from workers.rows import SessionRow, read_session
 from workers.store import SqlStore
 
 
@@ -335,7 +337,7 @@ def test_a_read_on_a_connection_dropped_unseen_runs_again_on_a_fresh_one(
         assert terminate_backends(postgres_url) > 0
         time.sleep(0.2)
         with pytest.raises(StoreError), store._tx() as db:  # a transaction is not re-run
-            store._session(db, session_id)
+            read_session(db, session_id)
     finally:
         store.close()
 
@@ -372,7 +374,7 @@ def test_reads_without_a_transaction_leave_pooled_connections_transactional(
         charge = {"b_session_id": session_id, "b_fence": 0, "b_tokens": 5}
         with pytest.raises(SessionNotFound), store._tx() as db:
             assert db.execute(q.CHARGE_SESSION, charge).rowcount == 1
-            store._session(db, "no-such-session")  # a failure after a write
+            read_session(db, "no-such-session")  # a failure after a write
         assert store.get_session(session_id).tokens_used == 0  # nothing of it stayed
     finally:
         store.close()
@@ -527,3 +529,7 @@ def test_turns_start_in_submission_order_whatever_the_producers_clocks_say(
             {"t": datetime(2020, 1, 1, tzinfo=UTC), "id": second_turn},
         )
     assert start(store, session_id).turn_id == first_turn
+
+
+def test_a_session_row_record_has_every_column_of_the_table() -> None:
+    assert {f.name for f in fields(SessionRow)} == set(q.SESSION_COLUMNS)
