@@ -46,7 +46,7 @@ from schemas.records import (
     TurnStatus,
 )
 from workers import statements as q
-from workers.backend_ports import CommittedStep
+from workers.backend_ports import CommittedStep, Store
 from workers.database import create_database_engine
 from workers.rows import (
     read_path,
@@ -93,8 +93,9 @@ class SubmitReceipt:
     """The new turn's stored ``queued`` event (None for a repeated request)."""
 
 
-class SqlStore(DriverStore):
-    """parley's durable state on SQLite or PostgreSQL (see the module docstring)."""
+class SqlStore(DriverStore, Store):
+    """parley's durable state on SQLite or PostgreSQL (see the module docstring): the
+    store port the engine talks to, and what clients read and write."""
 
     @classmethod
     def from_url(cls, url: str) -> SqlStore:
