@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar, Protocol
 from pydantic import Field, TypeAdapter, ValidationError
 
 from schemas.errors import CodecError
-from schemas.messages import ToolCall
+from schemas.messages import ToolCall, ToolResult
 from schemas.records import Usage
 
 
@@ -116,27 +116,20 @@ class ToolCalled:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolAnswered:
-    """The result the model gets for a call: the tool's output, an error, or a refusal
-    (``refusal`` names the rule)."""
+class ToolAnswered(ToolResult):
+    """The result the model gets for a call of step ``step``: the tool's output, an
+    error, or a refusal (``refusal`` names the rule)."""
 
     KIND: ClassVar[EventKind] = EventKind.TOOL_RESULT
     step: int
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False
-    refusal: str | None = None
+
+    @classmethod
+    def of(cls, step: int, result: ToolResult) -> ToolAnswered:
+        """The event payload of ``result``."""
+        return cls(step=step, **vars(result))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "call_id": self.call_id,
-            "name": self.name,
-            "content": self.content,
-            "is_error": self.is_error,
-            "refusal": self.refusal,
-        }
+        return {"step": self.step, **super().to_json()}
 
 
 @dataclass(frozen=True, kw_only=True)

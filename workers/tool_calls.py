@@ -50,16 +50,7 @@ class ToolRunner:
             ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
         )
         result = self._result(call)
-        self.emitter.emit(
-            ToolAnswered(
-                step=step,
-                call_id=result.call_id,
-                name=result.name,
-                content=result.content,
-                is_error=result.is_error,
-                refusal=result.refusal,
-            )
-        )
+        self.emitter.emit(ToolAnswered.of(step, result))
         return result
 
     def _result(self, call: ToolCall) -> ToolResult:
