@@ -187,10 +187,10 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     import click
     from celery.bin.celery import celery
 
-    from parley.worker import settings
+    from parley.celery_tasks import settings
 
     argv = [
-        *("--app", "parley.worker:app", "worker"),
+        *("--app", "parley.celery_tasks:app", "worker"),
         *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
     ]
     # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
@@ -208,7 +208,7 @@ def _beat(args: argparse.Namespace, console: Console) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     _fleet_environment(args)
-    from parley.worker import run_sweeper
+    from parley.celery_tasks import run_sweeper
 
     run_sweeper()
     return 0

@@ -1,4 +1,5 @@
-"""The fleet's worker process: ``celery -A parley.worker worker`` (or ``parley worker``).
+"""The fleet's Celery app and tasks: ``celery -A parley.celery_tasks worker`` (or
+``parley worker``).
 
 Configuration comes from the environment (:class:`broker_config.settings.FleetSettings`).
 The tasks are thin: they name a session, and the engine does the rest.  Each worker
