@@ -22,8 +22,8 @@ from broker_config.settings import FleetSettings
 from parley.host import host_from_environment, load_host
 from schemas.errors import StoreError
 from workers import constants as c
+from workers.fleet_runtime import FleetRuntime, drive_session, sweep
 from workers.store import validate_ids
-from workers.tasks import FleetRuntime, drive_session, sweep
 
 log = logging.getLogger("parley.worker")
 
