@@ -1,4 +1,4 @@
-"""The ``parley`` command line (SPEC §7).
+"""The ``parley`` command line (the README's "Command line" section).
 
 Configuration comes from the environment (``PARLEY_DATABASE_URL``, ``PARLEY_HOST``) or
 the matching options.  Errors from :mod:`parley.errors` print one clear line and exit 2.
@@ -215,8 +215,8 @@ def _beat(args: argparse.Namespace, console: Console) -> int:
 
 
 def _fleet_environment(args: argparse.Namespace) -> None:
-    """A fleet process reads its settings from the environment (SPEC §5): the options,
-    when given, are that environment."""
+    """A fleet process is configured by its environment alone: the options, when given,
+    are that environment."""
     if args.db:
         os.environ["PARLEY_DATABASE_URL"] = args.db
     if args.host:
