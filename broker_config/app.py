@@ -55,8 +55,15 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # Kicks are idempotent: cancelling a running driver when the broker connection
-        # drops would only make it redo its in-flight step, so let it finish.
+        # When the broker connection drops, a running kick goes on and its driver finishes
+        # its turn (Celery 5's default, pinned here: Celery 6 is to turn it to True).  The
+        # kick goes back on the queue (when the lost channel closes, or once the visibility
+        # timeout passes), and the copy finds the session's lock held or nothing left to
+        # do: kicks are idempotent.  True would SIGTERM the prefork process running the
+        # kick (the threads pool cannot cancel one, and logs that it failed to), so its
+        # turn would go on elsewhere with the step in flight redone.  While this is False,
+        # Celery warns at each connection loss (a CPendingDeprecationWarning, logged on
+        # py.warnings, announcing the new default): setting it does not silence that.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={

@@ -1,4 +1,4 @@
-"""The ``parley`` command line (SPEC §7).
+"""The ``parley`` command line (the README's "Command line" section).
 
 Configuration comes from the environment (``PARLEY_DATABASE_URL``, ``PARLEY_HOST``) or
 the matching options.  Errors from :mod:`parley.errors` print one clear line and exit 2.
@@ -187,10 +187,10 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     import click
     from celery.bin.celery import celery
 
-    from parley.worker import settings
+    from parley.celery_tasks import settings
 
     argv = [
-        *("--app", "parley.worker:app", "worker"),
+        *("--app", "parley.celery_tasks:app", "worker"),
         *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
     ]
     # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
@@ -208,15 +208,15 @@ def _beat(args: argparse.Namespace, console: Console) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     _fleet_environment(args)
-    from parley.worker import run_sweeper
+    from parley.celery_tasks import run_sweeper
 
     run_sweeper()
     return 0
 
 
 def _fleet_environment(args: argparse.Namespace) -> None:
-    """A fleet process reads its settings from the environment (SPEC §5): the options,
-    when given, are that environment."""
+    """A fleet process is configured by its environment alone: the options, when given,
+    are that environment."""
     if args.db:
         os.environ["PARLEY_DATABASE_URL"] = args.db
     if args.host:

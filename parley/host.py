@@ -40,7 +40,8 @@ MCP_SERVER_TOOL = "mcp_server"
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    """Model, system prompt, tools, MCP servers, policy, approver and hooks (SPEC §4).
+    """Model, system prompt, tools, MCP servers, policy, approver and hooks: what the
+    application supplies to the workers.
 
     ``model`` defaults to the one ``PARLEY_MODEL`` names (``openai:<model>``,
     ``anthropic:<model>``, ``scripted:<path>``, or a comma-separated fallover list).

@@ -1,5 +1,6 @@
 """The host's boundary for tool calls: path globs per access mode, denied tools, and the
-approver that has the last word.  Steers never change any of it (SPEC §2.10)."""
+approver that has the last word.  Steers never change any of it: steering is text, not
+authorization."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ attempt cut off may have published).
 Each kind has a declared payload: a frozen dataclass below, built by the engine and the
 store and read by every consumer through :attr:`Event.payload`.  An event travels and is
 stored in its wire form (``Event.to_json()``: ``turn_id``, ``seq``, ``kind``, ``data``),
-whose ``data`` keys are those of SPEC §4 and never change meaning; a payload field added
+whose ``data`` keys are the public interface's and never change meaning; a payload field added
 later gets a default, so old stored events stay loadable.  One name per concept in
 Python: the step an event belongs to is ``step`` on every payload, though the wire form
 says ``index`` for the ``step`` and ``step_restarted`` events (as it always has).
@@ -26,7 +26,8 @@ from schemas.records import Usage
 
 
 class EventKind(StrEnum):
-    """Every kind of event (SPEC §4).  Only ``token`` is ephemeral; the rest are durable."""
+    """Every kind of event a subscriber can see.  Only ``token`` is ephemeral; the rest are
+    durable."""
 
     QUEUED = "queued"
     STARTED = "started"
@@ -211,8 +212,8 @@ class StepRestarted:
 
 @dataclass(frozen=True, kw_only=True)
 class Ended:
-    """The turn's outcome (SPEC §3), its reply, why it failed, and the steers that were
-    accepted but never reached the model."""
+    """The turn's outcome (a terminal :class:`TurnStatus`), its reply, why it failed, and the
+    steers that were accepted but never reached the model."""
 
     KIND: ClassVar[EventKind] = EventKind.END
     outcome: str

@@ -13,7 +13,7 @@ from schemas.errors import InvalidRequest
 
 
 class TurnStatus(StrEnum):
-    """A turn's status: ``queued``, ``running`` or one of the terminal outcomes (SPEC §3)."""
+    """A turn's status: ``queued``, ``running`` or one of the terminal outcomes."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -31,7 +31,8 @@ class TurnStatus(StrEnum):
 
     @property
     def has_reply(self) -> bool:
-        """Only a turn the model itself ended carries a reply (SPEC §2.12)."""
+        """Only a turn the model itself ended carries a reply: the reply is the agent's last
+        message, or nothing (a budget, a failed check, an interrupt or an error)."""
         return self in (TurnStatus.FINISHED, TurnStatus.SUCCEEDED)
 
     @property
@@ -120,7 +121,7 @@ class SessionRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class TurnRecord:
-    """A node of a session's tree (SPEC §4)."""
+    """A node of a session's tree, as ``Session.history()`` and ``Session.tree()`` list it."""
 
     turn_id: str
     session_id: str
@@ -140,7 +141,7 @@ class TurnRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class TurnResult:
-    """What a finished turn returns (SPEC §4).
+    """What a finished turn returns (``Session.turn``, ``TurnHandle.wait``).
 
     ``undelivered`` lists the ``say`` texts that were accepted but could not reach the model
     because the turn stopped first (interrupt, budget): they are reported, never dropped

@@ -71,7 +71,7 @@ class SessionDriver:
             try:
                 fence, claim = self.store.start_drive(
                     session_id,
-                    worker=self.engine.label(),
+                    worker=self.engine.run_label(),
                     seq_floor=self.coordinator.adopt,
                     known=self.engine.replay_cache.knows,
                 )

@@ -138,20 +138,20 @@ class TurnEngine:
         store: Store,
         coordinator: Coordinator,
         host: Host,
-        worker: str | None = None,
+        label: str | None = None,
     ) -> None:
-        """``worker`` names this process on the runs it drives (default host:pid:thread)."""
+        """``label`` names this process on the runs it drives (default host:pid:thread)."""
         self.store = store
         self.coordinator = coordinator
         self.host = host
-        self.worker = worker
+        self.label = label
         self.replay_cache = ReplayCache()
 
     # ------------------------------------------------------------------ entry
 
-    def label(self) -> str:
-        """The name stored on the runs this engine claims."""
-        return self.worker or worker_name()
+    def run_label(self) -> str:
+        """The name stored on the runs this engine claims (their ``worker`` column)."""
+        return self.label or worker_name()
 
     def run_claimed(
         self,
@@ -684,7 +684,7 @@ class _TurnRun:
             refresh_prefix=self.refresh_prefix,
             claim_next=self.engine.coordinator.adopt if self.claim_next() else None,
             known=known,
-            worker=self.engine.label(),
+            worker=self.engine.run_label(),
             position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
             discarded=ending.discarded,

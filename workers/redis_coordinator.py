@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import redis
@@ -29,93 +30,21 @@ from workers.backend_ports import Coordinator
 
 log = logging.getLogger("parley.redis")
 
-# Append events to a turn's stream in seq order (skipping any already there), publish
-# them as one message, and return the length of the turn's steer list (a steer pushed
-# since the driver last read the list shows as a longer one).  A driver publishes with
-# its fence: once a newer driver adopted the turn, the older one's events are dropped.
-# An ``end`` is also noted on the turn's ends stream, for waiters.  A stream lives the
-# replay period (an hour by default) past its turn's end, the ends stream a minute, and
-# before that IDLE_BUFFER_SECONDS past its driver's latest event (past its first event
-# if no driver ever published: announcements leave the expiry alone once set), so no
-# buffer outlives its use: not one of a turn that never ends, nor one whose submission
-# rolled back after announcing it, while a running turn keeps its whole buffer.
-# The steer list lives as long as the buffer once the turn ended.
-# KEYS: stream, channel, steer list, owner, ends.  ARGV: seq of the batch's end (0:
-# none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
-# json...
-APPEND_AND_PUBLISH = """
-local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
-if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
-  return redis.call('LLEN', KEYS[3])
-end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local top = 0
-if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
-local ended = tonumber(ARGV[1])
-local fresh = {}
-for i = 6, #ARGV, 2 do
-  local seq = tonumber(ARGV[i])
-  if seq > top then
-    redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
-    top = seq
-    fresh[#fresh + 1] = ARGV[i + 1]
-    if seq == ended then
-      redis.call('XADD', KEYS[5], seq .. '-0', 'e', '')
-      redis.call('EXPIRE', KEYS[5], tonumber(ARGV[5]))
-    end
-  end
-end
-if #fresh > 0 then
-  redis.call('PUBLISH', KEYS[2], '[' .. table.concat(fresh, ',') .. ']')
-end
-if ended > 0 then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[2]))
-elseif #fresh > 0 and tonumber(ARGV[3]) > 0 then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
-elseif #fresh > 0 then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]), 'NX')
-end
-return redis.call('LLEN', KEYS[3])
-"""
 
-# Extend a held lock.  A lock that vanished is not taken back: another driver may have
-# held it and let go since, and this one must not touch the workspace again.
-EXTEND_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
+def _lua(name: str) -> str:
+    """The source of a script in ``workers/lua/`` (each file says what its KEYS and ARGV
+    are)."""
+    return resources.files("workers").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
-# Make a driver's fence the turn's publisher (never lowering it), give the buffer and
-# the steer list a running turn's life again unless a newer driver adopted it (a resumed
-# turn's were set to expire after its earlier end), and return the newest seq in the
-# buffer, so the driver numbers its events above everything published.
-# KEYS: owner, stream, steer list.  ARGV: fence, ttl of a running turn's keys.
-ADOPT_TURN = """
-local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > owner then
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-end
-if tonumber(ARGV[1]) >= owner then
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
-  redis.call('EXPIRE', KEYS[3], ARGV[2])
-end
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then return 0 end
-return tonumber(string.match(last[1][1], '^(%d+)'))
-"""
 
-# KEYS: the lock, the session's kick-pending flag, its work mark.  ARGV: the lock's token.
-# Letting go also lowers the flag, so from here on a submission kicks again; until here
-# submissions needed none, since the driver reads the work mark (returned) before it stops.
-RELEASE_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-redis.call('DEL', KEYS[2])
-return redis.call('GET', KEYS[3])
-"""
+# Read once, at import; registered with each client by _Scripts.
+APPEND_AND_PUBLISH = _lua("append_and_publish")
+EXTEND_LOCK = _lua("extend_lock")
+ADOPT_TURN = _lua("adopt_turn")
+RELEASE_LOCK = _lua("release_lock")
+LUA_SCRIPTS = ("append_and_publish", "extend_lock", "adopt_turn", "release_lock")
+"""The files in ``workers/lua/`` this module reads (the package data a wheel must ship)."""
+
 
 STEERS_RECHECK_SECONDS = 0.1
 """How long a look at a steer list (a read of it, or a flusher's reply giving its length)

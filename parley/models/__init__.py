@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AnthropicModel": "parley.models.anthropic_messages",
     "OpenAIChatModel": "parley.models.openai_chat",
-    "OpenAICompatible": "parley.models.openai_chat",  # the name SPEC §4's example uses
+    "OpenAICompatible": "parley.models.openai_chat",  # OpenAIChatModel, for any compatible server
     "model_from_spec": "parley.models.selection",
 }
 

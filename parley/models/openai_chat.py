@@ -295,4 +295,4 @@ class _Assembly:
 
 
 OpenAICompatible = OpenAIChatModel
-"""The same model under the name SPEC §4 uses for any OpenAI-compatible server."""
+"""The same model, under a name that says it serves any OpenAI-compatible server."""

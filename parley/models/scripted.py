@@ -1,4 +1,5 @@
-"""The scripted model (SPEC §4): answers from a JSON script instead of a network.
+"""The scripted model (the README's "The scripted model"): answers from a JSON script
+instead of a network.
 
 Stateless and deterministic: the answer depends on the request alone, so any worker
 process — including one that took over after a crash — gives the same answer.  The rule

@@ -1,4 +1,5 @@
-"""The conversation guarantees of SPEC §2, through the public client, on every back end.
+"""The conversation guarantees (the README's "What parley guarantees"), through the public
+client, on every back end.
 
 Each test would fail if the guarantee it names broke.  The client fixture is the seam the
 fleet client joins, so the same bodies run against both deployments.

@@ -1,5 +1,6 @@
 """A process killed with SIGKILL mid-turn: another process continues the same turn and
-run from the last committed step, and no step is committed twice (SPEC §2.4, §2.5)."""
+run from the last committed step, and no step is committed twice (steps commit whole;
+crash resume)."""
 
 from __future__ import annotations
 

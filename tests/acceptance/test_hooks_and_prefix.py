@@ -1,5 +1,5 @@
-"""Hooks cannot break durability (SPEC §2.14), and the prefix is frozen after the first
-committed turn unless explicitly refreshed (SPEC §1)."""
+"""Hooks cannot break durability, and the prefix (system prompt and tool declarations) is
+frozen after the first committed turn unless explicitly refreshed."""
 
 from __future__ import annotations
 

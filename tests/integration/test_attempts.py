@@ -12,7 +12,8 @@ import pytest
 import parley
 from schemas.records import TurnStatus
 from tests.integration.drive import commit, migrated_store, new_session, start, submit
-from workers.engine import MAX_ATTEMPTS, TurnEngine
+from workers.driver import SessionDriver
+from workers.engine import MAX_ATTEMPTS, TurnEngine, worker_name
 from workers.local_coordinator import LocalCoordinator
 from workers.store import SqlStore
 
@@ -23,9 +24,10 @@ def store(db_url: str) -> Iterator[SqlStore]:
         yield store
 
 
-def engine_for(store: SqlStore) -> TurnEngine:
+def engine_for(store: SqlStore, label: str | None = None) -> TurnEngine:
     model = parley.models.ScriptedModel({"rules": [{"when": ".*", "steps": [{"text": "ok"}]}]})
-    return TurnEngine(store=store, coordinator=LocalCoordinator(), host=parley.Host(model=model))
+    host = parley.Host(model=model)
+    return TurnEngine(store=store, coordinator=LocalCoordinator(), host=host, label=label)
 
 
 def drive_to_the_end(store: SqlStore, session_id: str) -> TurnStatus:
@@ -77,3 +79,15 @@ def test_a_turn_claimed_again_and_again_without_a_step_gives_up_and_a_resume_ret
     store.resume_turn(second, 0)  # a person looked into it: a fresh set of attempts
     assert store.run_state(second).stalled_attempts == 0
     assert drive_to_the_end(store, session_id) is TurnStatus.FINISHED
+
+
+def test_a_run_names_the_engine_that_claimed_it_by_its_label_or_host_pid_and_thread(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    session_id = new_session(store, str(tmp_path))
+    labelled, _run = submit(store, session_id)
+    SessionDriver(engine_for(store, label="engine-a")).drive(session_id)
+    unlabelled, _run = submit(store, session_id, "second")
+    SessionDriver(engine_for(store)).drive(session_id)
+    assert store.run_state(labelled).worker == "engine-a"
+    assert store.run_state(unlabelled).worker == worker_name()

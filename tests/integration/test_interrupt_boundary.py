@@ -1,6 +1,7 @@
-"""An interrupt that returned before a turn's first boundary stops the turn there (SPEC
-§2.9), even on the Redis coordinator, which answers most flag checks from a recent look:
-the turn is prepared (hooks, tools) after its claim read the inbox."""
+"""An interrupt that returned before a turn's first boundary stops the turn there (an
+interrupt stops a turn at its next step boundary), even on the Redis coordinator, which
+answers most flag checks from a recent look: the turn is prepared (hooks, tools) after its
+claim read the inbox."""
 
 from __future__ import annotations
 

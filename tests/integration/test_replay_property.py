@@ -1,4 +1,5 @@
-"""Checked replay under random interleavings (SPEC §2.11, issue 4).
+"""Checked replay under random interleavings: no request ever carries an incomplete tool
+round (issue 4).
 
 Hypothesis draws whole conversations: turns of steps that call tools or answer, with
 steers, interrupts (at a boundary, mid-stream, during a tool), driver crashes (mid-stream

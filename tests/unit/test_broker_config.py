@@ -76,6 +76,7 @@ def test_every_app_is_json_only_and_at_least_once() -> None:
     assert conf.task_serializer == "json" and list(conf.accept_content) == ["json"]
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1
+    assert conf.worker_cancel_long_running_tasks_on_connection_loss is False  # kicks go on
     assert conf.task_ignore_result and conf.result_backend is None
     options = conf.broker_transport_options
     assert options["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS

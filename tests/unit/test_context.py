@@ -1,4 +1,4 @@
-"""Context assembly and checked replay (SPEC §2.11): stored rows become model messages,
+"""Context assembly and checked replay: stored rows become model messages,
 and an incomplete tool round raises CodecError instead of reaching a provider."""
 
 from __future__ import annotations

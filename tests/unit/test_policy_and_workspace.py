@@ -1,4 +1,5 @@
-"""Path globs, confinement to the session root, and the host policy (SPEC §2.10)."""
+"""Path globs, confinement to the session root, and the host policy, which no steer can
+widen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ScriptedModel (SPEC §4): the answer is a pure function of the request."""
+"""ScriptedModel: the answer is a pure function of the request."""
 
 from __future__ import annotations
 

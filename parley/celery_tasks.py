@@ -1,4 +1,5 @@
-"""The fleet's worker process: ``celery -A parley.worker worker`` (or ``parley worker``).
+"""The fleet's Celery app and tasks: ``celery -A parley.celery_tasks worker`` (or
+``parley worker``).
 
 Configuration comes from the environment (:class:`broker_config.settings.FleetSettings`).
 The tasks are thin: they name a session, and the engine does the rest.  Each worker
@@ -21,8 +22,8 @@ from broker_config.settings import FleetSettings
 from parley.host import host_from_environment, load_host
 from schemas.errors import StoreError
 from workers import constants as c
+from workers.fleet_runtime import FleetRuntime, drive_session, sweep
 from workers.store import validate_ids
-from workers.tasks import FleetRuntime, drive_session, sweep
 
 log = logging.getLogger("parley.worker")
 

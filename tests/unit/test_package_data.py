@@ -1,0 +1,37 @@
+"""The Lua scripts the Redis coordinator reads at import are package data: found through
+importlib.resources, and declared in pyproject.toml so a built (non-editable) wheel
+carries them."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from workers import redis_coordinator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lua_files() -> set[str]:
+    folder = resources.files("workers").joinpath("lua")
+    return {entry.name for entry in folder.iterdir() if entry.name.endswith(".lua")}
+
+
+def test_every_script_the_coordinator_reads_is_a_file_in_workers_lua() -> None:
+    assert _lua_files() == {f"{name}.lua" for name in redis_coordinator.LUA_SCRIPTS}
+    for name in redis_coordinator.LUA_SCRIPTS:
+        source = resources.files("workers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+        assert "redis.call(" in source
+        assert "-- KEYS:" in source  # each file says what its keys and arguments are
+    assert "redis.call('XADD'" in redis_coordinator.APPEND_AND_PUBLISH
+
+
+def test_pyproject_declares_the_lua_files_as_package_data_of_workers() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    setuptools = config["tool"]["setuptools"]
+    assert any(fnmatch.fnmatch("workers", p) for p in setuptools["packages"]["find"]["include"])
+    patterns = setuptools["package-data"]["workers"]
+    for name in _lua_files():
+        assert any(fnmatch.fnmatch(f"lua/{name}", p) for p in patterns), name
