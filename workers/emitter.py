@@ -133,8 +133,18 @@ class StreamingSink:
             self._emitter.emit(StepRestarted(step=self._index, reason=reason))
         self.parts = []
 
-    def settled(self, text: str) -> None:
-        """Readers now hold ``text`` for this step (the engine completed the stream)."""
+    def settle(self, text: str) -> None:
+        """Make the step's tokens concatenate to exactly ``text``, its committed text,
+        whatever the model streamed: complete a prefix, or restart the step's stream if
+        it diverged."""
+        streamed = self.text
+        if streamed != text:
+            if text.startswith(streamed):
+                self._emitter.emit_delta(self._index, text[len(streamed) :])
+            else:
+                self._emitter.emit(StepRestarted(step=self._index, reason="diverged"))
+                if text:
+                    self._emitter.emit_delta(self._index, text)
         self.parts = [text] if text else []
 
     @property

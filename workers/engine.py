@@ -54,7 +54,6 @@ from workers.holding import ensure_holding
 from workers.host_ports import (
     CommitReceipt,
     Host,
-    ModelReply,
     ModelRequest,
     PrefixSnapshot,
     SessionStateView,
@@ -504,7 +503,7 @@ class _TurnRun:
             return _Ending(
                 status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
             )
-        self._settle_stream(sink, reply, index)
+        sink.settle(reply.text)
         calls = unique_ids(reply.tool_calls, index)
         results = [self.tool_runner.run(call, index) for call in calls]
         payload = StepPayload(
@@ -596,20 +595,6 @@ class _TurnRun:
             replay = turn_replay(turn.prompt, steps)
             cache.put(turn.turn_id, turn.status, replay)
         return replay
-
-    def _settle_stream(self, sink: StreamingSink, reply: ModelReply, index: int) -> None:
-        """Make the step's tokens concatenate to exactly its committed text, whatever the
-        model streamed: complete a prefix, or restart the step's stream if it diverged."""
-        streamed = sink.text
-        if streamed == reply.text:
-            return
-        if reply.text.startswith(streamed):
-            self.emitter.emit_delta(index, reply.text[len(streamed) :])
-        else:
-            self.emitter.emit(StepRestarted(step=index, reason="diverged"))
-            if reply.text:
-                self.emitter.emit_delta(index, reply.text)
-        sink.settled(reply.text)
 
     # ------------------------------------------------------------------ end
 
