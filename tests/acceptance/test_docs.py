@@ -1,0 +1,267 @@
+"""Every code block of the README, CONTRIBUTING.md and docs/ that is meant to be run is
+run here, as written, as a new user would run it (the convention is CONTRIBUTING.md's
+"The docs test"): ``python`` blocks in a fresh temporary directory with the repo's
+``.venv``, ``sh`` blocks from the repo against a database of their own, which they
+create, and the test Redis database.  A block preceded by ``<!-- not run: why -->`` is
+not run; blocks in other languages (``text``) never are."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_ADMIN_URL
+from tests.fleet import REDIS_TEST_URL
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+DOCUMENTS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+RUN = ("python", "sh")
+NOT_RUN = re.compile(r"<!-- not run: (?P<why>\S.*?) -->")
+FENCE = "```"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a document."""
+
+    path: Path
+    line: int  # the opening fence's, from 1
+    language: str
+    text: str
+    not_run: str | None  # the reason, if marked not to run
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """The fenced blocks of ``path``, each with the not-run mark just above it, if any."""
+    lines = path.read_text().splitlines()
+    found = []
+    index = 0
+    while index < len(lines):
+        if not lines[index].startswith(FENCE):
+            index += 1
+            continue
+        end = next((j for j in range(index + 1, len(lines)) if lines[j] == FENCE), None)
+        assert end is not None, f"{path.name}:{index + 1}: a fence that is never closed"
+        above = next((lines[k] for k in range(index - 1, -1, -1) if lines[k].strip()), "")
+        mark = NOT_RUN.fullmatch(above)
+        found.append(
+            Block(
+                path=path,
+                line=index + 1,
+                language=lines[index][len(FENCE) :].strip(),
+                text="\n".join(lines[index + 1 : end]) + "\n",
+                not_run=mark["why"] if mark else None,
+            )
+        )
+        index = end + 1
+    return found
+
+
+BLOCKS = [block for path in DOCUMENTS for block in blocks_of(path)]
+RUNNABLE = [b for b in BLOCKS if b.language in RUN and b.not_run is None]
+
+EXPECTED = [
+    # (document, a line of the block, what its output must contain)
+    ("README.md", "session = client.open_session(root=str(root))", "finished It retries 502"),
+    ("README.md", "session = client.open_session(root=str(root))", "finished Heard: "),
+    ("README.md", ".venv/bin/parley beat &", "heard: hello"),
+]
+
+
+def expected_output(block: Block) -> list[str]:
+    return [out for name, line, out in EXPECTED if block.path.name == name and line in block.text]
+
+
+def test_every_block_names_its_language_and_each_mark_a_block_to_skip() -> None:
+    for block in BLOCKS:
+        assert block.language, f"{block.where}: name the block's language (text if not code)"
+        if block.not_run is not None:
+            assert block.language in RUN, f"{block.where}: a {block.language} block never runs"
+    marks = [
+        f"{path.name}:{number}"
+        for path in DOCUMENTS
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.startswith("<!-- not run")
+    ]
+    skipped = [b for b in BLOCKS if b.not_run is not None]
+    assert len(marks) == len(skipped), f"a mark with no python or sh block below it: {marks}"
+    # What the README promises runs: its taste and its fleet.
+    assert {b.language for b in RUNNABLE if b.path.name == "README.md"} == set(RUN)
+    for name, line, out in EXPECTED:
+        assert any(out in expected_output(b) for b in RUNNABLE), (name, line)
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment less parley's variables (the tests' own kept)."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("PARLEY_") or key.startswith("PARLEY_TEST_")
+    }
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in RUNNABLE if b.language == "python"], ids=lambda b: b.where
+)
+def test_python_block_runs_as_written(block: Block, tmp_path: Path) -> None:
+    assert VENV_PYTHON.exists(), "scripts/setup.sh dev makes .venv"
+    (tmp_path / "block.py").write_text(block.text)
+    run = subprocess.run(
+        [str(VENV_PYTHON), "block.py"],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert run.returncode == 0, f"{block.where}\n{run.stdout}\n{run.stderr}"
+    for out in expected_output(block):
+        assert out in run.stdout, f"{block.where}: {out!r} not in\n{run.stdout}"
+
+
+@contextmanager
+def database_to_create() -> Iterator[str]:
+    """The URL of a database that does not exist yet, dropped after if it came to."""
+    name = f"parley_docs_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    base = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def live_members(group: int) -> list[int]:
+    """The processes of process group ``group`` that have not exited (Linux's /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError):
+            # pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                members.append(int(stat.parent.name))
+    return members
+
+
+def stop_group(group: int) -> None:
+    """SIGTERM to every process left in ``group``, then SIGKILL to what remains."""
+    for sig, patience in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        with suppress(ProcessLookupError):
+            os.killpg(group, sig)
+        deadline = time.monotonic() + patience
+        while live_members(group) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not live_members(group):
+            return
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "block", [b for b in RUNNABLE if b.language == "sh"], ids=lambda b: b.where
+)
+def test_sh_block_runs_as_written(block: Block, tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    with database_to_create() as database_url, log.open("wb") as out:
+        env = {
+            **clean_environment(),
+            "PARLEY_DATABASE_URL": database_url,
+            "PARLEY_REDIS_URL": REDIS_TEST_URL,
+            "PARLEY_QUEUE": f"parley.docs.{uuid.uuid4().hex[:8]}",
+        }
+        # The block's background processes keep its output open: it goes to a file.
+        shell = subprocess.Popen(
+            ["bash", "-e", "-c", block.text],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            returncode = shell.wait(timeout=90)
+        finally:
+            stop_group(shell.pid)  # what the block left running, in the shell's group
+            shell.wait(5)
+    output = log.read_text(errors="replace")
+    assert returncode == 0, f"{block.where}\n{output}"
+    for expected in expected_output(block):
+        assert expected in output, f"{block.where}: {expected!r} not in\n{output}"
+
+
+def procfile_processes() -> dict[str, str]:
+    return dict(
+        line.split(": ", 1)
+        for line in (REPO / "Procfile").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+
+
+def test_the_readme_shows_the_procfile_as_it_is() -> None:
+    shown = [
+        b
+        for b in BLOCKS
+        if b.path.name == "README.md" and b.text.startswith("release: ") and b.language == "text"
+    ]
+    assert len(shown) == 1
+    assert dict(line.split(": ", 1) for line in shown[0].text.splitlines()) == procfile_processes()
+
+
+@pytest.mark.postgres
+def test_each_procfile_command_runs_without_an_activated_venv() -> None:
+    """honcho runs each line with ``sh -c`` in the environment it was given: the repo's
+    ``.venv`` is not on that PATH.  ``release`` runs to the end; the others must at least
+    name a program that exists."""
+    processes = procfile_processes()
+    assert set(processes) == {"release", "worker", "beat"}
+    for command in processes.values():
+        program = REPO / command.split()[0]
+        assert program.is_file() and os.access(program, os.X_OK), command
+    with database_to_create() as database_url:
+        admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{database_url.rsplit("/", 1)[1]}"')
+        run = subprocess.run(
+            ["/bin/sh", "-c", processes["release"]],
+            cwd=REPO,
+            env={
+                **clean_environment(),
+                "PATH": "/usr/bin:/bin",
+                "PARLEY_DATABASE_URL": database_url,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "schema at revision" in run.stdout + run.stderr
+
+
+def test_every_relative_link_names_a_file_of_the_repository() -> None:
+    for path in DOCUMENTS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if "://" in target:
+                continue
+            file = (path.parent / target.split("#", 1)[0]).resolve()
+            assert file.is_relative_to(REPO) and file.exists(), f"{path.name}: {target}"
