@@ -51,7 +51,7 @@ class Policy:
     directory or file: a hook or a config line such as ``core.fsmonitor`` written there
     would run with the next git command, so ``allow_execute=["git status"]`` would grant
     any code.  An allowed command that runs the workspace's own code (``pytest``,
-    ``make``) runs whatever the model wrote: see the README on ``run_command``.
+    ``make``) runs whatever the model wrote: see ``docs/agents.md`` on ``run_command``.
     """
 
     allow_read: Sequence[str] = ("**",)
