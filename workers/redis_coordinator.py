@@ -256,29 +256,21 @@ class RedisCoordinator(Coordinator):
         kick-pending flag is up, from an earlier kick until a driver lets go of the
         session (that driver sees this work through the work mark).  A lost mark or kick
         only delays a turn until the sweeper's next look."""
-        with self._sending:
-            with self._wake:
-                queued, self._pending = self._pending, []
-            batch = [*queued, *((0, e) for e in events)]
-            turns: list[str] = []
 
-            def mark(pipe: Any) -> None:
-                turns[:] = self._queue_appends(pipe, batch)
-                # A fresh random mark, not a counter: a counter that expired (a drive
-                # longer than its life) could count back up to the value a driver holds.
-                pipe.set(c.work_key(session_id), uuid.uuid4().hex, ex=c.WORK_MARK_SECONDS)
-                pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
+        def mark(pipe: Any) -> None:
+            # A fresh random mark, not a counter: a counter that expired (a drive longer
+            # than its life) could count back up to the value a driver holds.
+            pipe.set(c.work_key(session_id), uuid.uuid4().hex, ex=c.WORK_MARK_SECONDS)
+            pipe.set(c.kick_pending_key(session_id), 1, nx=True, ex=c.KICK_PENDING_SECONDS)
 
-            at = time.monotonic()
-            try:
-                replies, twice = self.pipeline(mark)
-            except redis.RedisError:
-                # (Not a warning: the kick that follows reports whether it reached the fleet.)
-                log.info("could not mark work for session %s; kicking anyway", session_id)
-                return True
-            self._sent(batch, turns, replies[: len(turns)], at)
-            # Run twice, the second SET found the first one's flag: kick to be safe.
-            return bool(replies[-1]) or twice
+        try:
+            replies, twice, _at = self._send_queued_with([(0, e) for e in events], mark)
+        except redis.RedisError:
+            # (Not a warning: the kick that follows reports whether it reached the fleet.)
+            log.info("could not mark work for session %s; kicking anyway", session_id)
+            return True
+        # Run twice, the second SET found the first one's flag: kick to be safe.
+        return bool(replies[-1]) or twice
 
     def unattended(self, session_ids: Sequence[str]) -> list[str]:
         """Of ``session_ids``, those whose lock no driver holds and that no kick sent in
@@ -385,6 +377,29 @@ class RedisCoordinator(Coordinator):
             with self._wake:
                 events, self._pending = self._pending, []
             self._flush([*events, *then])
+
+    def _send_queued_with(
+        self, then: Sequence[tuple[int, Event]], extra: Callable[[Any], object]
+    ) -> tuple[list[Any], bool, float]:
+        """Send what is queued, and ``then`` after it, with the commands ``extra`` puts on
+        the pipeline after theirs, in one round trip from the caller's thread (under the
+        send lock, as :meth:`_send_pending`).  Returns the replies to ``extra``'s
+        commands, whether the pipeline ran twice, and when it was sent; raises
+        ``RedisError`` (the events are then lost to the buffer, as any failed send's)."""
+        with self._sending:
+            with self._wake:
+                queued, self._pending = self._pending, []
+            batch = [*queued, *then]
+            turns: list[str] = []
+
+            def send(pipe: Any) -> None:
+                turns[:] = self._queue_appends(pipe, batch)
+                extra(pipe)
+
+            at = time.monotonic()
+            replies, twice = self.pipeline(send)
+            self._sent(batch, turns, replies[: len(turns)], at)
+            return replies[len(turns) :], twice, at
 
     def _flush_loop(self) -> None:
         while True:
@@ -591,28 +606,14 @@ class RedisCoordinator(Coordinator):
     ) -> list[Steer]:
         """Send ``events`` (and what is queued before them) now, and read the turn's
         steer list in the same round trip: what :meth:`steers_after` gives."""
-        with self._sending:
-            with self._wake:
-                queued, self._pending = self._pending, []
-            batch = [*queued, *((fence, e) for e in events)]
-            turns: list[str] = []
-
-            def send(pipe: Any) -> None:
-                turns[:] = self._queue_appends(pipe, batch)
-                _queue_steer_read(pipe, turn_id)
-
-            at = time.monotonic()
-            try:
-                replies, _ = self.pipeline(send)
-            except redis.RedisError:
-                log.warning(
-                    "could not publish %d event(s) nor read the steer list of %s",
-                    len(batch),
-                    turn_id,
-                )
-                return []
-            self._sent(batch, turns, replies[: len(turns)], at)
-            return self._listed_now(turn_id, replies[-2], replies[-1], at, cursor)
+        try:
+            (length, entries), _twice, at = self._send_queued_with(
+                [(fence, e) for e in events], lambda pipe: _queue_steer_read(pipe, turn_id)
+            )
+        except redis.RedisError:
+            log.warning("could not publish events nor read the steer list of %s", turn_id)
+            return []
+        return self._listed_now(turn_id, length, entries, at, cursor)
 
     def _listed_now(
         self, turn_id: str, length: Any, entries: list[bytes], at: float, cursor: int
