@@ -45,7 +45,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         summary="Durable, streamable, steerable LLM-agent conversations over HTTP.",
         version="1",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # Swagger UI loads its scripts from a CDN: offline it is a blank page
         redoc_url=None,
     )
     feeds = Feeds(client)
@@ -116,11 +116,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     variants = []
     for kind in PAYLOADS:
+        # The wire form is what a reader validates (``index`` for a step's number, the
+        # fields with defaults optional), and its nested types get an ``Event`` prefix so
+        # that none collides with a resource's name (``Usage``).
         payload = payload_adapter(kind).json_schema(
-            ref_template="#/components/schemas/{model}", mode="serialization"
+            ref_template="#/components/schemas/Event{model}", mode="validation"
         )
         for name, definition in payload.pop("$defs", {}).items():
-            schemas.setdefault(name, definition)
+            schemas[f"Event{name}"] = definition
         name = f"{kind.value.title().replace('_', '')}Payload"
         schemas[name] = payload
         variants.append(
