@@ -46,7 +46,7 @@ def document(tmp_path: Path) -> dict[str, Any]:
 
 def test_every_route_is_declared_with_its_bodies(document: dict[str, Any]) -> None:
     declared = {(m, p) for p, ops in document["paths"].items() for m in ops}
-    assert ROUTES <= declared
+    assert declared >= ROUTES
     assert document["openapi"].startswith("3.")
     for method, path in ROUTES:
         operation = document["paths"][path][method]
