@@ -132,6 +132,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.set_defaults(command=_chat)
 
+    gateway = commands.add_parser(
+        "gateway",
+        help="the HTTP gateway and web page (embedded on SQLite, a fleet producer on "
+        "PostgreSQL with PARLEY_REDIS_URL)",
+    )
+    gateway.add_argument(
+        "--bind",
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:$PORT, PORT default 8000); any address "
+        "but loopback needs PARLEY_GATEWAY_TOKENS",
+    )
+    gateway.set_defaults(command=_gateway)
+
     tree = commands.add_parser("tree", help="every turn of every branch")
     tree.add_argument("session_id")
     tree.set_defaults(command=_tree)
@@ -326,6 +339,34 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
         else:
             session = client.open_session(args.root)
         return Chat(client, session, console).run()
+
+
+def _gateway(args: argparse.Namespace, console: Console) -> int:
+    from parley.gateway.server import Bind, serve
+    from parley.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings.from_environment()
+    bind = Bind.parse(args.bind)
+    url = database_url_of(args.db)
+    note = None
+    engine = create_database_engine(url)
+    fleet = engine.dialect.name != "sqlite" and bool(os.environ.get("PARLEY_REDIS_URL"))
+    engine.dispose()
+    if fleet:
+        # A fleet producer and reader: the workers hold the host.
+        if args.host:
+            raise parley.errors.InvalidRequest(
+                "on a fleet the workers hold the host: --host is for the embedded gateway"
+            )
+        client = parley.connect(url)
+    else:
+        # Embedded: this process runs the turns.  With no host named, the offline
+        # scripted agent of `parley chat`, so a fresh clone serves a working page.
+        if not (args.host or _environment_names_a_host()):
+            args.host = f"scripted:{CHAT_SCRIPT}"
+            note = "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a real one)"
+        client = _client(args, runs_turns=True)
+    return serve(client, bind, settings, note=note)
 
 
 def _follow(args: argparse.Namespace, console: Console) -> int:

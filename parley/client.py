@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
@@ -215,9 +216,19 @@ class Client:
         *,
         metadata: dict[str, Any] | None = None,
         token_ceiling: int | None = None,
+        tenant: str | None = None,
+        session_id: str | None = None,
     ) -> Session:
-        """Create a session about the workspace ``root`` (an existing directory)."""
+        """Create a session about the workspace ``root`` (an existing directory).
+
+        ``tenant`` names the gateway tenant that owns it (the gateway shows a tenant
+        only its own sessions); ``session_id`` chooses its id (:class:`Conflict` if
+        taken), else it gets a fresh one."""
         self._check_open()
+        if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= 64):
+            raise InvalidRequest("tenant must be a non-empty string of at most 64 characters")
+        if session_id is not None:
+            _check_id(session_id)
         given = os.fspath(root) if isinstance(root, (str, os.PathLike)) else None
         if not isinstance(given, str) or not given or "\0" in given:
             raise InvalidRequest(f"root must be a directory's path (a non-empty str), not {root!r}")
@@ -233,7 +244,11 @@ class Client:
         ):
             raise InvalidRequest("token_ceiling must be a positive integer or None")
         record = self.store.create_session(
-            root=root_path, metadata=dict(metadata or {}), token_ceiling=token_ceiling
+            root=root_path,
+            metadata=dict(metadata or {}),
+            token_ceiling=token_ceiling,
+            tenant=tenant,
+            session_id=session_id,
         )
         return Session(self, record)
 
@@ -270,6 +285,16 @@ class Session:
     def metadata(self) -> dict[str, Any]:
         """The metadata given at creation."""
         return dict(self._record.metadata)
+
+    @property
+    def tenant(self) -> str | None:
+        """The gateway tenant that owns the session (None: created from Python)."""
+        return self._record.tenant
+
+    @property
+    def created_at(self) -> datetime:
+        """When the session was created (UTC)."""
+        return self._record.created_at
 
     @property
     def head(self) -> str | None:
@@ -336,7 +361,7 @@ class Session:
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         self._announce(receipt.queued)
-        return TurnHandle(client, receipt.turn)
+        return TurnHandle(client, receipt.turn, created=receipt.created)
 
     def _announce(self, queued: Event | None) -> None:
         """Publish a committed turn's ``queued`` event and get a driver to the session:
@@ -380,11 +405,14 @@ class Session:
 class TurnHandle:
     """A turn, seen from a caller: its events, its steering, its result."""
 
-    def __init__(self, client: Client, record: TurnRecord) -> None:
+    def __init__(self, client: Client, record: TurnRecord, *, created: bool = False) -> None:
         self._client = client
         self.turn_id = record.turn_id
         self.run_id = record.run_id
         self.session_id = record.session_id
+        self.created = created
+        """Whether the call that returned this handle created the turn (False for a
+        repeated ``request_id``, an attach or a resume)."""
 
     def __repr__(self) -> str:
         return f"<parley.TurnHandle {self.turn_id}>"
@@ -393,8 +421,9 @@ class TurnHandle:
         """The turn as stored now."""
         return self._client.store.get_turn(self.turn_id)
 
-    def events(self, after: int = 0) -> Iterator[Event]:
-        """Every event with seq > ``after``, once each and in order, ending after ``end``."""
+    def events(self, after: int = 0, *, stop: threading.Event | None = None) -> Iterator[Event]:
+        """Every event with seq > ``after``, once each and in order, ending after ``end``
+        (or, without it, within half a second of ``stop`` being set)."""
         if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= MAX_SEQ:
             raise InvalidRequest(f"after must be a seq: an integer from 0 to {MAX_SEQ}")
         client = self._client
@@ -404,6 +433,7 @@ class TurnHandle:
             coordinator=client.coordinator,
             store=client.store,
             driver_failure=lambda: client._kicker.failure(self.session_id),
+            stop=stop,
         )
 
     def latest_seq(self) -> int:

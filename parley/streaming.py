@@ -18,6 +18,7 @@ asked whether the turn is over only after a poll of silence.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -38,12 +39,15 @@ def follow(
     coordinator: Coordinator,
     store: SqlStore,
     driver_failure: Callable[[], BaseException | None] = lambda: None,
+    stop: threading.Event | None = None,
 ) -> Iterator[Event]:
     """Every event of the turn with seq > ``after``, once each and in order, until its end.
 
     A turn that is resumed after an ``end`` goes on: the iterator stops only at an ``end``
     that nothing follows while the turn is terminal.  ``driver_failure`` reports a driver
-    of this process that died (embedded), so a reader is told instead of waiting forever."""
+    of this process that died (embedded), so a reader is told instead of waiting forever.
+    Once ``stop`` is set the iterator ends within a poll, end or not (a reader that
+    nobody needs any more)."""
     last = after
     progressed = time.monotonic()
     # While the buffer is live and covers the reader, the reader blocks on it and takes
@@ -56,7 +60,7 @@ def follow(
     # it goes straight to blocking on a live buffer, sparing the store a read (and the
     # buffer two) just as the turn's driver starts.
     asked = after == 0
-    while True:
+    while stop is None or not stop.is_set():
         batch: list[Event] = []
         if live and asked:
             fresh = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)

@@ -117,6 +117,8 @@ class SessionRecord:
     token_ceiling: int | None
     tokens_used: int
     created_at: datetime
+    tenant: str | None = None
+    """The gateway tenant that owns the session (None: created from Python)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,6 +61,10 @@ sessions = Table(
     Column("token_ceiling", BigInteger, nullable=True),
     Column("prefix_generation", Integer, nullable=False, default=0),
     Column("created_at", Timestamp, nullable=False),
+    # The gateway's tenant that owns the session (None: created from Python, unowned).
+    Column("tenant", String(64), nullable=True),
+    # A tenant's sessions, newest first (the gateway's listing).
+    Index(None, "tenant", "created_at", "id"),
 )
 
 prefixes = Table(

@@ -250,6 +250,10 @@ class Coordinator(Protocol):
         pending steers needs both)."""
         ...
 
+    def ping(self) -> bool:
+        """Whether the coordinator answers now (readiness checks)."""
+        ...
+
     def close(self) -> None:
         """Send what ``publish`` has queued, then stop what runs in the background
         (threads, connections).  The owner calls it once it is done with the coordinator."""

@@ -91,6 +91,10 @@ class LocalCoordinator(Coordinator):
     def flush(self) -> None:
         """Nothing to send: publishing here is immediate."""
 
+    def ping(self) -> bool:
+        """Always: it lives in this process."""
+        return True
+
     def close(self) -> None:
         """Nothing to send or stop: publishing here is immediate, and every embedded
         client of a database shares its coordinator, so it stays usable after."""

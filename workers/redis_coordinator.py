@@ -235,6 +235,13 @@ class RedisCoordinator(Coordinator):
         self.redis.close()
         self._blocking.close()
 
+    def ping(self) -> bool:
+        """Whether Redis answers now."""
+        try:
+            return bool(self.redis.ping())
+        except redis.RedisError:
+            return False
+
     # ------------------------------------------------------------------ locks
 
     def try_lock(self, session_id: str) -> RedisLock | None:

@@ -45,6 +45,7 @@ class SessionRow:
     token_ceiling: int | None
     prefix_generation: int
     created_at: datetime
+    tenant: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> SessionRow:
@@ -63,6 +64,7 @@ def session_record(row: Any) -> SessionRecord:
         token_ceiling=row.token_ceiling,
         tokens_used=row.tokens_used,
         created_at=aware(row.created_at),
+        tenant=row.tenant,
     )
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -54,6 +55,20 @@ def b(name: str, **kwargs: Any) -> Any:
 # ------------------------------------------------------------------ sessions
 
 SESSION = select(t.sessions).where(t.sessions.c.id == b("session_id"))
+
+SESSIONS_OF_TENANT = (
+    select(t.sessions)
+    .where(t.sessions.c.tenant == b("tenant"))
+    .order_by(t.sessions.c.created_at.desc(), t.sessions.c.id.desc())
+    .limit(b("limit"))
+)
+# Keyset paging: the sessions after (older than) a page's last one.
+SESSIONS_OF_TENANT_BEFORE = SESSIONS_OF_TENANT.where(
+    tuple_(t.sessions.c.created_at, t.sessions.c.id)
+    < tuple_(
+        b("created_at", type_=t.sessions.c.created_at.type), b("id", type_=t.sessions.c.id.type)
+    )
+)
 
 SET_HEAD = (
     update(t.sessions).where(t.sessions.c.id == b("session_id")).values(head_turn_id=b("head"))

@@ -30,6 +30,7 @@ from schemas.errors import (
     InvalidRequest,
     SessionBusy,
     SessionNotFound,
+    StoreError,
     TurnEnded,
     TurnNotFound,
 )
@@ -55,6 +56,7 @@ from workers.rows import (
     read_steps,
     read_turn,
     run_state_of,
+    session_record,
     turn_record,
     write_events,
 )
@@ -105,35 +107,68 @@ class SqlStore(DriverStore, Store):
     # ------------------------------------------------------------------ sessions
 
     def create_session(
-        self, *, root: str, metadata: dict[str, Any], token_ceiling: int | None
+        self,
+        *,
+        root: str,
+        metadata: dict[str, Any],
+        token_ceiling: int | None,
+        tenant: str | None = None,
+        session_id: str | None = None,
     ) -> SessionRecord:
-        """Insert a new session with an empty tree."""
+        """Insert a new session with an empty tree (its id ``session_id``, else a fresh
+        one; :class:`Conflict` if that id is taken)."""
         record = SessionRecord(
-            session_id=new_id(),
+            session_id=session_id or new_id(),
             root=root,
             metadata=metadata,
             head_turn_id=None,
             token_ceiling=token_ceiling,
             tokens_used=0,
             created_at=_now(),
+            tenant=tenant,
         )
-        with self._tx() as db:
-            db.execute(
-                q.INSERT_SESSION,
-                {
-                    "id": record.session_id,
-                    "root": root,
-                    "metadata": metadata,
-                    "head_turn_id": None,
-                    "fence": 0,
-                    "turn_count": 0,
-                    "tokens_used": 0,
-                    "token_ceiling": token_ceiling,
-                    "prefix_generation": 0,
-                    "created_at": record.created_at,
-                },
-            )
+        try:
+            with self._tx() as db:
+                db.execute(
+                    q.INSERT_SESSION,
+                    {
+                        "id": record.session_id,
+                        "root": root,
+                        "metadata": metadata,
+                        "head_turn_id": None,
+                        "fence": 0,
+                        "turn_count": 0,
+                        "tokens_used": 0,
+                        "token_ceiling": token_ceiling,
+                        "prefix_generation": 0,
+                        "created_at": record.created_at,
+                        "tenant": tenant,
+                    },
+                )
+        except IntegrityConflict as exc:
+            raise Conflict(f"a session {record.session_id!r} exists already") from exc
         return record
+
+    def list_sessions(
+        self, *, tenant: str, limit: int, before: str | None = None
+    ) -> list[SessionRecord]:
+        """A tenant's sessions, newest first: at most ``limit``, and only those created
+        before the session ``before`` (a page's last), if given; :class:`SessionNotFound`
+        if ``before`` is not one of the tenant's."""
+
+        def read(db: StoreConnection) -> list[SessionRecord]:
+            binds: dict[str, Any] = {"b_tenant": tenant, "b_limit": limit}
+            if before is None:
+                statement = q.SESSIONS_OF_TENANT
+            else:
+                mark = read_session(db, before)
+                if mark.tenant != tenant:
+                    raise SessionNotFound(f"no session {before!r}")
+                statement = q.SESSIONS_OF_TENANT_BEFORE
+                binds.update(b_created_at=mark.created_at, b_id=mark.session_id)
+            return [session_record(row) for row in db.execute(statement, binds)]
+
+        return self._reading(read)
 
     def get_session(self, session_id: str) -> SessionRecord:
         """The stored session; :class:`SessionNotFound` if unknown."""
@@ -406,6 +441,14 @@ class SqlStore(DriverStore, Store):
             lambda db: db.execute(q.LAST_EVENT_SEQ, {"b_turn_id": turn_id}).scalar_one()
         )
         return int(seq or 0)
+
+    def ping(self) -> bool:
+        """Whether the database answers now (readiness checks)."""
+        try:
+            self._reading(lambda db: db.execute(select(1)).scalar_one())
+        except StoreError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ sizes
 

@@ -1,0 +1,182 @@
+"""The gateway's ASGI application: the routes, the error form, the body limit, CORS, an
+access log without query strings, health, the OpenAPI document and the web page."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources as package_files
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from parley.client import Client
+from parley.gateway import native
+from parley.gateway import resources as r
+from parley.gateway.errors import BodyLimit, install_error_handlers
+from parley.gateway.feeds import Feeds
+from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenants import TokenTable
+from schemas.events import PAYLOADS, payload_adapter
+
+access_log = logging.getLogger("parley.gateway.access")
+STATIC = package_files.files("parley.gateway") / "static"
+
+
+def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
+    """The gateway on ``client`` (embedded or fleet), configured by ``settings``.  The
+    client is closed with the application."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        feeds.close()
+        client.close(wait=False)
+
+    app = FastAPI(
+        title="parley gateway",
+        summary="Durable, streamable, steerable LLM-agent conversations over HTTP.",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,  # Swagger UI loads its scripts from a CDN: offline it is a blank page
+        redoc_url=None,
+    )
+    feeds = Feeds(client)
+    app.state.client = client
+    app.state.settings = settings
+    app.state.tokens = TokenTable(settings.tokens)
+    app.state.feeds = feeds
+    install_error_handlers(app)
+    app.include_router(native.router)
+    _health_routes(app, client)
+    _page_routes(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    # Outermost last: the access log sees every answer, the body limit every request.
+    app.add_middleware(BodyLimit, limit=settings.max_body)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+            expose_headers=["Location"],
+        )
+    app.add_middleware(AccessLog)
+    return app
+
+
+def _health_routes(app: FastAPI, client: Client) -> None:
+    @app.get("/healthz", response_model=r.Health, tags=["operations"])
+    def healthz() -> r.Health:
+        """Liveness: the process answers."""
+        return r.Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=r.Health,
+        tags=["operations"],
+        responses={503: {"model": r.Health, "description": "A dependency does not answer"}},
+    )
+    def readyz() -> JSONResponse:
+        """Readiness: ``200`` only while the database (and Redis, on a fleet) answer."""
+        checks = {"database": "ok" if client.store.ping() else "unavailable"}
+        if client.fleet:
+            checks["redis"] = "ok" if client.coordinator.ping() else "unavailable"
+        ready = all(value == "ok" for value in checks.values())
+        body = r.Health(status="ok" if ready else "unavailable", checks=checks)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+def _page_routes(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        """The web page (it reads its token from the URL the gateway printed)."""
+        with package_files.as_file(STATIC / "index.html") as path:
+            return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+    with package_files.as_file(STATIC) as directory:
+        app.mount("/static", StaticFiles(directory=directory), name="static")
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, plus every event kind's payload schema (``<Kind>Payload``) and
+    the event envelope whose ``data`` is one of them."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    variants = []
+    for kind in PAYLOADS:
+        # The wire form is what a reader validates (``index`` for a step's number, the
+        # fields with defaults optional), and its nested types get an ``Event`` prefix so
+        # that none collides with a resource's name (``Usage``).
+        payload = payload_adapter(kind).json_schema(
+            ref_template="#/components/schemas/Event{model}", mode="validation"
+        )
+        for name, definition in payload.pop("$defs", {}).items():
+            schemas[f"Event{name}"] = definition
+        name = f"{kind.value.title().replace('_', '')}Payload"
+        schemas[name] = payload
+        variants.append(
+            {
+                "type": "object",
+                "required": ["turn_id", "seq", "kind", "data"],
+                "properties": {
+                    "turn_id": {"type": "string"},
+                    "seq": {"type": "integer", "minimum": 1},
+                    "kind": {"const": kind.value},
+                    "data": {"$ref": f"#/components/schemas/{name}"},
+                },
+            }
+        )
+    schemas["Event"] = {
+        "description": "One event of a turn (Event.to_json()), by kind.",
+        "oneOf": variants,
+        "discriminator": {"propertyName": "kind"},
+    }
+    app.openapi_schema = document
+    return document
+
+
+class AccessLog:
+    """One line per request: method, path (never the query string, which may carry the
+    page's token), status and duration.  uvicorn's own access log is off."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            access_log.info(
+                "%s %s %d %.1fms",
+                scope["method"],
+                scope["path"],
+                status,
+                (time.perf_counter() - started) * 1000,
+            )
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,194 @@
+"""The gateway's one error form, ``{"error": {"type": NAME, "message": TEXT}}`` (SPEC §6),
+for every refusal: parley's errors by class, validation, auth, unknown routes, an
+oversized body, and anything unexpected (a 5xx names no internals)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from parley import errors
+
+log = logging.getLogger("parley.gateway")
+
+# parley's errors by the status SPEC §6 gives them; a subclass takes its base's.
+STATUS_OF: dict[type[errors.ParleyError], int] = {
+    errors.SessionNotFound: 404,
+    errors.TurnNotFound: 404,
+    errors.TurnEnded: 409,
+    errors.SessionBusy: 409,
+    errors.ForeignTurn: 409,
+    errors.Conflict: 409,
+    errors.PrefixFrozen: 409,
+    errors.InvalidRequest: 422,
+    errors.CodecError: 422,
+}
+# Starlette's own refusals (no such route, wrong method) in the same form.
+TYPE_OF_STATUS = {
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+}
+
+
+class GatewayError(Exception):
+    """A refusal the gateway itself makes (auth, a body too large)."""
+
+    def __init__(
+        self, status: int, type_name: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type_name = type_name
+        self.message = message
+        self.headers = headers
+
+
+def error_body(type_name: str, message: str) -> dict[str, Any]:
+    """The error form."""
+    return {"error": {"type": type_name, "message": message}}
+
+
+def error_response(
+    status: int, type_name: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """The error form as a response."""
+    return JSONResponse(error_body(type_name, message), status_code=status, headers=headers)
+
+
+def unauthorized(message: str) -> GatewayError:
+    """401, with the challenge RFC 6750 asks for."""
+    return GatewayError(401, "Unauthorized", message, {"WWW-Authenticate": "Bearer"})
+
+
+def status_of(error: errors.ParleyError) -> int:
+    """The HTTP status of a parley error (503 for a store that failed, 500 otherwise)."""
+    for cls in type(error).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return 503 if isinstance(error, errors.StoreError) else 500
+
+
+def parley_error_response(error: errors.ParleyError) -> JSONResponse:
+    """A parley error in the error form; a server-side failure names no internals."""
+    status = status_of(error)
+    if status >= 500:
+        log.error("%s: %s", type(error).__name__, error)
+        return error_response(status, "Unavailable", "the service is unavailable; retry later")
+    return error_response(status, type(error).__name__, str(error))
+
+
+def describe_validation(exc: RequestValidationError) -> str:
+    """pydantic's errors as one readable line: ``where: what`` for each."""
+    parts = []
+    for item in exc.errors():
+        where = ".".join(str(p) for p in item.get("loc", ()) if p not in ("body", "query"))
+        message = str(item.get("msg", "invalid"))
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every refusal of ``app`` in the error form."""
+
+    @app.exception_handler(errors.ParleyError)
+    async def parley_error(_request: Request, exc: errors.ParleyError) -> JSONResponse:
+        return parley_error_response(exc)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc.status, exc.type_name, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        if any(item.get("type") == "json_invalid" for item in exc.errors()):
+            return error_response(400, "InvalidRequest", "the body is not valid JSON")
+        return error_response(422, "InvalidRequest", describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_name = TYPE_OF_STATUS.get(exc.status_code, "HTTPError")
+        message = exc.detail if isinstance(exc.detail, str) else type_name
+        return error_response(exc.status_code, type_name, message, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error", exc_info=exc)
+        return error_response(500, "InternalError", "the gateway failed; retry later")
+
+
+class BodyLimit:
+    """Refuse a request body over ``limit`` bytes with 413 before the route sees it, by
+    its ``Content-Length`` or, without one, as it arrives (chunked); and one declared as
+    anything but JSON with 415 (FastAPI would not parse it, and a form-encoded prompt
+    would be refused as "not an object", which says nothing)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if kind and not (kind == b"application/json" or kind.endswith(b"+json")):
+            await self._refuse(
+                scope, receive, send, 415, "send the body as JSON (Content-Type: application/json)"
+            )
+            return
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                await self._refuse(scope, receive, send, 400, "Content-Length is not a number")
+                return
+            if size > self.limit:
+                await self._refuse(scope, receive, send, 413, self._over())
+                return
+            await self.app(scope, receive, send)
+            return
+        # No length given: read the body here, up to the limit, and hand it on whole.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(scope, receive, send, 413, self._over())
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _over(self) -> str:
+        return f"the body is over the limit of {self.limit} bytes (PARLEY_GATEWAY_MAX_BODY)"
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, status: int, message: str
+    ) -> None:
+        type_name = TYPE_OF_STATUS.get(status, "InvalidRequest")
+        await error_response(status, type_name, message)(scope, receive, send)

@@ -1,0 +1,327 @@
+"""parley's own HTTP interface (SPEC §6 "Routes"): sessions and turns as JSON, a turn's
+events as Server-Sent Events.
+
+Routes that only touch the store are plain functions, which FastAPI runs on its thread
+pool; the event stream and the result's wait are asynchronous and read the turn through
+the process's shared feed (``feeds.py``), never a thread of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from parley.client import MAX_SEQ, Client, TurnHandle
+from parley.errors import InvalidRequest
+from parley.gateway import resources as r
+from parley.gateway.feeds import Feeds, FellBehind
+from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenants import owned_session, owned_turn, tenant
+from schemas.events import Event, EventKind
+from schemas.records import TaskContract
+from workers.store import new_id
+
+log = logging.getLogger("parley.gateway")
+
+Tenant = Annotated[str, Depends(tenant)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": r.ErrorBody, "description": text}
+    for status, text in (
+        (400, "Malformed JSON"),
+        (401, "No bearer token, or an unknown one"),
+        (404, "No such resource (or another tenant's)"),
+        (409, "The resource's state forbids this"),
+        (413, "The body is over PARLEY_GATEWAY_MAX_BODY"),
+        (422, "A field is invalid"),
+    )
+}
+EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: each `id: SEQ`, `event: KIND`, `data: Event` "
+        "(see the Event and *Payload schemas); `: keep-alive` comments while idle; the "
+        "stream closes after `end`.",
+        "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+    }
+}
+
+router = APIRouter(prefix="/v1", responses=ERRORS)
+
+
+def client_of(request: Request) -> Client:
+    """The gateway's client (embedded or fleet)."""
+    client: Client = request.app.state.client
+    return client
+
+
+def settings_of(request: Request) -> GatewaySettings:
+    """The gateway's settings."""
+    settings: GatewaySettings = request.app.state.settings
+    return settings
+
+
+def feeds_of(request: Request) -> Feeds:
+    """The process's feeds."""
+    feeds: Feeds = request.app.state.feeds
+    return feeds
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+@router.post("/sessions", status_code=201, response_model=r.Session, tags=["sessions"])
+def create_session(
+    body: r.SessionCreate, request: Request, owner: Tenant, response: Response
+) -> r.Session:
+    """Open a session about a workspace of the tenant's (made if missing)."""
+    client = client_of(request)
+    session_id = new_id()
+    root = workspace_root(settings_of(request).workspaces, owner, body.workspace or session_id)
+    session = client.open_session(root, metadata=body.metadata, tenant=owner, session_id=session_id)
+    response.headers["Location"] = f"/v1/sessions/{session.id}"
+    return r.Session.of(client.store.get_session(session.id))
+
+
+@router.get("/sessions", response_model=r.Sessions, tags=["sessions"])
+def list_sessions(
+    request: Request,
+    owner: Tenant,
+    limit: Annotated[int, Query(ge=1, le=r.MAX_LIST)] = 50,
+    before: Annotated[str | None, Query(min_length=1, max_length=36)] = None,
+) -> r.Sessions:
+    """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
+    records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
+    return r.Sessions(sessions=[r.Session.of(record) for record in records])
+
+
+@router.get("/sessions/{session_id}", response_model=r.Session, tags=["sessions"])
+def get_session(session_id: str, request: Request, owner: Tenant) -> r.Session:
+    """A session."""
+    return r.Session.of(owned_session(client_of(request), session_id, owner))
+
+
+@router.post(
+    "/sessions/{session_id}/turns",
+    status_code=202,
+    response_model=r.Turn,
+    tags=["turns"],
+    responses={200: {"model": r.Turn, "description": "A repeated request_id: the same turn"}},
+)
+def submit_turn(
+    session_id: str,
+    body: r.TurnCreate,
+    request: Request,
+    response: Response,
+    owner: Tenant,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> r.Turn:
+    """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
+    answers the turn it made (``200``) and queues nothing."""
+    client = client_of(request)
+    owned_session(client, session_id, owner)
+    if body.request_id and idempotency_key and body.request_id != idempotency_key:
+        raise InvalidRequest("request_id and the Idempotency-Key header differ")
+    request_id = body.request_id or idempotency_key or None
+    contract = None
+    if body.max_steps is not None or body.max_tokens is not None:
+        contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
+    handle = client.session(session_id).submit(
+        body.prompt, contract=contract, request_id=request_id, if_busy=body.if_busy
+    )
+    if not handle.created:
+        response.status_code = 200
+    response.headers["Location"] = f"/v1/turns/{handle.turn_id}"
+    return r.Turn.of(handle.record())
+
+
+@router.get("/sessions/{session_id}/history", response_model=r.Turns, tags=["sessions"])
+def history(session_id: str, request: Request, owner: Tenant) -> r.Turns:
+    """The turns root → head: what the model sees."""
+    client = client_of(request)
+    owned_session(client, session_id, owner)
+    return r.Turns(turns=[r.Turn.of(t) for t in client.store.history(session_id)])
+
+
+@router.get("/sessions/{session_id}/tree", response_model=r.Turns, tags=["sessions"])
+def tree(session_id: str, request: Request, owner: Tenant) -> r.Turns:
+    """Every turn of every branch, in submission order."""
+    client = client_of(request)
+    owned_session(client, session_id, owner)
+    return r.Turns(turns=[r.Turn.of(t) for t in client.store.tree(session_id)])
+
+
+@router.post("/sessions/{session_id}/branch", response_model=r.Session, tags=["sessions"])
+def branch(session_id: str, body: r.BranchRequest, request: Request, owner: Tenant) -> r.Session:
+    """Move the head to one of the session's turns: the next turn hangs under it."""
+    client = client_of(request)
+    owned_session(client, session_id, owner)
+    owned_turn(client, body.turn_id, owner)  # another tenant's turn is unknown here
+    client.session(session_id).branch_from(body.turn_id)
+    return r.Session.of(client.store.get_session(session_id))
+
+
+# ---------------------------------------------------------------------------- turns
+
+
+@router.get("/turns/{turn_id}", response_model=r.TurnDetails, tags=["turns"])
+def get_turn(turn_id: str, request: Request, owner: Tenant) -> r.TurnDetails:
+    """A turn with its run's details."""
+    return _details(client_of(request), turn_id, owner)
+
+
+def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
+    record = owned_turn(client, turn_id, owner)
+    return r.TurnDetails.of_run(record, client.store.run_state(turn_id))
+
+
+@router.get(
+    "/turns/{turn_id}/events",
+    tags=["turns"],
+    response_class=EventSourceResponse,
+    responses=EVENT_STREAM,
+)
+async def events(
+    turn_id: str,
+    request: Request,
+    owner: Tenant,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> EventSourceResponse:
+    """The turn's events after ``?after=`` or ``Last-Event-ID`` (0 if neither), each once
+    and in order, closing after ``end``; for a turn still queued, running, or long over."""
+    start = after if after is not None else _last_event_id(last_event_id)
+    client = client_of(request)
+    await asyncio.to_thread(owned_turn, client, turn_id, owner)
+    feeds = feeds_of(request)
+
+    async def stream() -> AsyncIterator[ServerSentEvent]:
+        try:
+            async for event in feeds.subscribe(turn_id, start):
+                yield sse_of(event)
+        except FellBehind as exc:
+            log.info("dropped a slow subscriber: %s", exc)
+
+    return event_stream(stream(), settings_of(request))
+
+
+def _last_event_id(value: str | None) -> int:
+    if value is None or not value.strip():
+        return 0
+    try:
+        seq = int(value)
+    except ValueError:
+        raise InvalidRequest("Last-Event-ID must be a seq (a whole number)") from None
+    if not 0 <= seq <= MAX_SEQ:
+        raise InvalidRequest(f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}")
+    return seq
+
+
+def sse_of(event: Event) -> ServerSentEvent:
+    """An event as SSE: ``id: SEQ``, ``event: KIND``, ``data: Event.to_json()``."""
+    return ServerSentEvent(
+        data=json.dumps(event.to_json(), separators=(",", ":")),
+        event=str(event.kind),
+        id=str(event.seq),
+    )
+
+
+def event_stream(
+    frames: AsyncIterator[ServerSentEvent], settings: GatewaySettings, **headers: str
+) -> EventSourceResponse:
+    """A ``text/event-stream`` response of ``frames`` with ``: keep-alive`` comments while
+    idle; lines end in LF (the form every SSE parser takes)."""
+    return EventSourceResponse(
+        frames,
+        ping=max(1, round(settings.keepalive_seconds)),
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
+        sep="\n",
+        headers={"Cache-Control": "no-cache", **headers},
+    )
+
+
+@router.get(
+    "/turns/{turn_id}/result",
+    response_model=r.TurnDetails,
+    tags=["turns"],
+    responses={202: {"model": r.TurnDetails, "description": "Still running after the wait"}},
+)
+async def result(
+    turn_id: str,
+    request: Request,
+    owner: Tenant,
+    wait: Annotated[float, Query(ge=0, le=r.MAX_WAIT_SECONDS)] = 0,
+) -> JSONResponse:
+    """The turn once it has ended (``200``), waiting up to ``wait`` seconds for it; ``202``
+    with the turn as it stands if it is still going."""
+    client = client_of(request)
+    details = await asyncio.to_thread(_details, client, turn_id, owner)
+    if not details.status.terminal and wait > 0:
+        try:
+            async with asyncio.timeout(wait):
+                async for event in feeds_of(request).subscribe(turn_id, 0):
+                    if event.kind is EventKind.END:
+                        details = await asyncio.to_thread(_details, client, turn_id, owner)
+                        if details.status.terminal:
+                            break
+        except TimeoutError:
+            pass
+        details = await asyncio.to_thread(_details, client, turn_id, owner)
+    status = 200 if details.status.terminal else 202
+    return JSONResponse(details.model_dump(mode="json"), status_code=status)
+
+
+@router.post("/turns/{turn_id}/say", status_code=202, response_model=r.Accepted, tags=["turns"])
+def say(turn_id: str, body: r.SayRequest, request: Request, owner: Tenant) -> r.Accepted:
+    """A message for the model at the turn's next step boundary; ``409 TurnEnded`` once
+    the turn has ended (the message then goes nowhere, and you are told)."""
+    _handle(request, turn_id, owner).say(body.text)
+    return r.Accepted(turn_id=turn_id, accepted="say")
+
+
+@router.post(
+    "/turns/{turn_id}/interrupt", status_code=202, response_model=r.Accepted, tags=["turns"]
+)
+def interrupt(turn_id: str, request: Request, owner: Tenant) -> r.Accepted:
+    """Stop the turn at its next step boundary (at once while the model streams); it
+    stays resumable.  ``409 TurnEnded`` once it has ended."""
+    _handle(request, turn_id, owner).interrupt()
+    return r.Accepted(turn_id=turn_id, accepted="interrupt")
+
+
+@router.post("/turns/{turn_id}/resume", status_code=202, response_model=r.Turn, tags=["turns"])
+def resume(turn_id: str, request: Request, owner: Tenant) -> r.Turn:
+    """Continue a cancelled, failed or stranded turn from its last committed step (the
+    same turn and run)."""
+    client = client_of(request)
+    record = owned_turn(client, turn_id, owner)
+    handle = client.session(record.session_id).resume(turn_id)
+    return r.Turn.of(handle.record())
+
+
+def _handle(request: Request, turn_id: str, owner: str) -> TurnHandle:
+    client = client_of(request)
+    owned_turn(client, turn_id, owner)
+    return client.attach(turn_id)
+
+
+def workspace_root(workspaces: Path, owner: str, name: str) -> Path:
+    """The directory ``<workspaces>/<tenant>/<name>``, made if missing.  ``name`` has
+    matched the workspace pattern already (no separator, no ``..``); a directory that is
+    a symbolic link, or resolves outside the tenant's, is refused."""
+    base = workspaces / owner
+    base.mkdir(parents=True, exist_ok=True)
+    root = base / name
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
+    root.mkdir(exist_ok=True)
+    if Path(os.path.realpath(root)).parent != Path(os.path.realpath(base)):
+        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
+    return root

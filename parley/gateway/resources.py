@@ -1,0 +1,223 @@
+"""What crosses the gateway's wire (SPEC §6 "Resources"), declared with pydantic: request
+bodies are validated against these (a field they do not name is refused, so a misspelt
+one is not silently ignored) and responses are built from them, which is also what the
+OpenAPI document says."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
+from parley.gateway.settings import NAME_PATTERN
+from schemas.events import Event
+from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
+
+MAX_LIST = 200
+MAX_WAIT_SECONDS = 60
+
+
+class Body(BaseModel):
+    """A request body: a field it does not declare is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionCreate(Body):
+    """``POST /v1/sessions``."""
+
+    workspace: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] | None = Field(
+        None,
+        description="The workspace directory's name under the tenant's; "
+        "default: the new session's id. Sessions may share one.",
+    )
+    metadata: dict[str, Any] | None = Field(None, description="Any JSON object, kept as given.")
+
+
+class TurnCreate(Body):
+    """``POST /v1/sessions/{id}/turns``.  Budgets only: a ``check`` command is never
+    accepted over HTTP."""
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_BYTES)
+    request_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_REQUEST_ID,
+        description="Repeated on the same session, answers the turn it made (200).",
+    )
+    if_busy: IfBusy = IfBusy.ENQUEUE
+    max_steps: int | None = Field(None, ge=1, le=10_000)
+    max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_check(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "check" in data:
+            raise ValueError("a check command is never accepted over HTTP: budgets only")
+        if isinstance(data, dict) and "context" in data:
+            raise ValueError("context (host context for a turn) is not supported by this version")
+        return data
+
+
+class BranchRequest(Body):
+    """``POST /v1/sessions/{id}/branch``."""
+
+    turn_id: str = Field(min_length=1, max_length=36)
+
+
+class SayRequest(Body):
+    """``POST /v1/turns/{id}/say``."""
+
+    text: str = Field(min_length=1, max_length=MAX_STEER_BYTES)
+
+
+class ApprovalDecision(Body):
+    """``POST /v1/turns/{id}/approvals/{approval_id}``."""
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(None, max_length=10_000)
+
+
+class Session(BaseModel):
+    """A session (SPEC §6)."""
+
+    id: str
+    workspace: str
+    metadata: dict[str, Any]
+    head_turn_id: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: SessionRecord) -> Session:
+        """The wire form of a stored session."""
+        return cls(
+            id=record.session_id,
+            workspace=Path(record.root).name,
+            metadata=record.metadata,
+            head_turn_id=record.head_turn_id,
+            created_at=record.created_at,
+        )
+
+
+class Sessions(BaseModel):
+    """``GET /v1/sessions``: newest first."""
+
+    sessions: list[Session]
+
+
+class Turn(BaseModel):
+    """A turn (SPEC §6): ``status`` is ``queued``, ``running``, ``waiting`` or its outcome."""
+
+    turn_id: str
+    session_id: str
+    parent_id: str | None
+    run_id: str
+    prompt: str
+    status: TurnStatus
+    reply: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> Turn:
+        """The wire form of a stored turn."""
+        return cls(
+            turn_id=record.turn_id,
+            session_id=record.session_id,
+            parent_id=record.parent_id,
+            run_id=record.run_id,
+            prompt=record.prompt,
+            status=record.status,
+            reply=record.reply,
+            created_at=record.created_at,
+        )
+
+
+class Turns(BaseModel):
+    """``history`` (root → head) and ``tree`` (every branch)."""
+
+    turns: list[Turn]
+
+
+class Usage(BaseModel):
+    """Tokens a turn has used."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person's answer (SPEC §6a)."""
+
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+class TurnDetails(Turn):
+    """``GET /v1/turns/{id}``: the turn with its run's details."""
+
+    steps: int
+    usage: Usage
+    error: str | None
+    undelivered: list[str] = Field(
+        description="say texts accepted but never delivered: the turn stopped first"
+    )
+    pending_approvals: list[PendingApproval]
+
+    @classmethod
+    def of_run(cls, record: TurnRecord, run: RunState) -> TurnDetails:
+        """The wire form of a stored turn and its run."""
+        return cls(
+            **Turn.of(record).model_dump(),
+            steps=run.steps,
+            usage=Usage(input_tokens=run.usage.input_tokens, output_tokens=run.usage.output_tokens),
+            error=run.error,
+            undelivered=list(run.undelivered),
+            pending_approvals=[],
+        )
+
+
+class Accepted(BaseModel):
+    """A steer or an interrupt was accepted (committed): it reaches the turn at its next
+    step boundary."""
+
+    turn_id: str
+    accepted: Literal["say", "interrupt"]
+
+
+class EventOut(BaseModel):
+    """An event (``Event.to_json()``); ``data`` is its kind's payload (see the
+    ``*Payload`` schemas)."""
+
+    turn_id: str
+    seq: int
+    kind: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        """The wire form of an event."""
+        return cls.model_validate(event.to_json())
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz``."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong."""
+
+    type: str = Field(description="The parley.errors class, or Unauthorized, NotFound, …")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: ``{"error": {"type", "message"}}``."""
+
+    error: ErrorDetail

@@ -1,0 +1,135 @@
+"""The gateway's configuration, read from the environment once at start.
+
+``PARLEY_GATEWAY_TOKENS``: ``TOKEN=TENANT`` pairs, comma-separated, or ``@path`` to a file
+with one pair per line (blank lines and ``#`` comments allowed).  Without any, the gateway
+serves loopback only, with one generated token for the tenant ``local``.
+``PARLEY_WORKSPACES`` (default ``./workspaces``): where sessions' roots are made.
+``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
+default 15), ``PARLEY_GATEWAY_CORS_ORIGINS`` (comma-separated origins; CORS is off
+without).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from parley.errors import InvalidRequest
+
+LOCAL_TENANT = "local"
+DEFAULT_MAX_BODY = 1 << 20
+DEFAULT_KEEPALIVE_SECONDS = 15.0
+# A tenant's name is a directory under PARLEY_WORKSPACES, and a workspace's a directory
+# under that: one pattern for both, which no path trick gets through.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+NAME = re.compile(NAME_PATTERN)
+# What a bearer token may be (RFC 6750's b64token, at least 16 characters): a token that
+# would need quoting in a header, or is short enough to guess, is refused at start.
+TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{16,512}=*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewaySettings:
+    """What the gateway serves and how (see the module docstring for the variables)."""
+
+    tokens: Mapping[str, str]
+    """Bearer token → tenant."""
+    workspaces: Path
+    max_body: int = DEFAULT_MAX_BODY
+    keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+    cors_origins: tuple[str, ...] = ()
+    generated_token: str | None = None
+    """The token made at start when none was configured (loopback only)."""
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
+        """The settings the variables name; :class:`InvalidRequest` naming the variable
+        that is wrong."""
+        tokens = parse_tokens(env.get("PARLEY_GATEWAY_TOKENS", ""))
+        generated = None
+        if not tokens:
+            generated = secrets.token_urlsafe(24)
+            tokens = {generated: LOCAL_TENANT}
+        return cls(
+            tokens=tokens,
+            workspaces=Path(env.get("PARLEY_WORKSPACES") or "workspaces").absolute(),
+            max_body=_positive_int(env, "PARLEY_GATEWAY_MAX_BODY", DEFAULT_MAX_BODY),
+            keepalive_seconds=_positive_float(
+                env, "PARLEY_GATEWAY_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS
+            ),
+            cors_origins=tuple(
+                origin.strip()
+                for origin in env.get("PARLEY_GATEWAY_CORS_ORIGINS", "").split(",")
+                if origin.strip()
+            ),
+            generated_token=generated,
+        )
+
+    @property
+    def loopback_only(self) -> bool:
+        """No tokens were configured: only this machine may connect."""
+        return self.generated_token is not None
+
+
+def parse_tokens(value: str) -> dict[str, str]:
+    """``TOKEN=TENANT`` pairs from ``PARLEY_GATEWAY_TOKENS`` (or the file ``@path``).  The
+    error never repeats a token: it says which pair (by position) is wrong."""
+    value = value.strip()
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InvalidRequest(
+                f"PARLEY_GATEWAY_TOKENS names {str(path)!r}, which cannot be read: {exc.strerror}"
+            ) from None
+        pairs = [line.strip() for line in lines]
+        pairs = [p for p in pairs if p and not p.startswith("#")]
+    else:
+        pairs = [p.strip() for p in value.split(",") if p.strip()]
+    tokens: dict[str, str] = {}
+    for number, pair in enumerate(pairs, 1):
+        token, equals, tenant = pair.partition("=")
+        token, tenant = token.strip(), tenant.strip()
+        where = f"PARLEY_GATEWAY_TOKENS: pair {number}"
+        if not equals or not TOKEN.fullmatch(token):
+            raise InvalidRequest(
+                f"{where} is not TOKEN=TENANT with a token of at least 16 characters "
+                "from A-Z a-z 0-9 - . _ ~ + /"
+            )
+        if not NAME.fullmatch(tenant):
+            raise InvalidRequest(f"{where}: the tenant must match {NAME_PATTERN}")
+        if token in tokens:
+            raise InvalidRequest(f"{where} repeats a token of an earlier pair")
+        tokens[token] = tenant
+    return tokens
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a whole number of bytes, not {raw!r}") from None
+    if value < 1:
+        raise InvalidRequest(f"{name} must be positive, not {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not 0 < value < 3600:
+        raise InvalidRequest(f"{name} must be between 0 and 3600 seconds, not {value}")
+    return value

@@ -1,0 +1,85 @@
+"""Bearer tokens and the tenants they name (SPEC §6 "Auth and tenants").
+
+A token is compared with every configured one in constant time (``hmac.compare_digest``
+on each, no early exit), so the time a refusal takes says nothing about how much of a
+token was right.  Tokens never reach a log: nothing here logs, and the access log omits
+query strings (the page's URL carries one).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from parley.client import Client
+from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
+from parley.gateway.errors import unauthorized
+from schemas.records import SessionRecord, TurnRecord
+from workers.store import validate_ids
+
+
+class TokenTable:
+    """Which tenant a presented token names, if any."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._pairs = [(token.encode(), tenant) for token, tenant in tokens.items()]
+
+    def tenant_of(self, presented: str) -> str | None:
+        """The tenant of ``presented``, or None; the time taken depends only on the
+        number of tokens and their lengths."""
+        given = presented.encode("utf-8", "surrogateescape")
+        found = None
+        for token, tenant in self._pairs:
+            if hmac.compare_digest(token, given):
+                found = tenant
+        return found
+
+
+bearer = HTTPBearer(auto_error=False, description="A token from PARLEY_GATEWAY_TOKENS")
+
+
+def tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> str:
+    """The tenant of the request's bearer token: 401 if it has none or an unknown one."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise unauthorized("this needs an Authorization: Bearer token")
+    table: TokenTable = request.app.state.tokens
+    found = table.tenant_of(credentials.credentials)
+    if found is None:
+        raise unauthorized("the bearer token is not one this gateway knows")
+    return found
+
+
+def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
+    """The session if ``owner`` owns it; another tenant's answers as an unknown one."""
+    if not _plausible_id(session_id):
+        raise SessionNotFound(f"no session {session_id!r}")
+    record = client.store.get_session(session_id)
+    if record.tenant != owner:
+        raise SessionNotFound(f"no session {session_id!r}")
+    return record
+
+
+def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
+    """The turn if ``owner`` owns its session; another tenant's answers as an unknown one."""
+    if not _plausible_id(turn_id):
+        raise TurnNotFound(f"no turn {turn_id!r}")
+    turn = client.store.get_turn(turn_id)
+    if client.store.get_session(turn.session_id).tenant != owner:
+        raise TurnNotFound(f"no turn {turn_id!r}")
+    return turn
+
+
+def _plausible_id(value: str) -> bool:
+    """Whether ``value`` could be a parley id at all (else it is unknown, without a query)."""
+    try:
+        validate_ids(value)
+    except InvalidRequest:
+        return False
+    return True
