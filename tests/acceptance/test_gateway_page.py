@@ -255,9 +255,10 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     shot(page, "empty")
 
     # A first message makes a session and streams its reply; markup is shown as text.
-    send(page, "hello <b>there</b> & <img src=x>")
+    markup = "hello <b>there</b> & <img src=x>"
+    send(page, markup)
     first = turns(page).nth(0)
-    expect(first.locator(".agent-body")).to_contain_text("You said: hello <b>there</b> & <img src=x>")
+    expect(first.locator(".agent-body")).to_contain_text(f"You said: {markup}")
     expect(first.locator(".badge")).to_have_text("finished")
     assert page.locator("#turns b, #turns img").count() == 0
     sid = session_id(page)
@@ -329,9 +330,7 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     page.reload()
     assert session_id(page) == sid and "token=" not in page.url
     expect(turns(page)).to_have_count(2)
-    expect(turns(page).nth(0).locator(".bubble.user")).to_have_text(
-        "hello <b>there</b> & <img src=x>"
-    )
+    expect(turns(page).nth(0).locator(".bubble.user")).to_have_text(markup)
     expect(turns(page).nth(1).locator(".agent-body")).to_contain_text("You said: after the branch")
     expect(tree.locator(".node-row")).to_have_count(4)
     shot(page, "reloaded")
@@ -340,6 +339,7 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     expect(page.locator(".banner")).to_contain_text("on another branch")
     shot(page, "dark")
     page.set_viewport_size({"width": 420, "height": 820})
+    expect(page.locator("#sidebar")).not_to_be_in_viewport()
     shot(page, "narrow")
 
     # A tab without the token is told where to get it.

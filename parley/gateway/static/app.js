@@ -773,9 +773,8 @@ class TurnView {
       this.typing.remove();
       return;
     }
-    const last = this.body.lastElementChild;
-    const streaming = this.current && !this.current.committed && this.current.el === last
-      && this.current.tools.childElementCount === 0 && this.current.streamed;
+    const streaming = this.current && !this.current.committed && this.current.streamed
+      && this.current.tools.childElementCount === 0;
     if (streaming) {
       this.typing.remove();
       this.current.textEl.append(this.caret);
@@ -1183,7 +1182,10 @@ async function showSteps(view) {
 function onTurnStatus(view) {
   if (view.status === "waiting" && view.approvals.size === 0) loadApprovals(view);
   const inTree = state.tree.find((t) => t.turn_id === view.turn.turn_id);
-  if (inTree) inTree.status = view.status;
+  if (inTree && inTree.status !== view.status) {
+    inTree.status = view.status;
+    renderTree();
+  }
   updateComposer();
   if (TERMINAL.has(view.status)) refreshSoon();
 }
