@@ -73,6 +73,18 @@ SCRIPT: dict[str, Any] = {
                 {"text": NUMBERS, "chunk_chars": 5, "delay_ms": 40},
             ],
         },
+        {
+            "when": "(?i)outside",
+            "steps": [
+                {
+                    "text": "Writing it next to the workspace. ",
+                    "tool_calls": [
+                        {"name": "write_file", "arguments": {"path": "../x.txt", "content": "x"}}
+                    ],
+                },
+                {"text": "The policy said no, so I left it."},
+            ],
+        },
         {"when": ".*", "steps": [{"text": "You said: {last_message}", "chunk_chars": 3}]},
     ]
 }
@@ -249,6 +261,12 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     page.goto(gateway.url)
     box = page.get_by_role("textbox", name="Message")
     expect(box).to_be_focused()
+    # Shift+Enter is a new line, not a send.
+    box.press_sequentially("two")
+    box.press("Shift+Enter")
+    box.press_sequentially("lines")
+    expect(box).to_have_value("two\nlines")
+    box.fill("")
     # The token is kept for the tab and taken out of the address bar.
     assert "token=" not in page.url
     expect(page.get_by_text("Start a conversation")).to_be_visible()
@@ -265,9 +283,20 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     expect(page.locator("#session-list .session-item.current")).to_contain_text("hello")
     shot(page, "first-reply")
 
+    # A call the policy refuses shows as a refusal, with its rule.
+    send(page, "write outside the workspace")
+    refused = turns(page).nth(1)
+    expect(refused.locator(".refusal")).to_contain_text("Refused write_file by root")
+    expect(refused.locator(".tool-state")).to_have_text("refused")
+    expect(refused.locator(".badge")).to_have_text("finished")
+    expect(refused).to_contain_text("The policy said no, so I left it.")
+    refused.locator(".tool summary").click()
+    expect(refused.locator(".tool pre").first).to_contain_text('"path": "../x.txt"')
+    shot(page, "refusal")
+
     # While a turn runs the same box steers it: the model hears the steer.
     send(page, "tell me a slow story")
-    story = turns(page).nth(1)
+    story = turns(page).nth(2)
     expect(story.locator(".step .text").first).to_contain_text("Here is a slow story")
     expect(page.locator("#mode-pill")).to_be_visible()
     expect(page.get_by_role("button", name="Interrupt")).to_be_visible()
@@ -286,7 +315,7 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
 
     # Interrupt stops the running turn (cancelled); Resume carries it on to the end.
     send(page, "another slow story")
-    again = turns(page).nth(2)
+    again = turns(page).nth(3)
     expect(again.locator(".step .text").first).to_contain_text("Here is a slow")
     page.get_by_role("button", name="Interrupt").click()
     expect(again.locator(".badge")).to_have_text("cancelled")
@@ -301,7 +330,7 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     expect(again.locator(".step:not(.superseded) .text").first).to_have_text(SLOW_OPENING * 2)
     shot(page, "resumed")
     tree = page.locator("#tree")
-    expect(tree.locator(".node-row")).to_have_count(3)
+    expect(tree.locator(".node-row")).to_have_count(4)
     expect(tree.locator(".node-row.head")).to_contain_text("another slow story")
 
     # Branch from the first turn: the head moves there, and the next turn hangs under it.
@@ -314,12 +343,12 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     send(page, "after the branch")
     expect(turns(page).nth(1).locator(".agent-body")).to_contain_text("You said: after the branch")
     expect(turns(page).nth(1).locator(".badge")).to_have_text("finished")
-    expect(tree.locator(".node-row")).to_have_count(4)
+    expect(tree.locator(".node-row")).to_have_count(5)
     expect(tree.locator(".node-row.head")).to_contain_text("after the branch")
     # The first turn now has two children: two branches hang under it.
     fork = tree.locator(".fork")
     expect(fork.locator(":scope > .branch-line")).to_have_count(2)
-    expect(fork).to_contain_text("tell me a slow story")
+    expect(fork).to_contain_text("write outside the workspace")
     expect(fork).to_contain_text("after the branch")
     shot(page, "branched")
     tree_turns = gateway.get(f"/v1/sessions/{sid}/tree")["turns"]
@@ -332,7 +361,7 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     expect(turns(page)).to_have_count(2)
     expect(turns(page).nth(0).locator(".bubble.user")).to_have_text(markup)
     expect(turns(page).nth(1).locator(".agent-body")).to_contain_text("You said: after the branch")
-    expect(tree.locator(".node-row")).to_have_count(4)
+    expect(tree.locator(".node-row")).to_have_count(5)
     shot(page, "reloaded")
     page.emulate_media(color_scheme="dark")
     page.locator(".node-row").filter(has_text="another slow story").locator(".node-label").click()
@@ -403,6 +432,7 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     page.unroute(re.compile(r"/v1/turns/[^/]+/events"))
 
     # A reload while a turn runs shows it again, live, from its first event.
+    page.set_viewport_size({"width": 1280, "height": 640})
     send(page, "count again")
     running = turns(page).nth(1)
     expect(running.locator(".step[data-step='1'] .text")).to_contain_text("w020")
@@ -410,10 +440,75 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     running = turns(page).nth(1)
     expect(running.locator(".badge")).to_have_text("running")
     expect(running.locator(".tool")).to_have_count(1)
-    expect(running.locator(".step[data-step='1'] .text")).to_contain_text("w080")
+    words = running.locator(".step[data-step='1'] .text")
+    expect(words).to_contain_text("w040")
+
+    # The view follows the stream at the bottom; scrolled up, it stays where the reader is.
+    conversation = page.locator("#conversation")
+    at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight <= 8"
+    assert conversation.evaluate(at_bottom)
+    conversation.hover()
+    page.mouse.wheel(0, -200)
+    expect(page.locator("#jump")).to_be_visible()
+    where = conversation.evaluate("el => el.scrollTop")
+    expect(words).to_contain_text("w070")
+    assert conversation.evaluate("el => el.scrollTop") == where
+    page.locator("#jump").click()
+    expect(page.locator("#jump")).to_be_hidden()
+    expect(words).to_contain_text("w090")
+    assert conversation.evaluate(at_bottom)
     assert NUMBERS.startswith(step_text(running, 1))
     shot(page, "reloaded-live")
+
+    # A steer that loses the race with the turn's end (409 TurnEnded) starts the next turn.
+    ended = {"error": {"type": "TurnEnded", "message": "the turn has ended"}}
+    page.route("**/v1/turns/*/say", lambda route: route.fulfill(status=409, json=ended))
+    send(page, "too late?")
+    late = turns(page).nth(2)
+    expect(late.locator(".bubble.user")).to_have_text("too late?")
     expect(running.locator(".badge")).to_have_text("finished")
     assert step_text(running, 1) == NUMBERS
+    expect(late.locator(".agent-body")).to_contain_text("You said: too late?")
+    expect(late.locator(".badge")).to_have_text("finished")
     # The steer box is a message box again once the turn is over.
     expect(page.locator("#mode-pill")).to_be_hidden()
+
+
+SPLIT_CHECK = """async (stream) => {
+    const { SSEParser } = await import("/static/app.js");
+    const parse = (...chunks) => {
+        const frames = [];
+        const parser = new SSEParser((frame) => frames.push(frame));
+        for (const chunk of chunks) parser.push(chunk);
+        return JSON.stringify(frames);
+    };
+    const whole = parse(stream);
+    const wrong = [];
+    for (let i = 0; i <= stream.length; i++) {
+        for (let j = i; j <= stream.length; j++) {
+            if (parse(stream.slice(0, i), stream.slice(i, j), stream.slice(j)) !== whole) {
+                wrong.push([i, j]);
+            }
+        }
+    }
+    return { frames: JSON.parse(whole), wrong: wrong.slice(0, 5) };
+}"""
+
+
+def test_the_page_reads_sse_frames_cut_anywhere(gateway: Gateway, page: Page) -> None:
+    """The page's own parser: a frame split across chunks at any two places, LF, CRLF or
+    CR line ends, comments, and a data field on several lines."""
+    page.goto(gateway.url)
+    stream = (
+        'id: 1\r\nevent: token\r\ndata: {"seq":1}\r\n\r\n'
+        ": keep-alive\n\n"
+        "id: 2\revent: step\rdata: one\rdata: two\r\r"
+        ":comment\r\ndata:three\n\n"
+    )
+    checked = page.evaluate(SPLIT_CHECK, stream)
+    assert checked["wrong"] == []
+    assert checked["frames"] == [
+        {"id": "1", "type": "token", "data": '{"seq":1}'},
+        {"id": "2", "type": "step", "data": "one\ntwo"},
+        {"id": "2", "type": "message", "data": "three"},
+    ]

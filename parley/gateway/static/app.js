@@ -71,6 +71,12 @@ const ICON_BRANCH = [
 const ICON_RESUME = ["M5 4l14 8-14 8z"];
 const ICON_STOP = ["M6 6h12v12H6z"];
 const ICON_STEPS = ["M4 6h16", "M4 12h10", "M4 18h13"];
+// Drawn, not emoji: a machine without an emoji font would show empty boxes.
+const ICON_REFUSED = ["M12 21a9 9 0 1 0 0-18 9 9 0 0 0 0 18z", "M5.7 5.7l12.6 12.6"];
+const ICON_ASK = [
+  "M12 21a9 9 0 1 0 0-18 9 9 0 0 0 0 18z", "M9.5 9.5a2.5 2.5 0 1 1 3.5 2.3c-.6.3-1 .9-1 1.6v.6",
+  "M12 17.5h.01",
+];
 
 const $ = (id) => document.getElementById(id);
 
@@ -519,6 +525,9 @@ class TurnView {
   apply(event) {
     const d = event.data || {};
     this.lastSeq = Math.max(this.lastSeq, event.seq || 0);
+    if (this.status === "waiting" && ["token", "tool_result", "step", "steer"].includes(event.kind)) {
+      this.setStatus("running"); // answered: the turn went on
+    }
     switch (event.kind) {
       case "queued":
         if (d.resume) {
@@ -555,7 +564,7 @@ class TurnView {
       case "refusal": {
         const card = this.calls.get(d.call_id);
         const notice = h("div", { class: "refusal", role: "note" },
-          h("span", { class: "refusal-icon", "aria-hidden": "true" }, "⛔"),
+          icon(ICON_REFUSED, "icon refusal-icon"),
           h("div", {},
             h("div", { class: "refusal-head" },
               "Refused ", h("code", {}, d.tool || "a tool call"),
@@ -622,6 +631,7 @@ class TurnView {
       }
       case "approval_requested":
         this.approval(d);
+        this.setStatus("waiting"); // the turn holds no worker until every call has an answer
         break;
       case "end": {
         this.turn.reply = d.reply ?? null;
@@ -739,7 +749,7 @@ class TurnView {
     const card = h("div", { class: "approval", dataset: { approvalId: id }, role: "group",
       "aria-label": `Approval for ${a.tool || "a tool call"}` },
       h("div", { class: "approval-head" },
-        h("span", { "aria-hidden": "true" }, "✋"), " Approval needed: ",
+        icon(ICON_ASK, "icon approval-icon"), " Approval needed: ",
         h("code", {}, a.tool || "tool")),
       a.arguments !== undefined
         ? h("pre", { class: "mono", text: typeof a.arguments === "string" ? prettyArguments(a.arguments) : JSON.stringify(a.arguments, null, 2) })
@@ -749,7 +759,7 @@ class TurnView {
       approve.disabled = deny.disabled = true;
       try {
         await api("POST", `/v1/turns/${encodeURIComponent(this.turn.turn_id)}/approvals/${encodeURIComponent(id)}`, { decision });
-        status.textContent = decision === "approve" ? "approved" : "denied";
+        status.textContent = decision === "approve" ? "✓ approved" : "✗ denied";
         card.classList.add("closed", decision);
       } catch (err) {
         approve.disabled = deny.disabled = false;
@@ -757,6 +767,12 @@ class TurnView {
       }
       focusBox();
     };
+    for (const card of this.calls.values()) {
+      if (card.stateEl.classList.contains("running") && card.querySelector(".tool-name").textContent === a.tool) {
+        card.stateEl.className = "tool-state asking";
+        card.stateEl.textContent = "awaiting approval";
+      }
+    }
     approve.addEventListener("click", () => decide("approve"));
     deny.addEventListener("click", () => decide("deny"));
     this.approvals.set(id, card);
@@ -768,7 +784,7 @@ class TurnView {
   refreshLive() {
     const running = this.live && this.running;
     this.el.classList.toggle("live", running);
-    if (!running) {
+    if (!running || this.status === "waiting") {
       this.caret.remove();
       this.typing.remove();
       return;
@@ -954,6 +970,20 @@ function showRecentSteps(count = 3) {
   }
 }
 
+/** A turn started from elsewhere (another tab, a script) shows up within a few seconds:
+ *  while the tab is visible and nothing is being followed, the tree is asked now and then. */
+async function watchTree() {
+  const id = state.sessionId;
+  if (!id || state.locked || document.visibilityState !== "visible" || state.followers.size) return;
+  try {
+    const { data } = await api("GET", `/v1/sessions/${encodeURIComponent(id)}/tree`);
+    const sign = (turns) => turns.map((t) => `${t.turn_id}:${t.status}`).join();
+    if (id === state.sessionId && sign(data.turns || []) !== sign(state.tree)) refreshSoon();
+  } catch {
+    // the next look will tell; a banner every few seconds would be noise
+  }
+}
+
 let refreshTimer = null;
 function refreshSoon() {
   clearTimeout(refreshTimer);
@@ -968,7 +998,7 @@ function renderHeader() {
   if (s) {
     sub.append(
       h("span", { title: s.id }, `session ${shortId(s.id)}`),
-      s.workspace ? h("span", {}, ` · workspace ${s.workspace === s.id ? shortId(s.workspace) : s.workspace}`) : "",
+      s.workspace && s.workspace !== s.id ? h("span", {}, ` · workspace ${s.workspace}`) : "",
       state.tree.length ? h("span", {}, ` · ${state.tree.length} turn${state.tree.length === 1 ? "" : "s"}`) : "",
     );
   } else {
@@ -1036,13 +1066,12 @@ function renderTree() {
       }
       if (kids.length > 1) {
         list.append(h("li", { class: "fork" },
-          kids.map((k) => h("div", { class: `branch-line${k.turn_id === head || onPathDeep(k) ? " on-path" : ""}` }, chain(k)))));
+          kids.map((k) => h("div", { class: `branch-line${onPath.has(k.turn_id) ? " on-path" : ""}` }, chain(k)))));
       }
       t = null;
     }
     return list;
   };
-  const onPathDeep = (t) => onPath.has(t.turn_id);
   for (const rootTurn of children.get(null) || []) tree.append(chain(rootTurn));
   if (waiting.length) {
     const list = h("ul", { class: "chain waiting" });
@@ -1354,6 +1383,7 @@ function autosize() {
 let stick = true;
 let scrollQueued = false;
 let lastTop = 0;
+let lastHeight = 0;
 
 function nearBottom(el, slack = 8) {
   return el.scrollHeight - el.scrollTop - el.clientHeight <= slack;
@@ -1364,15 +1394,19 @@ function scrollToBottom(force = false) {
   const conv = $("conversation");
   conv.scrollTop = conv.scrollHeight;
   lastTop = conv.scrollTop;
+  lastHeight = conv.scrollHeight;
   $("jump").hidden = true;
 }
 
 function onScroll(conv) {
   const top = conv.scrollTop;
-  // Only a move up is the reader's doing: content growing below never scrolls.
-  if (top < lastTop - 1) stick = false;
+  const height = conv.scrollHeight;
+  // A move up is the reader's doing only if the content kept its height: content that
+  // shrinks pulls the position up too (and content growing below never scrolls).
+  if (top < lastTop - 1 && height === lastHeight) stick = false;
   if (nearBottom(conv)) stick = true;
   lastTop = top;
+  lastHeight = height;
   if (stick) $("jump").hidden = true;
 }
 
@@ -1425,6 +1459,9 @@ async function main() {
   $("jump").addEventListener("click", () => scrollToBottom(true));
   const conv = $("conversation");
   conv.addEventListener("scroll", () => onScroll(conv), { passive: true });
+  // Whatever makes the conversation grow (an event, a refresh, a card opened at the end)
+  // keeps the end in view while the reader is there.
+  new ResizeObserver(() => contentChanged()).observe($("turns"));
   conv.addEventListener("wheel", (e) => { if (e.deltaY < 0) stick = false; }, { passive: true });
   window.addEventListener("hashchange", () => {
     const id = sessionFromHash();
@@ -1437,6 +1474,7 @@ async function main() {
     if (document.visibilityState === "visible" && state.sessionId && !state.locked) refreshSoon();
   });
   updateComposer();
+  setInterval(watchTree, 8000);
 
   if (!state.token) {
     lock("");
