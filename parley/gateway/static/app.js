@@ -1173,12 +1173,13 @@ function follow(view, { fromStart = false } = {}) {
       if (s === "reconnecting") view.setNote("reconnecting…");
       else if (s === "live" || s === "ended") view.setNote("");
       if (s === "ended" || s === "gone") {
+        const replayed = view.replaying;
         view.live = false;
         view.replaying = false;
         view.refreshLive();
         if (state.followers.get(id) === follower) state.followers.delete(id);
         updateComposer();
-        refreshSoon();
+        if (!replayed) refreshSoon(); // a turn that ended just now moved the head
       }
       renderLiveState();
     },
@@ -1456,6 +1457,14 @@ async function main() {
   $("new-session").addEventListener("click", () => { closeSidebar(); newSession(); });
   $("sessions-more").addEventListener("click", () => loadSessions({ more: true }));
   $("sidebar-toggle").addEventListener("click", toggleSidebar);
+  $("main").addEventListener("click", (e) => {
+    if (document.body.classList.contains("sidebar-open") && !$("sidebar-toggle").contains(e.target)) {
+      closeSidebar();
+    }
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && document.body.classList.contains("sidebar-open")) closeSidebar();
+  });
   $("jump").addEventListener("click", () => scrollToBottom(true));
   const conv = $("conversation");
   conv.addEventListener("scroll", () => onScroll(conv), { passive: true });
