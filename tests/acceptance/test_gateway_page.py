@@ -63,16 +63,20 @@ SCRIPT: dict[str, Any] = {
                 },
             ],
         },
-        {
-            "when": "(?i)count",
-            "steps": [
-                {
-                    "text": "Counting. ",
-                    "tool_calls": [{"name": "list_files", "arguments": {}}],
-                },
-                {"text": NUMBERS, "chunk_chars": 5, "delay_ms": 40},
-            ],
-        },
+        *(
+            {
+                "when": when,
+                "steps": [
+                    {
+                        "text": "Counting. ",
+                        "tool_calls": [{"name": "list_files", "arguments": {}}],
+                    },
+                    {"text": NUMBERS, "chunk_chars": 5, "delay_ms": delay},
+                ],
+            }
+            # The second count leaves time for a reload and some scrolling while it runs.
+            for when, delay in (("(?i)count again", 55), ("(?i)count", 35))
+        ),
         {
             "when": "(?i)outside",
             "steps": [
@@ -445,8 +449,11 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
 
     # The view follows the stream at the bottom; scrolled up, it stays where the reader is.
     conversation = page.locator("#conversation")
-    at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight <= 8"
-    assert conversation.evaluate(at_bottom)
+    at_bottom = """() => {
+        const el = document.getElementById("conversation");
+        return el.scrollHeight - el.scrollTop - el.clientHeight <= 8;
+    }"""
+    page.wait_for_function(at_bottom, timeout=5000)
     conversation.hover()
     page.mouse.wheel(0, -200)
     expect(page.locator("#jump")).to_be_visible()
@@ -456,7 +463,7 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     page.locator("#jump").click()
     expect(page.locator("#jump")).to_be_hidden()
     expect(words).to_contain_text("w090")
-    assert conversation.evaluate(at_bottom)
+    page.wait_for_function(at_bottom, timeout=5000)
     assert NUMBERS.startswith(step_text(running, 1))
     shot(page, "reloaded-live")
 
