@@ -33,6 +33,7 @@ from parley.errors import (
 from parley.host import Host, host_from_environment
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.mcp.spec import McpServer
+from parley.seeding import seeded_turns
 from parley.streaming import follow
 from schemas.events import Event
 from schemas.records import (
@@ -405,6 +406,34 @@ class Session:
         client = self._client
         if queued is None or client.coordinator.mark_work(self.id, [queued]):
             client._kicker.kick(self.id)
+
+    def seed_history(
+        self, messages: list[dict[str, Any]], raw_rows: list[Any] | None = None
+    ) -> list[TurnRecord]:
+        """Import an existing conversation before the session's first turn: ``messages``
+        in the OpenAI chat format (``role`` user, assistant or tool; ``content``;
+        ``tool_calls``; ``tool_call_id``), which become the session's first turns and
+        replay like any others, checked like any others (:class:`CodecError` for a tool
+        call without its result); ``raw_rows``, the host's lossless form of the same
+        conversation, kept beside them (:meth:`seeded`).  :class:`Conflict` once the
+        session has a turn."""
+        turns = seeded_turns(messages)
+        if raw_rows is not None:
+            if not isinstance(raw_rows, list):
+                raise InvalidRequest("raw_rows must be a list (of JSON values) or None")
+            _check_json_object({"raw_rows": raw_rows}, "raw_rows", MAX_PROMPT_BYTES * 10)
+        _check_json_object({"messages": list(messages)}, "messages", MAX_PROMPT_BYTES * 10)
+        self._client._check_open()
+        return self._client.store.seed_history(
+            self.id,
+            [(t.prompt, t.steps) for t in turns],
+            messages=list(messages),
+            raw_rows=raw_rows,
+        )
+
+    def seeded(self) -> tuple[list[dict[str, Any]], list[Any] | None] | None:
+        """The seeded messages and raw rows as they were given (None: not seeded)."""
+        return self._client.store.seeded(self.id)
 
     def branch_from(self, turn_id: str) -> None:
         """Make ``turn_id`` the head: the next turn hangs under it.  One write."""
