@@ -87,7 +87,7 @@ def _steps(messages: list[dict[str, Any]]) -> tuple[StepPayload, ...]:
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             raise InvalidRequest(f"message {position}: a tool message needs its tool_call_id")
-        _text_, calls, results = steps[-1]
+        _, calls, results = steps[-1]
         names = {call.id: call.name for call in calls}
         if call_id not in names:
             raise CodecError(f"message {position}: tool result {call_id} answers no open call")
