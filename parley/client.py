@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
+from parley import transcript
 from parley.errors import (
     ForeignTurn,
     InvalidRequest,
@@ -47,7 +48,7 @@ from schemas.records import (
     TurnResult,
 )
 from workers.backend_ports import Coordinator
-from workers.constants import TURN_QUEUE
+from workers.constants import SEEDED, TURN_QUEUE
 from workers.database import (
     create_database_engine,
     current_revision,
@@ -430,6 +431,23 @@ class Session:
             messages=list(messages),
             raw_rows=raw_rows,
         )
+
+    def transcript(self) -> list[transcript.Row]:
+        """The history path's rows (root → head), typed: see :mod:`parley.transcript`."""
+        store = self._client.store
+        found: list[transcript.Row] = []
+        for turn in store.history(self.id):
+            state = store.run_state(turn.turn_id)
+            found.extend(
+                transcript.rows(
+                    turn.turn_id,
+                    turn.prompt,
+                    store.steps_of(turn.turn_id),
+                    partial=state.partial,
+                    seeded=state.worker == SEEDED,
+                )
+            )
+        return found
 
     def seeded(self) -> tuple[list[dict[str, Any]], list[Any] | None] | None:
         """The seeded messages and raw rows as they were given (None: not seeded)."""

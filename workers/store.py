@@ -48,6 +48,7 @@ from schemas.records import (
     TurnResult,
     TurnStatus,
 )
+from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import CommittedStep, Store
 from workers.database import create_database_engine
@@ -250,7 +251,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                         "inbox_open": False,
                         "last_seq": 0,
                         "reply": reply,
-                        "worker": "seeded",
+                        "worker": c.SEEDED,
                         "queued_at": now,
                         "queue_position": position,
                         "started_at": now,
