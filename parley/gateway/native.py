@@ -240,7 +240,7 @@ def event_stream(
     idle; lines end in LF (the form every SSE parser takes)."""
     return EventSourceResponse(
         frames,
-        ping=max(1, round(settings.keepalive_seconds)),
+        ping=settings.keepalive_seconds,
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
         sep="\n",
         headers={"Cache-Control": "no-cache", **headers},
