@@ -236,7 +236,7 @@ class Client:
         if not os.path.isdir(root_path):
             raise InvalidRequest(f"root {given!r} is not a directory")
         if metadata is not None:
-            _check_metadata(metadata)
+            check_metadata(metadata)
         if token_ceiling is not None and (
             not isinstance(token_ceiling, int)
             or isinstance(token_ceiling, bool)
@@ -503,8 +503,10 @@ def _check_timeout(timeout: Any) -> None:
         raise InvalidRequest(f"timeout must be a number of seconds or None, not {timeout!r}")
 
 
-def _check_metadata(metadata: Any) -> None:
-    """JSON that comes back as it went in: string keys, no sets, NaN or infinity."""
+def check_metadata(metadata: Any) -> None:
+    """:class:`InvalidRequest` unless ``metadata`` is session metadata ``open_session``
+    takes: JSON that comes back as it went in (string keys, no sets, NaN or infinity), at
+    most :data:`MAX_METADATA_BYTES` of it."""
     if not isinstance(metadata, dict):
         raise InvalidRequest("metadata must be a dict")
     try:

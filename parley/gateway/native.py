@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, TurnHandle
+from parley.client import MAX_SEQ, Client, TurnHandle, check_metadata
 from parley.errors import InvalidRequest
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
@@ -84,6 +84,8 @@ def create_session(
     """Open a session about a workspace of the tenant's (made if missing)."""
     client = client_of(request)
     session_id = new_id()
+    if body.metadata is not None:
+        check_metadata(body.metadata)  # refused before the workspace directory is made
     root = workspace_root(settings_of(request).workspaces, owner, body.workspace or session_id)
     session = client.open_session(root, metadata=body.metadata, tenant=owner, session_id=session_id)
     response.headers["Location"] = f"/v1/sessions/{session.id}"
