@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -79,9 +79,14 @@ def feeds_of(request: Request) -> Feeds:
 
 @router.post("/sessions", status_code=201, response_model=r.Session, tags=["sessions"])
 def create_session(
-    body: r.SessionCreate, request: Request, owner: Tenant, response: Response
+    request: Request,
+    owner: Tenant,
+    response: Response,
+    body: Annotated[r.SessionCreate | None, Body()] = None,
 ) -> r.Session:
-    """Open a session about a workspace of the tenant's (made if missing)."""
+    """Open a session about a workspace of the tenant's (made if missing).  Every field
+    is optional, and so is the body."""
+    body = body or r.SessionCreate(workspace=None, metadata=None)
     client = client_of(request)
     session_id = new_id()
     if body.metadata is not None:
