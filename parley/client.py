@@ -55,7 +55,7 @@ from workers.database import (
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore, validate_ids
+from workers.store import SqlStore, storable, validate_ids
 
 log = logging.getLogger("parley.client")
 
@@ -341,10 +341,14 @@ class Session:
             for server in contract.mcp_servers:
                 McpServer.from_json(server)  # a malformed server is refused before any write
         if request_id is not None and (
-            not isinstance(request_id, str) or not request_id or len(request_id) > MAX_REQUEST_ID
+            not isinstance(request_id, str)
+            or not request_id
+            or len(request_id) > MAX_REQUEST_ID
+            or not storable(request_id)
         ):
             raise InvalidRequest(
-                f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters"
+                f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters "
+                "(UTF-8, no NUL)"
             )
         client = self._client
         client._check_open()
@@ -515,8 +519,23 @@ def check_metadata(metadata: Any) -> None:
         raise InvalidRequest(f"metadata must be JSON: {exc}") from exc
     if json.loads(text) != metadata:
         raise InvalidRequest("metadata must be JSON: string keys, and lists rather than tuples")
+    if not all(storable(item) for item in _strings(metadata)):
+        raise InvalidRequest("metadata must be JSON text without NUL characters or lone surrogates")
     if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
         raise InvalidRequest(f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:
