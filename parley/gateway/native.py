@@ -21,11 +21,11 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.client import MAX_SEQ, Client, TurnHandle, check_metadata
-from parley.errors import InvalidRequest
+from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_session, owned_turn, tenant
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id, tenant
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store import new_id
@@ -105,6 +105,8 @@ def list_sessions(
     before: Annotated[str | None, Query(min_length=1, max_length=36)] = None,
 ) -> r.Sessions:
     """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
+    if before is not None and not plausible_id(before):
+        raise SessionNotFound(f"no session {before!r}")
     records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
     return r.Sessions(sessions=[r.Session.of(record) for record in records])
 
