@@ -116,11 +116,15 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     variants = []
     for kind in PAYLOADS:
+        # The wire form is what the adapter validates (``Event.payload`` reads it so):
+        # ``index``, not the field name ``step``, for a step's index.  The types a
+        # payload nests are named apart from the gateway's own (its ``Usage`` is not a
+        # step's, which counts cached tokens too).
         payload = payload_adapter(kind).json_schema(
-            ref_template="#/components/schemas/{model}", mode="serialization"
+            ref_template="#/components/schemas/Event{model}", mode="validation"
         )
         for name, definition in payload.pop("$defs", {}).items():
-            schemas.setdefault(name, definition)
+            schemas.setdefault(f"Event{name}", definition)
         name = f"{kind.value.title().replace('_', '')}Payload"
         schemas[name] = payload
         variants.append(
