@@ -144,6 +144,21 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         "oneOf": variants,
         "discriminator": {"propertyName": "kind"},
     }
+    schemas["ServerSentEvent"] = {
+        "description": "One event of a turn's event stream: `id` its seq, `event` its "
+        "kind, `data` the Event as JSON.",
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+            "event": {"type": "string", "enum": [kind.value for kind in PAYLOADS]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/Event"},
+            },
+        },
+    }
     app.openapi_schema = document
     return document
 

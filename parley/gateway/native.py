@@ -47,9 +47,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events: each `id: SEQ`, `event: KIND`, `data: Event` "
-        "(see the Event and *Payload schemas); `: keep-alive` comments while idle; the "
-        "stream closes after `end`.",
-        "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+        "(see the ServerSentEvent, Event and *Payload schemas); `: keep-alive` comments "
+        "while idle; the stream closes after `end`.",
+        # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event.
+        "content": {
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/ServerSentEvent"}}
+        },
     }
 }
 
