@@ -205,7 +205,10 @@ async def events(
     request: Request,
     owner: Tenant,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(max_length=20, pattern=r"^\s*[0-9]*\s*$", description="The last seq seen"),
+    ] = None,
 ) -> EventSourceResponse:
     """The turn's events after ``?after=`` or ``Last-Event-ID`` (0 if neither), each once
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
@@ -225,15 +228,17 @@ async def events(
 
 
 def _last_event_id(value: str | None) -> int:
+    """The seq a ``Last-Event-ID`` names (digits, as its pattern says).  No seq is above
+    :data:`MAX_SEQ`, so a larger one asks for what :data:`MAX_SEQ` does: nothing more."""
     if value is None or not value.strip():
         return 0
     try:
         seq = int(value)
     except ValueError:
         raise InvalidRequest("Last-Event-ID must be a seq (a whole number)") from None
-    if not 0 <= seq <= MAX_SEQ:
-        raise InvalidRequest(f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}")
-    return seq
+    if seq < 0:
+        raise InvalidRequest("Last-Event-ID must be a seq (a whole number)")
+    return min(seq, MAX_SEQ)
 
 
 def sse_of(event: Event) -> ServerSentEvent:
