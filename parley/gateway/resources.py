@@ -18,6 +18,12 @@ from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnSta
 
 MAX_LIST = 200
 MAX_WAIT_SECONDS = 60
+# A prompt or a steer must have a character that is not white space: the client refuses
+# one that strip() empties ("the prompt is empty"), and the document says so with this
+# pattern (spelt out, since regex engines differ on what \s is).
+NOT_BLANK = "[^{}]".format(
+    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
+)
 
 
 class Body(BaseModel):
@@ -41,7 +47,9 @@ class TurnCreate(Body):
     """``POST /v1/sessions/{id}/turns``.  Budgets only: a ``check`` command is never
     accepted over HTTP."""
 
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_BYTES)
+    prompt: str = Field(
+        min_length=1, max_length=MAX_PROMPT_BYTES, json_schema_extra={"pattern": NOT_BLANK}
+    )
     request_id: str | None = Field(
         None,
         min_length=1,
@@ -71,7 +79,9 @@ class BranchRequest(Body):
 class SayRequest(Body):
     """``POST /v1/turns/{id}/say``."""
 
-    text: str = Field(min_length=1, max_length=MAX_STEER_BYTES)
+    text: str = Field(
+        min_length=1, max_length=MAX_STEER_BYTES, json_schema_extra={"pattern": NOT_BLANK}
+    )
 
 
 class ApprovalDecision(Body):
