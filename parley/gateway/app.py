@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
@@ -45,7 +46,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         summary="Durable, streamable, steerable LLM-agent conversations over HTTP.",
         version="1",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # Swagger UI loads its scripts from a CDN: offline it is a blank page
         redoc_url=None,
     )
     feeds = Feeds(client)
@@ -94,15 +95,39 @@ def _health_routes(app: FastAPI, client: Client) -> None:
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
+# The page loads nothing but its own files and talks to nothing but this gateway: a
+# script injected through a rendering bug could not send the token anywhere else.
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+PAGE_HEADERS = {
+    # Revalidated on every load: an upgrade never pairs a new page with an old script.
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": PAGE_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class PageFiles(StaticFiles):
+    """The page's static files, with the page's headers."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(PAGE_HEADERS)
+        return response
+
+
 def _page_routes(app: FastAPI) -> None:
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def page() -> FileResponse:
         """The web page (it reads its token from the URL the gateway printed)."""
         with package_files.as_file(STATIC / "index.html") as path:
-            return FileResponse(path, headers={"Cache-Control": "no-cache"})
+            return FileResponse(path, headers=PAGE_HEADERS)
 
     with package_files.as_file(STATIC) as directory:
-        app.mount("/static", StaticFiles(directory=directory), name="static")
+        app.mount("/static", PageFiles(directory=directory), name="static")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -116,15 +141,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     variants = []
     for kind in PAYLOADS:
-        # The wire form is what the adapter validates (``Event.payload`` reads it so):
-        # ``index``, not the field name ``step``, for a step's index.  The types a
-        # payload nests are named apart from the gateway's own (its ``Usage`` is not a
-        # step's, which counts cached tokens too).
+        # The wire form is what a reader validates (``index`` for a step's number, the
+        # fields with defaults optional), and its nested types get an ``Event`` prefix so
+        # that none collides with a resource's name (``Usage``).
         payload = payload_adapter(kind).json_schema(
             ref_template="#/components/schemas/Event{model}", mode="validation"
         )
         for name, definition in payload.pop("$defs", {}).items():
-            schemas.setdefault(f"Event{name}", definition)
+            schemas[f"Event{name}"] = definition
         name = f"{kind.value.title().replace('_', '')}Payload"
         schemas[name] = payload
         variants.append(

@@ -598,9 +598,11 @@ def test_a_repeated_request_id_returns_the_same_turn(
     first = session.submit("do it once", request_id="req-42")
     again = session.submit("do it once", request_id="req-42")
     assert (again.turn_id, again.run_id) == (first.turn_id, first.run_id)
+    assert (first.created, again.created) == (True, False)
     first.wait(30)
     after_end = session.submit("do it once", request_id="req-42")
     assert after_end.turn_id == first.turn_id
+    assert not after_end.created
     assert len(session.tree()) == 1
     with pytest.raises(Conflict):
         session.submit("something else", request_id="req-42")

@@ -81,6 +81,8 @@ EXPECTED = [
     ("README.md", "session = client.open_session(root=str(root))", "finished It retries 502"),
     ("README.md", "session = client.open_session(root=str(root))", "finished Heard: "),
     ("README.md", ".venv/bin/parley beat &", "heard: hello"),
+    ("README.md", "parley gateway --bind 127.0.0.1:8321", "event: end"),
+    ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
 ]
 
 
@@ -233,7 +235,7 @@ def test_each_procfile_command_runs_without_an_activated_venv() -> None:
     ``.venv`` is not on that PATH.  ``release`` runs to the end; the others must at least
     name a program that exists."""
     processes = procfile_processes()
-    assert set(processes) == {"release", "worker", "beat"}
+    assert set(processes) == {"release", "worker", "beat", "gateway"}
     for command in processes.values():
         program = REPO / command.split()[0]
         assert program.is_file() and os.access(program, os.X_OK), command
@@ -265,3 +267,48 @@ def test_every_relative_link_names_a_file_of_the_repository() -> None:
                 continue
             file = (path.parent / target.split("#", 1)[0]).resolve()
             assert file.is_relative_to(REPO) and file.exists(), f"{path.name}: {target}"
+
+
+def test_the_procfile_gateway_listens_on_port(tmp_path: Path) -> None:
+    """The ``gateway`` line as honcho runs it (``sh -c``, no venv on PATH), on ``$PORT``,
+    with tokens (it binds beyond loopback): it answers, and refuses a request without one."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        gateway = subprocess.Popen(
+            ["/bin/sh", "-c", procfile_processes()["gateway"]],
+            cwd=REPO,
+            env={
+                **clean_environment(),
+                "PATH": "/usr/bin:/bin",
+                "PORT": str(port),
+                "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}",
+                "PARLEY_WORKSPACES": str(tmp_path / "workspaces"),
+                "PARLEY_GATEWAY_TOKENS": "tok-0123456789abcdef=acme",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert gateway.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the gateway never answered"
+                time.sleep(0.2)
+        assert health.status_code == 200
+        refused = httpx.get(f"http://127.0.0.1:{port}/v1/sessions", timeout=5)
+        assert refused.status_code == 401
+    finally:
+        stop_group(gateway.pid)
+        gateway.wait(5)

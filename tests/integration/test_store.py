@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect, select
 
-from parley.errors import Fenced, SessionNotFound, StoreError, TurnEnded
+from parley.errors import Conflict, Fenced, SessionNotFound, StoreError, TurnEnded
 from schemas import tables as t
 from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
@@ -533,3 +533,31 @@ def test_turns_start_in_submission_order_whatever_the_producers_clocks_say(
 
 def test_a_session_row_record_has_every_column_of_the_table() -> None:
     assert {f.name for f in fields(SessionRow)} == set(q.SESSION_COLUMNS)
+
+
+def test_a_tenants_sessions_page_newest_first_and_no_other_tenants(store: SqlStore) -> None:
+    made = [
+        store.create_session(root="/r", metadata={"n": n}, token_ceiling=None, tenant="alpha")
+        for n in range(5)
+    ]
+    store.create_session(root="/r", metadata={}, token_ceiling=None, tenant="beta")
+    store.create_session(root="/r", metadata={}, token_ceiling=None)  # from Python: no tenant
+    newest_first = [r.session_id for r in reversed(made)]
+    first = store.list_sessions(tenant="alpha", limit=2)
+    assert [r.session_id for r in first] == newest_first[:2]
+    assert all(r.tenant == "alpha" for r in first)
+    rest = store.list_sessions(tenant="alpha", limit=10, before=first[-1].session_id)
+    assert [r.session_id for r in rest] == newest_first[2:]
+    assert store.list_sessions(tenant="gamma", limit=10) == []
+    beta = store.list_sessions(tenant="beta", limit=10)
+    with pytest.raises(SessionNotFound):  # another tenant's session is no page mark
+        store.list_sessions(tenant="alpha", limit=10, before=beta[0].session_id)
+
+
+def test_a_session_id_chosen_twice_is_a_conflict(store: SqlStore) -> None:
+    chosen = "0e1a5e5e-0000-4000-8000-000000000001"
+    made = store.create_session(root="/r", metadata={}, token_ceiling=None, session_id=chosen)
+    assert store.get_session(chosen) == made
+    with pytest.raises(Conflict):
+        store.create_session(root="/other", metadata={}, token_ceiling=None, session_id=chosen)
+    assert store.get_session(chosen).root == "/r"

@@ -1,0 +1,144 @@
+"""The gateway's configuration and the pieces of its auth and workspaces that need no
+server: tokens, tenants, binds, workspace names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from parley.errors import InvalidRequest
+from parley.gateway.native import workspace_root
+from parley.gateway.server import Bind
+from parley.gateway.settings import LOCAL_TENANT, GatewaySettings, parse_tokens
+from parley.gateway.tenants import TokenTable
+
+TOKEN_A = "aaaaaaaaaaaaaaaaaaaa"
+TOKEN_B = "bbbbbbbbbbbbbbbbbbbb"
+
+
+def test_tokens_from_a_list_and_from_a_file(tmp_path: Path) -> None:
+    assert parse_tokens(f"{TOKEN_A}=alpha, {TOKEN_B}=beta") == {TOKEN_A: "alpha", TOKEN_B: "beta"}
+    listing = tmp_path / "tokens"
+    listing.write_text(f"# the tenants\n{TOKEN_A}=alpha\n\n{TOKEN_B} = beta\n")
+    assert parse_tokens(f"@{listing}") == {TOKEN_A: "alpha", TOKEN_B: "beta"}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "short=alpha",  # guessable
+        f"{TOKEN_A}",  # no tenant
+        f"{TOKEN_A}=../up",  # a tenant is a directory name
+        f"{TOKEN_A}=",
+        f"{TOKEN_A}=alpha,{TOKEN_A}=beta",  # one token, two tenants
+        "tok en with spaces..=alpha",
+    ],
+)
+def test_a_wrong_pair_is_refused_without_repeating_the_token(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="PARLEY_GATEWAY_TOKENS") as refused:
+        parse_tokens(value)
+    assert TOKEN_A not in str(refused.value)
+
+
+def test_an_unreadable_token_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="cannot be read"):
+        parse_tokens(f"@{tmp_path / 'missing'}")
+
+
+def test_without_tokens_one_is_generated_for_the_local_tenant() -> None:
+    settings = GatewaySettings.from_environment({})
+    assert settings.loopback_only
+    assert settings.generated_token is not None
+    assert settings.tokens == {settings.generated_token: LOCAL_TENANT}
+    again = GatewaySettings.from_environment({})
+    assert again.generated_token != settings.generated_token
+
+
+def test_settings_from_the_environment(tmp_path: Path) -> None:
+    settings = GatewaySettings.from_environment(
+        {
+            "PARLEY_GATEWAY_TOKENS": f"{TOKEN_A}=alpha",
+            "PARLEY_WORKSPACES": str(tmp_path),
+            "PARLEY_GATEWAY_MAX_BODY": "1000",
+            "PARLEY_GATEWAY_KEEPALIVE": "2.5",
+            "PARLEY_GATEWAY_CORS_ORIGINS": "https://a.example, https://b.example",
+        }
+    )
+    assert not settings.loopback_only
+    assert settings.tokens == {TOKEN_A: "alpha"}
+    assert settings.workspaces == tmp_path
+    assert settings.max_body == 1000
+    assert settings.keepalive_seconds == 2.5
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PARLEY_GATEWAY_MAX_BODY", "lots"),
+        ("PARLEY_GATEWAY_MAX_BODY", "0"),
+        ("PARLEY_GATEWAY_KEEPALIVE", "-1"),
+        ("PARLEY_GATEWAY_KEEPALIVE", "never"),
+    ],
+)
+def test_a_bad_setting_names_its_variable(name: str, value: str) -> None:
+    with pytest.raises(InvalidRequest, match=name):
+        GatewaySettings.from_environment({name: value})
+
+
+def test_the_token_table_finds_only_whole_tokens() -> None:
+    table = TokenTable({TOKEN_A: "alpha", TOKEN_B: "beta"})
+    assert table.tenant_of(TOKEN_A) == "alpha"
+    assert table.tenant_of(TOKEN_B) == "beta"
+    assert table.tenant_of(TOKEN_A[:-1]) is None
+    assert table.tenant_of(TOKEN_A + "a") is None
+    assert table.tenant_of("") is None
+    assert table.tenant_of("\udcff") is None  # not even valid UTF-8
+
+
+@pytest.mark.parametrize(
+    ("value", "host", "port", "loopback"),
+    [
+        ("127.0.0.1:8000", "127.0.0.1", 8000, True),
+        ("localhost:0", "localhost", 0, True),
+        ("[::1]:9000", "::1", 9000, True),
+        ("0.0.0.0:80", "0.0.0.0", 80, False),
+        ("192.168.1.5:8000", "192.168.1.5", 8000, False),
+        ("example.com:8000", "example.com", 8000, False),
+    ],
+)
+def test_binds(value: str, host: str, port: int, loopback: bool) -> None:
+    bind = Bind.parse(value)
+    assert (bind.host, bind.port, bind.loopback) == (host, port, loopback)
+
+
+def test_the_default_bind_is_loopback_on_port() -> None:
+    assert Bind.parse(None, {"PORT": "5001"}) == Bind(host="127.0.0.1", port=5001)
+    assert Bind.parse(None, {}) == Bind(host="127.0.0.1", port=8000)
+
+
+@pytest.mark.parametrize("value", ["8000", ":8000", "host:port", "host:70000"])
+def test_a_bad_bind_is_refused(value: str) -> None:
+    with pytest.raises(InvalidRequest):
+        Bind.parse(value)
+
+
+def test_a_workspace_is_made_under_its_tenant(tmp_path: Path) -> None:
+    root = workspace_root(tmp_path, "alpha", "repo")
+    assert root == tmp_path / "alpha" / "repo"
+    assert root.is_dir()
+    assert workspace_root(tmp_path, "alpha", "repo") == root  # sessions may share one
+
+
+def test_a_workspace_that_is_a_link_or_a_file_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "alpha").mkdir()
+    os.symlink(outside, tmp_path / "alpha" / "link")
+    (tmp_path / "alpha" / "file").write_text("")
+    for name in ("link", "file"):
+        with pytest.raises(InvalidRequest, match="not a plain directory"):
+            workspace_root(tmp_path, "alpha", name)
+    assert list(outside.iterdir()) == []
