@@ -509,7 +509,12 @@ class TurnHandle:
         return self._answer(approval_id, Decision.DENIED, reason)
 
     def _answer(self, approval_id: str, decision: Decision, reason: str | None) -> Approval:
-        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
+        if (
+            not isinstance(approval_id, str)
+            or not approval_id
+            or len(approval_id) > 36
+            or not storable(approval_id)
+        ):
             raise InvalidRequest(f"not an approval id: {approval_id!r}")
         if reason is not None:
             reason = _check_text(reason, "reason", MAX_STEER_BYTES)
