@@ -955,6 +955,13 @@ def test_unknown_ids_and_routes_are_404_in_the_error_form(alpha: Tenant) -> None
             ("POST", f"/v1/turns/{missing}/resume", None),
         ):
             assert_error(alpha.http.request(method, path, json=body), 404, "TurnNotFound")
+    # The approvals route answers 422 for a call the turn does not have (its feature's
+    # choice), and an id no call can have is refused the same way, not a failed query.
+    for approval in ("nope", "a%00b", "%ED%A0%80"):
+        answer = alpha.http.post(
+            f"/v1/turns/{turn['turn_id']}/approvals/{approval}", json={"decision": "approve"}
+        )
+        assert_error(answer, 422, "InvalidRequest")
     for path in ("/v1/nothing", "/nothing", f"/v1/sessions/{session['id']}/nothing", "/v1"):
         assert_error(alpha.http.get(path), 404, "NotFound")
     wrong_method = alpha.http.delete(f"/v1/sessions/{session['id']}")
