@@ -67,7 +67,7 @@ from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
 
-__all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "validate_ids"]
+__all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "storable", "validate_ids"]
 
 
 def _now() -> datetime:
@@ -80,10 +80,23 @@ def new_id() -> str:
 
 
 def validate_ids(*ids: str | None) -> None:
-    """Reject ids that cannot be parley ids before any query runs."""
+    """Reject ids that cannot be parley ids before any query runs (PostgreSQL cannot
+    even compare text with a NUL or a lone surrogate in it: it fails the query)."""
     for value in ids:
-        if not isinstance(value, str) or not value or len(value) > 36:
+        if not isinstance(value, str) or not value or len(value) > 36 or not storable(value):
             raise InvalidRequest(f"not a parley id: {value!r}")
+
+
+def storable(text: str) -> bool:
+    """Whether both databases keep ``text`` as it is: no NUL (PostgreSQL refuses it in
+    text and JSON) and no lone surrogate (not UTF-8, so neither driver can send it)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)
