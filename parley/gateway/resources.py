@@ -58,9 +58,8 @@ class TurnCreate(Body):
         description="Repeated on the same session, answers the turn it made (200).",
     )
     if_busy: IfBusy = IfBusy.ENQUEUE
-    # Strict: ``true`` is not a budget of one step, nor ``2.0`` one of two.
-    max_steps: int | None = Field(None, ge=1, le=10_000, strict=True)
-    max_tokens: int | None = Field(None, ge=1, le=2**31 - 1, strict=True)
+    max_steps: int | None = Field(None, ge=1, le=10_000)
+    max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
     context: dict[str, Any] | None = Field(
         None,
         description="The host context of this turn (a JSON object of at most "
@@ -73,6 +72,10 @@ class TurnCreate(Body):
     def _no_check(cls, data: Any) -> Any:
         if isinstance(data, dict) and "check" in data:
             raise ValueError("a check command is never accepted over HTTP: budgets only")
+        for name in ("max_steps", "max_tokens"):
+            # ``true`` is no budget of one (JSON Schema's integers include 2.0, though).
+            if isinstance(data, dict) and isinstance(data.get(name), bool):
+                raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
 
 
