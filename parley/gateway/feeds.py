@@ -162,6 +162,11 @@ class Feeds:
             index = feed.index_after(after)
             while True:
                 signal = feed.signal
+                if index < len(feed.events) and feed.events[index].seq <= after:
+                    # The feed began with this subscriber (a reconnect to another process,
+                    # or after the feed retired) and reads the turn from its start: what
+                    # it has read so far may still end before ``after``.
+                    index = feed.index_after(after)
                 while index < len(feed.events):
                     if len(feed.events) - index > MAX_LAG:
                         raise FellBehind(f"more than {MAX_LAG} events behind on {turn_id}")
