@@ -112,13 +112,17 @@ class Gateway:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def start_gateway(fleet: Fleet, workspaces: Path, **extra_env: str) -> Gateway:
+def start_gateway(
+    fleet: Fleet, workspaces: Path, *, checkout: Path = REPO, **extra_env: str
+) -> Gateway:
     """A `parley gateway --bind 127.0.0.1:0` on ``fleet``'s database, Redis and queue (no
     host: on a fleet the workers hold it), serving tenant ``alpha`` with :data:`TOKEN`
-    and making sessions' roots under ``workspaces/alpha``.  Stopped with the fleet."""
+    and making sessions' roots under ``workspaces/alpha``; from ``checkout``'s code (a
+    benchmark compares two).  Stopped with the fleet."""
     env = fleet.env()
     env.pop("PARLEY_HOST")
     env.update(
+        PYTHONPATH=str(checkout),
         PARLEY_WORKSPACES=str(workspaces),
         PARLEY_GATEWAY_TOKENS=f"{TOKEN}={TENANT}",
         **extra_env,
@@ -129,7 +133,7 @@ def start_gateway(fleet: Fleet, workspaces: Path, **extra_env: str) -> Gateway:
         process = subprocess.Popen(
             [sys.executable, "-m", "parley", "gateway", "--bind", "127.0.0.1:0"],
             env=env,
-            cwd=REPO,
+            cwd=checkout,
             stdout=said,
             stderr=err,
             start_new_session=True,
