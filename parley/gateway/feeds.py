@@ -5,9 +5,10 @@ A :class:`TurnFeed` follows its turn once, on one thread, with the same reader a
 ``TurnHandle.events`` (replay buffer, then the store, then live: SPEC §2.8), and keeps the
 turn's events in one list.  Subscribers are asynchronous: each holds an index into that
 list and waits on the feed's signal, so a thousand browsers on one turn cost one Redis
-reader, one list and a thousand small cursors.  A slow subscriber only falls behind in
-the list (its socket's send blocks it alone); one more than :data:`MAX_LAG` events behind
-is dropped, and reconnects with ``Last-Event-ID``.
+reader, one list and a thousand small cursors.  Each event is encoded for the wire once
+per feed, and what a subscriber is behind by goes out in one chunk.  A slow subscriber
+only falls behind in the list (its socket's send blocks it alone); one more than
+:data:`MAX_LAG` events behind is dropped, and reconnects with ``Last-Event-ID``.
 
 A feed nobody follows any more stops after :data:`LINGER_SECONDS` (a reconnecting reader
 finds it still there); one whose turn has ended is reused only while the store agrees the
@@ -20,7 +21,8 @@ import asyncio
 import bisect
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 
 from parley.client import Client
 from schemas.events import Event
@@ -28,6 +30,7 @@ from schemas.events import Event
 log = logging.getLogger("parley.gateway.feeds")
 
 MAX_LAG = 10_000
+CHUNK_EVENTS = 256
 LINGER_SECONDS = 10.0
 
 
@@ -41,6 +44,7 @@ class TurnFeed:
     def __init__(self, client: Client, turn_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self.turn_id = turn_id
         self.events: list[Event] = []
+        self._frames: list[bytes] = []  # events[i] encoded, for as many as were asked
         self.done = False
         self.failure: BaseException | None = None
         self.subscribers = 0
@@ -75,6 +79,14 @@ class TurnFeed:
     def signal(self) -> asyncio.Event:
         """Set when the feed next changes (take it before looking at the feed)."""
         return self._signal
+
+    def encoded(self, start: int, stop: int, encode: Callable[[Event], bytes]) -> bytes:
+        """``events[start:stop]`` as ``encode`` makes them, joined; each event is encoded
+        once, for every subscriber (the encoder must be the same for all)."""
+        frames = self._frames
+        while len(frames) < stop:
+            frames.append(encode(self.events[len(frames)]))
+        return frames[start] if stop - start == 1 else b"".join(frames[start:stop])
 
     def index_after(self, seq: int) -> int:
         """The position of the first event with a seq above ``seq``."""
@@ -157,6 +169,28 @@ class Feeds:
         """The turn's events with seq > ``after``, once each and in order, ending after the
         turn's ``end``; :class:`FellBehind` if this subscriber falls too far behind, and the
         reader's own error if it failed."""
+        async with aclosing(self._spans(turn_id, after)) as spans:
+            async for feed, start, stop in spans:
+                for event in feed.events[start:stop]:
+                    yield event
+
+    async def frames(
+        self, turn_id: str, after: int, encode: Callable[[Event], bytes]
+    ) -> AsyncIterator[bytes]:
+        """The same events as :meth:`subscribe`, as ``encode`` makes them bytes: each
+        event is encoded once per feed, for every subscriber of the turn, and the events a
+        subscriber is behind by go out joined, in one chunk of up to :data:`CHUNK_EVENTS`
+        (so the further behind it is, the less each event costs it)."""
+        async with aclosing(self._spans(turn_id, after)) as spans:
+            async for feed, start, stop in spans:
+                for first in range(start, stop, CHUNK_EVENTS):
+                    yield feed.encoded(first, min(stop, first + CHUNK_EVENTS), encode)
+
+    async def _spans(
+        self, turn_id: str, after: int
+    ) -> AsyncGenerator[tuple[TurnFeed, int, int], None]:
+        """Spans ``feed.events[start:stop]`` of the turn's events with seq > ``after``,
+        in order, each new to this subscriber, until the turn's end."""
         feed = await self._acquire(turn_id)
         try:
             index = feed.index_after(after)
@@ -167,12 +201,13 @@ class Feeds:
                     # or after the feed retired) and reads the turn from its start: what
                     # it has read so far may still end before ``after``.
                     index = feed.index_after(after)
-                while index < len(feed.events):
-                    if len(feed.events) - index > MAX_LAG:
+                stop = len(feed.events)
+                if stop > index:
+                    if stop - index > MAX_LAG:
                         raise FellBehind(f"more than {MAX_LAG} events behind on {turn_id}")
-                    event = feed.events[index]
-                    index += 1
-                    yield event
+                    yield feed, index, stop
+                    index = stop
+                    continue  # the feed may have grown while the span was sent
                 if feed.done:
                     if feed.failure is not None:
                         raise feed.failure

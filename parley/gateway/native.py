@@ -202,10 +202,10 @@ async def events(
     await asyncio.to_thread(owned_turn, client, turn_id, owner)
     feeds = feeds_of(request)
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[bytes]:
         try:
-            async for event in feeds.subscribe(turn_id, start):
-                yield sse_of(event)
+            async for frames in feeds.frames(turn_id, start, encode=sse_bytes):
+                yield frames
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
@@ -233,8 +233,15 @@ def sse_of(event: Event) -> ServerSentEvent:
     )
 
 
+def sse_bytes(event: Event) -> bytes:
+    """An event's SSE frame, encoded (what :func:`sse_of` makes, as bytes)."""
+    return sse_of(event).encode()
+
+
 def event_stream(
-    frames: AsyncIterator[ServerSentEvent], settings: GatewaySettings, **headers: str
+    frames: AsyncIterator[ServerSentEvent] | AsyncIterator[bytes],
+    settings: GatewaySettings,
+    **headers: str,
 ) -> EventSourceResponse:
     """A ``text/event-stream`` response of ``frames`` with ``: keep-alive`` comments while
     idle; lines end in LF (the form every SSE parser takes)."""

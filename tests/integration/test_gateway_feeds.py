@@ -9,7 +9,7 @@ from pathlib import Path
 
 import parley
 from parley.gateway.feeds import Feeds
-from schemas.events import EventKind
+from schemas.events import Event, EventKind
 from tests.helpers import scripted_host
 
 TEXT = "".join(f"t{i:02d} " for i in range(40))
@@ -69,5 +69,44 @@ def test_subscribers_of_one_feed_from_different_seqs(tmp_path: Path) -> None:
         for after, seen in zip((0, 3, 7, 12), results, strict=True):
             assert seen == [seq for seq in everything if seq > after], after
         assert [e.kind for e in handle.events()][-1] is EventKind.END
+    finally:
+        client.close()
+
+
+def test_frames_are_each_event_encoded_once_in_order(tmp_path: Path) -> None:
+    rules = [{"when": ".*", "steps": [{"text": TEXT, "chunk_chars": 4, "delay_ms": 2}]}]
+    client = parley.connect(f"sqlite:///{tmp_path / 'db.sqlite'}", host=scripted_host(rules))
+    try:
+        root = tmp_path / "root"
+        root.mkdir()
+        handle = client.open_session(root).submit("go")
+        encoded: list[int] = []
+
+        def encode(event: Event) -> bytes:
+            encoded.append(event.seq)
+            return f"{event.seq};".encode()
+
+        async def scenario() -> tuple[list[bytes], list[bytes], list[bytes]]:
+            feeds = Feeds(client)
+
+            async def one(after: int, pause: float) -> list[bytes]:
+                chunks = []
+                async for chunk in feeds.frames(handle.turn_id, after, encode):
+                    chunks.append(chunk)
+                    await asyncio.sleep(pause)  # a slower one gets more per chunk
+                return chunks
+
+            try:
+                return await asyncio.gather(one(0, 0), one(0, 0.02), one(5, 0))
+            finally:
+                feeds.close()
+
+        fast, slow, late = asyncio.run(scenario())
+        everything = [e.seq for e in handle.events()]
+        for chunks, after in ((fast, 0), (slow, 0), (late, 5)):
+            seqs = [int(s) for s in b"".join(chunks).decode().split(";") if s]
+            assert seqs == [seq for seq in everything if seq > after]
+        assert sorted(encoded) == everything  # once each, for all three subscribers
+        assert len(slow) < len(fast)
     finally:
         client.close()
