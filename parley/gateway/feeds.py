@@ -24,8 +24,9 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 
-from parley.client import Client
+from parley.client import Client, TurnHandle
 from schemas.events import Event
+from schemas.records import TurnRecord
 
 log = logging.getLogger("parley.gateway.feeds")
 
@@ -41,8 +42,15 @@ class FellBehind(Exception):
 class TurnFeed:
     """One turn's events, read once for every subscriber of this process."""
 
-    def __init__(self, client: Client, turn_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        client: Client,
+        turn_id: str,
+        loop: asyncio.AbstractEventLoop,
+        record: TurnRecord | None = None,
+    ) -> None:
         self.turn_id = turn_id
+        self._record = record
         self.events: list[Event] = []
         self._frames: list[bytes] = []  # events[i] encoded, for as many as were asked
         self.done = False
@@ -97,7 +105,13 @@ class TurnFeed:
     def _follow(self) -> None:
         failure: BaseException | None = None
         try:
-            handle = self._client.attach(self.turn_id)
+            # A subscriber that read the turn already hands it over: one read less
+            # before the feed reads Redis (on the way to a new turn's first token).
+            record = self._record
+            if record is None:
+                handle = self._client.attach(self.turn_id)
+            else:
+                handle = TurnHandle(self._client, record)
             for event in handle.events(after=0, stop=self._stop):
                 with self._inbox_lock:
                     self._inbox.append(event)
@@ -165,33 +179,41 @@ class Feeds:
         """Subscribers across every feed."""
         return sum(feed.subscribers for feed in self._feeds.values())
 
-    async def subscribe(self, turn_id: str, after: int) -> AsyncIterator[Event]:
+    async def subscribe(
+        self, turn_id: str, after: int, *, record: TurnRecord | None = None
+    ) -> AsyncIterator[Event]:
         """The turn's events with seq > ``after``, once each and in order, ending after the
         turn's ``end``; :class:`FellBehind` if this subscriber falls too far behind, and the
-        reader's own error if it failed."""
-        async with aclosing(self._spans(turn_id, after)) as spans:
+        reader's own error if it failed.  ``record``: the turn, if the caller has read it
+        (a feed made for this subscriber then need not read it again)."""
+        async with aclosing(self._spans(turn_id, after, record)) as spans:
             async for feed, start, stop in spans:
                 for event in feed.events[start:stop]:
                     yield event
 
     async def frames(
-        self, turn_id: str, after: int, encode: Callable[[Event], bytes]
+        self,
+        turn_id: str,
+        after: int,
+        encode: Callable[[Event], bytes],
+        *,
+        record: TurnRecord | None = None,
     ) -> AsyncIterator[bytes]:
         """The same events as :meth:`subscribe`, as ``encode`` makes them bytes: each
         event is encoded once per feed, for every subscriber of the turn, and the events a
         subscriber is behind by go out joined, in one chunk of up to :data:`CHUNK_EVENTS`
         (so the further behind it is, the less each event costs it)."""
-        async with aclosing(self._spans(turn_id, after)) as spans:
+        async with aclosing(self._spans(turn_id, after, record)) as spans:
             async for feed, start, stop in spans:
                 for first in range(start, stop, CHUNK_EVENTS):
                     yield feed.encoded(first, min(stop, first + CHUNK_EVENTS), encode)
 
     async def _spans(
-        self, turn_id: str, after: int
+        self, turn_id: str, after: int, record: TurnRecord | None
     ) -> AsyncGenerator[tuple[TurnFeed, int, int], None]:
         """Spans ``feed.events[start:stop]`` of the turn's events with seq > ``after``,
         in order, each new to this subscriber, until the turn's end."""
-        feed = await self._acquire(turn_id)
+        feed = await self._acquire(turn_id, record)
         try:
             index = feed.index_after(after)
             while True:
@@ -216,12 +238,12 @@ class Feeds:
         finally:
             self._release(feed)
 
-    async def _acquire(self, turn_id: str) -> TurnFeed:
+    async def _acquire(self, turn_id: str, record: TurnRecord | None) -> TurnFeed:
         feed = self._feeds.get(turn_id)
         if feed is not None and feed.done and not await self._still_current(feed):
             feed = None
         if feed is None:
-            feed = TurnFeed(self._client, turn_id, asyncio.get_running_loop())
+            feed = TurnFeed(self._client, turn_id, asyncio.get_running_loop(), record)
             self._feeds[turn_id] = feed
             feed.start()
         feed.cancel_linger()

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, TurnHandle
+from parley.client import MAX_SEQ, Client, Session, TurnHandle
 from parley.errors import InvalidRequest
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
@@ -126,14 +126,15 @@ def submit_turn(
     """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
     answers the turn it made (``200``) and queues nothing."""
     client = client_of(request)
-    owned_session(client, session_id, owner)
+    record = owned_session(client, session_id, owner)
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise InvalidRequest("request_id and the Idempotency-Key header differ")
     request_id = body.request_id or idempotency_key or None
     contract = None
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
-    handle = client.session(session_id).submit(
+    # The session as owned_session just read it (client.session would read it again).
+    handle = Session(client, record).submit(
         body.prompt, contract=contract, request_id=request_id, if_busy=body.if_busy
     )
     if not handle.created:
@@ -199,12 +200,12 @@ async def events(
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
     start = after if after is not None else _last_event_id(last_event_id)
     client = client_of(request)
-    await asyncio.to_thread(owned_turn, client, turn_id, owner)
+    record = await asyncio.to_thread(owned_turn, client, turn_id, owner)
     feeds = feeds_of(request)
 
     async def stream() -> AsyncIterator[bytes]:
         try:
-            async for frames in feeds.frames(turn_id, start, encode=sse_bytes):
+            async for frames in feeds.frames(turn_id, start, encode=sse_bytes, record=record):
                 yield frames
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
@@ -271,16 +272,19 @@ async def result(
     client = client_of(request)
     details = await asyncio.to_thread(_details, client, turn_id, owner)
     if not details.status.terminal and wait > 0:
+        ended = False
         try:
             async with asyncio.timeout(wait):
                 async for event in feeds_of(request).subscribe(turn_id, 0):
                     if event.kind is EventKind.END:
                         details = await asyncio.to_thread(_details, client, turn_id, owner)
                         if details.status.terminal:
+                            ended = True
                             break
         except TimeoutError:
             pass
-        details = await asyncio.to_thread(_details, client, turn_id, owner)
+        if not ended:  # (an end just read is the turn as it stands)
+            details = await asyncio.to_thread(_details, client, turn_id, owner)
     status = 200 if details.status.terminal else 202
     return JSONResponse(details.model_dump(mode="json"), status_code=status)
 
