@@ -415,6 +415,7 @@ def main() -> int:
         first: dict[str, list[float]] = {}
         rates: dict[str, list[float]] = {"python": [], **{name: [] for name in gateways}}
         cpu: dict[str, list[float]] = {name: [] for name in gateways}
+        clients: dict[str, list[float]] = {"python": [], **{name: [] for name in gateways}}
         fans: dict[str, dict[str, Any]] = {}
         try:
             if "i" in parts:
@@ -422,11 +423,14 @@ def main() -> int:
                 first = first_tokens(client, root, gateways, args.latency_turns)
             if "ii" in parts:
                 for _ in range(args.rounds):
+                    own = time.process_time()
                     rates["python"].append(python_throughput(client, root, args.turns))
+                    clients["python"].append((time.process_time() - own) / args.turns)
                     for name, gateway in gateways.items():
-                        before = gateway.cpu_seconds()
+                        before, own = gateway.cpu_seconds(), time.process_time()
                         rates[name].append(uvloop.run(http_throughput(gateway, args.turns)))
                         cpu[name].append((gateway.cpu_seconds() - before) / args.turns)
+                        clients[name].append((time.process_time() - own) / args.turns)
             if "iii" in parts:
                 for name, c in checkouts.items():
                     fan_gateway = start_gateway(fleet, workspaces, checkout=c)
@@ -434,7 +438,7 @@ def main() -> int:
         finally:
             client.close()
             fleet.stop()
-    report(args, load_before, first, rates, cpu, fans)
+    report(args, load_before, first, rates, cpu, clients, fans)
     return 0
 
 
@@ -444,6 +448,7 @@ def report(
     first: dict[str, list[float]],
     rates: dict[str, list[float]],
     cpu: dict[str, list[float]],
+    clients: dict[str, list[float]],
     fans: dict[str, dict[str, Any]],
 ) -> None:
     load = os.getloadavg()
@@ -472,12 +477,13 @@ def report(
                 + " ".join(f"{r:6.1f}" for r in runs)
                 + " turns/s"
             )
+            own = f"client {1e3 * statistics.median(clients[name]):4.2f} ms"
             if name == "python":
-                line += "   (the floor)"
+                line += f"   (the floor); CPU per turn: {own}"
             else:
                 line += (
-                    f"   {statistics.median(runs) / floor:4.2f}× the floor; gateway CPU "
-                    f"{1e3 * statistics.median(cpu[name]):4.2f} ms per turn"
+                    f"   {statistics.median(runs) / floor:4.2f}× the floor; CPU per turn: "
+                    f"gateway {1e3 * statistics.median(cpu[name]):4.2f} ms, {own}"
                 )
             print(line)
     for name, fan in fans.items():
