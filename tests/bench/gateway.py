@@ -12,9 +12,11 @@ i.   submit → first token: over HTTP (``POST /v1/sessions/{id}/turns``, then `
      connections of a minimal client written on sockets, so that what is measured is
      the gateway rather than an HTTP library), alternating turn by turn with the Python
      fleet client's ``session.submit`` + ``handle.events()``: the floor;
-ii.  200 one-step turns over 50 sessions, submitted over HTTP (httpx, async, 50 at a
-     time) and waited for with ``GET /v1/turns/{id}/result?wait=60``, beside the same
-     through the Python client (submit all, then ``wait`` each);
+ii.  200 one-step turns over 50 sessions, submitted over HTTP 50 at a time and waited
+     for with ``GET /v1/turns/{id}/result?wait=60``, beside the same through the Python
+     client (submit all, then ``wait`` each): from 50 kept-alive connections of a client
+     on asyncio streams, and again from httpx (async, 50 connections), whose own CPU
+     per turn is printed beside it;
 iii. one slow turn followed by N concurrent SSE readers through one fresh gateway
      process: every reader gets every event; the delay from a token's arrival at a
      direct reader of Redis (the Python client in a process of its own: about when it
@@ -211,6 +213,69 @@ async def http_throughput(gateway: Gateway, turns: int) -> float:
         ids = await asyncio.gather(*(submit(s, n) for n in range(turns // 50) for s in sessions))
         await asyncio.gather(*(wait(t) for t in ids))
         return len(ids) / (time.perf_counter() - start)
+
+
+class AsyncConnection:
+    """One kept-alive HTTP/1.1 connection on asyncio streams (no HTTP library's cost)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.auth = f"Authorization: Bearer {gateway.token}\r\n"
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A JSON request and its answer's status and body."""
+        if self.streams is None:
+            host, port = self.gateway.url.removeprefix("http://").split(":")
+            self.streams = await asyncio.open_connection(host, int(port))
+        reader, writer = self.streams
+        payload = b"" if body is None else json.dumps(body).encode()
+        head = f"{method} {path} HTTP/1.1\r\nHost: gateway\r\n{self.auth}"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        writer.write(head.encode() + b"\r\n" + payload)
+        answer = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", answer).group(1))  # type: ignore[union-attr]
+        return int(answer.split(b" ", 2)[1]), json.loads(await reader.readexactly(length))
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
+async def raw_throughput(gateway: Gateway, turns: int) -> float:
+    """The same as :func:`http_throughput`, from 50 connections of a client on sockets."""
+    connections = [AsyncConnection(gateway) for _ in range(50)]
+    try:
+        sessions = [
+            (await c.json("POST", "/v1/sessions", {"workspace": "w"}))[1]["id"] for c in connections
+        ]
+        start = time.perf_counter()
+
+        async def submit(n: int, connection: AsyncConnection, session_id: str) -> str:
+            status, turn = await connection.json(
+                "POST", f"/v1/sessions/{session_id}/turns", {"prompt": f"one of many {n}"}
+            )
+            assert status == 202, turn
+            turn_id: str = turn["turn_id"]
+            return turn_id
+
+        ids: list[str] = []
+        for n in range(turns // 50):
+            ids += await asyncio.gather(
+                *(submit(n, c, s) for c, s in zip(connections, sessions, strict=True))
+            )
+
+        async def wait(connection: AsyncConnection, mine: list[str]) -> None:
+            for turn_id in mine:
+                status, turn = await connection.json("GET", f"/v1/turns/{turn_id}/result?wait=60")
+                assert status == 200 and turn["status"] == "finished", turn
+
+        await asyncio.gather(*(wait(c, ids[n::50]) for n, c in enumerate(connections)))
+        return len(ids) / (time.perf_counter() - start)
+    finally:
+        for connection in connections:
+            connection.close()
 
 
 # ---------------------------------------------------------------- iii. fan-out
@@ -413,9 +478,10 @@ def main() -> int:
         (workspaces / TENANT / "w").mkdir(parents=True, exist_ok=True)
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
         first: dict[str, list[float]] = {}
-        rates: dict[str, list[float]] = {"python": [], **{name: [] for name in gateways}}
-        cpu: dict[str, list[float]] = {name: [] for name in gateways}
-        clients: dict[str, list[float]] = {"python": [], **{name: [] for name in gateways}}
+        sides = [side for name in gateways for side in (name, f"{name} httpx")]
+        rates: dict[str, list[float]] = {"python": [], **{side: [] for side in sides}}
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        clients: dict[str, list[float]] = {"python": [], **{side: [] for side in sides}}
         fans: dict[str, dict[str, Any]] = {}
         try:
             if "i" in parts:
@@ -427,10 +493,14 @@ def main() -> int:
                     rates["python"].append(python_throughput(client, root, args.turns))
                     clients["python"].append((time.process_time() - own) / args.turns)
                     for name, gateway in gateways.items():
-                        before, own = gateway.cpu_seconds(), time.process_time()
-                        rates[name].append(uvloop.run(http_throughput(gateway, args.turns)))
-                        cpu[name].append((gateway.cpu_seconds() - before) / args.turns)
-                        clients[name].append((time.process_time() - own) / args.turns)
+                        for side, run in (
+                            (name, raw_throughput),
+                            (f"{name} httpx", http_throughput),
+                        ):
+                            before, own = gateway.cpu_seconds(), time.process_time()
+                            rates[side].append(uvloop.run(run(gateway, args.turns)))
+                            cpu[side].append((gateway.cpu_seconds() - before) / args.turns)
+                            clients[side].append((time.process_time() - own) / args.turns)
             if "iii" in parts:
                 for name, c in checkouts.items():
                     fan_gateway = start_gateway(fleet, workspaces, checkout=c)
