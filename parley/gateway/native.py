@@ -225,12 +225,18 @@ def _last_event_id(value: str | None) -> int:
     return seq
 
 
+SSE_LINE_END = "\n"
+"""What ends an SSE line here.  sse_starlette's response takes a ``sep`` for what it
+encodes itself, but a ``ServerSentEvent`` keeps its own (CRLF unless told)."""
+
+
 def sse_of(event: Event) -> ServerSentEvent:
     """An event as SSE: ``id: SEQ``, ``event: KIND``, ``data: Event.to_json()``."""
     return ServerSentEvent(
         data=json.dumps(event.to_json(), separators=(",", ":")),
         event=str(event.kind),
         id=str(event.seq),
+        sep=SSE_LINE_END,
     )
 
 
@@ -249,8 +255,8 @@ def event_stream(
     return EventSourceResponse(
         frames,
         ping=max(1, round(settings.keepalive_seconds)),
-        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
-        sep="\n",
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep=SSE_LINE_END),
+        sep=SSE_LINE_END,
         headers={"Cache-Control": "no-cache", **headers},
     )
 
