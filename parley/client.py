@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
+from parley import transcript
 from parley.errors import (
     ForeignTurn,
     InvalidRequest,
@@ -33,9 +34,12 @@ from parley.errors import (
 from parley.host import Host, host_from_environment
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.mcp.spec import McpServer
+from parley.seeding import seeded_turns
 from parley.streaming import follow
 from schemas.events import Event
 from schemas.records import (
+    Approval,
+    Decision,
     IfBusy,
     SessionRecord,
     SteerKind,
@@ -44,7 +48,7 @@ from schemas.records import (
     TurnResult,
 )
 from workers.backend_ports import Coordinator
-from workers.constants import TURN_QUEUE
+from workers.constants import SEEDED, TURN_QUEUE
 from workers.database import (
     create_database_engine,
     current_revision,
@@ -56,6 +60,7 @@ from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore, validate_ids
+from workers.store_approvals import Answered
 
 log = logging.getLogger("parley.client")
 
@@ -64,6 +69,7 @@ MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
 MAX_METADATA_BYTES = 100_000
+MAX_CONTEXT_BYTES = 64_000
 MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
@@ -130,7 +136,7 @@ def connect(
             chosen = host if host is not None else host_from_environment()
             return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
 
-        return Client(store, coordinator, EmbeddedKicker(runner), host=host)
+        return Client(store, coordinator, EmbeddedKicker(runner, store.expire_approvals), host=host)
     settings = FleetSettings(
         database_url=url,
         redis_url=redis_url,
@@ -202,6 +208,22 @@ class Client:
         self._kicker.close(wait=wait, timeout=timeout)
         self.coordinator.close()
         self.store.close()
+
+    def _signal_answered(self, answered: Answered) -> None:
+        """Committed answers: publish their events, and get a driver to a turn that is
+        runnable again."""
+        self.coordinator.publish(list(answered.events))
+        if not answered.runnable:
+            return
+        try:
+            self._kicker.ready()
+        except InvalidRequest:
+            # Embedded without a host: the answers are committed, and the turn goes on
+            # when a client with the host resumes it (or its session gets a turn).
+            log.info("turn %s is runnable again; no host here to run it", answered.turn_id)
+            return
+        if self.coordinator.mark_work(answered.session_id):
+            self._kicker.kick(answered.session_id)
 
     def _check_open(self) -> None:
         """Refuse a write once closed (a closed store would quietly reconnect)."""
@@ -313,12 +335,15 @@ class Session:
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
         timeout: float | None = None,
+        context: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
         if on_event is not None and not callable(on_event):
             raise InvalidRequest("on_event must be a callable taking an Event")
         _check_timeout(timeout)
-        handle = self.submit(prompt, contract=contract, request_id=request_id, if_busy=if_busy)
+        handle = self.submit(
+            prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
+        )
         if on_event is not None:
             for event in handle.events():
                 on_event(event)
@@ -331,9 +356,18 @@ class Session:
         contract: TaskContract | None = None,
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
+        context: dict[str, Any] | None = None,
     ) -> TurnHandle:
-        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
+        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn.
+
+        ``context`` is the host context of this turn: a JSON object (at most
+        ``MAX_CONTEXT_BYTES``) stored with its run, which reaches ``before_turn`` (in
+        ``TurnOptions``), every tool (``ToolContext.host_context``), the model request's
+        context (never the conversation) and ``after_commit``'s receipt, on whichever
+        worker runs the turn; a resume keeps it."""
         text = _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
+        if context is not None:
+            _check_json_object(context, "context", MAX_CONTEXT_BYTES)
         busy = _check_if_busy(if_busy)
         if contract is not None and not isinstance(contract, TaskContract):
             raise InvalidRequest("contract must be a parley.TaskContract")
@@ -355,9 +389,12 @@ class Session:
             request_id=request_id,
             contract=contract,
             if_busy=busy,
+            host_context=dict(context) if context else None,
         )
         for turn_id, steer in receipt.interrupted:
             client.coordinator.push_steer(turn_id, steer)
+        for answered in receipt.denied:
+            client.coordinator.publish(list(answered.events))
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         self._announce(receipt.queued)
@@ -370,6 +407,51 @@ class Session:
         client = self._client
         if queued is None or client.coordinator.mark_work(self.id, [queued]):
             client._kicker.kick(self.id)
+
+    def seed_history(
+        self, messages: list[dict[str, Any]], raw_rows: list[Any] | None = None
+    ) -> list[TurnRecord]:
+        """Import an existing conversation before the session's first turn: ``messages``
+        in the OpenAI chat format (``role`` user, assistant or tool; ``content``;
+        ``tool_calls``; ``tool_call_id``), which become the session's first turns and
+        replay like any others, checked like any others (:class:`CodecError` for a tool
+        call without its result); ``raw_rows``, the host's lossless form of the same
+        conversation, kept beside them (:meth:`seeded`).  :class:`Conflict` once the
+        session has a turn."""
+        turns = seeded_turns(messages)
+        if raw_rows is not None:
+            if not isinstance(raw_rows, list):
+                raise InvalidRequest("raw_rows must be a list (of JSON values) or None")
+            _check_json_object({"raw_rows": raw_rows}, "raw_rows", MAX_PROMPT_BYTES * 10)
+        _check_json_object({"messages": list(messages)}, "messages", MAX_PROMPT_BYTES * 10)
+        self._client._check_open()
+        return self._client.store.seed_history(
+            self.id,
+            [(t.prompt, t.steps) for t in turns],
+            messages=list(messages),
+            raw_rows=raw_rows,
+        )
+
+    def transcript(self) -> list[transcript.Row]:
+        """The history path's rows (root → head), typed: see :mod:`parley.transcript`."""
+        store = self._client.store
+        found: list[transcript.Row] = []
+        for turn in store.history(self.id):
+            state = store.run_state(turn.turn_id)
+            found.extend(
+                transcript.rows(
+                    turn.turn_id,
+                    turn.prompt,
+                    store.steps_of(turn.turn_id),
+                    partial=state.partial,
+                    seeded=state.worker == SEEDED,
+                )
+            )
+        return found
+
+    def seeded(self) -> tuple[list[dict[str, Any]], list[Any] | None] | None:
+        """The seeded messages and raw rows as they were given (None: not seeded)."""
+        return self._client.store.seeded(self.id)
 
     def branch_from(self, turn_id: str) -> None:
         """Make ``turn_id`` the head: the next turn hangs under it.  One write."""
@@ -459,10 +541,40 @@ class TurnHandle:
         client = self._client
         client._check_open()
         # Accepted (durable) first, then listed: a streaming driver that sees it in the
-        # turn's steer list stops at once, and the next boundary stops in any case.
-        client.coordinator.push_steer(
-            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
-        )
+        # turn's steer list stops at once, and the next boundary stops in any case.  A
+        # turn waiting for answers has its pending calls denied with it, and goes on to
+        # commit its held step and stop.
+        receipt = client.store.accept_steer(self.turn_id, SteerKind.INTERRUPT, "")
+        client.coordinator.push_steer(self.turn_id, receipt.steer)
+        if receipt.denied is not None:
+            client._signal_answered(receipt.denied)
+
+    def approvals(self) -> list[Approval]:
+        """The calls of this turn that wait for a person's answer, oldest first."""
+        return [a for a in self._client.store.approvals(self.turn_id) if a.pending]
+
+    def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Approve a waiting call, from any process (``reason``: a note kept with the
+        answer): it runs once the step's last answer is in.  :class:`Conflict` if it has
+        its answer already (naming it), :class:`InvalidRequest` if the turn has no such
+        call."""
+        return self._answer(approval_id, Decision.APPROVED, reason)
+
+    def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Deny a waiting call: the model gets a result saying the operator denied it,
+        and why (``reason``).  Errors as :meth:`approve`."""
+        return self._answer(approval_id, Decision.DENIED, reason)
+
+    def _answer(self, approval_id: str, decision: Decision, reason: str | None) -> Approval:
+        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
+            raise InvalidRequest(f"not an approval id: {approval_id!r}")
+        if reason is not None:
+            reason = _check_text(reason, "reason", MAX_STEER_BYTES)
+        client = self._client
+        client._check_open()
+        answered = client.store.answer_approval(self.turn_id, approval_id, decision, reason)
+        client._signal_answered(answered)
+        return answered.approvals[0]
 
     def result(self) -> TurnResult | None:
         """The result if the turn has ended, else None."""
@@ -504,17 +616,21 @@ def _check_timeout(timeout: Any) -> None:
 
 
 def _check_metadata(metadata: Any) -> None:
+    _check_json_object(metadata, "metadata", MAX_METADATA_BYTES)
+
+
+def _check_json_object(value: Any, what: str, limit: int) -> None:
     """JSON that comes back as it went in: string keys, no sets, NaN or infinity."""
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{what} must be a dict")
     try:
-        text = json.dumps(metadata, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"metadata must be JSON: {exc}") from exc
-    if json.loads(text) != metadata:
-        raise InvalidRequest("metadata must be JSON: string keys, and lists rather than tuples")
-    if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise InvalidRequest(f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")
+        raise InvalidRequest(f"{what} must be JSON: {exc}") from exc
+    if json.loads(text) != value:
+        raise InvalidRequest(f"{what} must be JSON: string keys, and lists rather than tuples")
+    if len(text.encode("utf-8")) > limit:
+        raise InvalidRequest(f"{what} must be at most {limit} bytes of JSON")
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:

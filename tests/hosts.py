@@ -21,6 +21,7 @@ from schemas.messages import message_to_json
 from workers.host_ports import (
     Access,
     ApprovalRequest,
+    Ask,
     DeltaSink,
     ModelReply,
     ModelRequest,
@@ -49,6 +50,7 @@ class WorkspaceScriptedModel:
         with (control / "requests.jsonl").open("a") as log:
             seen = {
                 "turn_id": request.context.turn_id,
+                "host_context": dict(request.context.host_context),
                 "system_prompt": request.prefix.system_prompt,
                 "messages": [message_to_json(m) for m in request.messages],
             }
@@ -62,7 +64,7 @@ class WorkspaceScriptedModel:
 class WorkspacePolicy:
     """The test's ``policy.json`` (``parley.Policy`` arguments), re-read at every check."""
 
-    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | Ask | None:
         path = control_dir(root) / "policy.json"
         options = json.loads(path.read_text()) if path.exists() else {}
         return parley.Policy(**options).check(tool, accesses, root)
@@ -95,6 +97,19 @@ def _record_call(_arguments: dict[str, Any], context: ToolContext) -> str:
     with (control_dir(context.root) / "record-calls").open("a") as calls:
         calls.write(f"{os.getpid()}\n")
     return "recorded"
+
+
+def _whoami(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """The host context the turn's submission carried, as a tool sees it."""
+    return json.dumps(dict(context.host_context), sort_keys=True)
+
+
+WHOAMI = FunctionTool(
+    name="whoami",
+    description="Says who is asking: the turn's host context.",
+    parameters={"type": "object", "properties": {}},
+    function=_whoami,
+)
 
 
 RECORD_CALL = FunctionTool(
@@ -131,7 +146,7 @@ def workspace_host() -> parley.Host:
     """The host of the acceptance suite, embedded and fleet alike."""
     return parley.Host(
         model=WorkspaceScriptedModel(),
-        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL],
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL, WHOAMI],
         policy=WorkspacePolicy(),
         approver=WorkspaceApprover(),
     )

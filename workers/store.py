@@ -17,6 +17,7 @@ transaction plumbing (:mod:`workers.store_connection`).  Concurrency rules:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,7 @@ from schemas.errors import (
     TurnNotFound,
 )
 from schemas.events import Event, EventKind, Queued
+from schemas.messages import StepPayload
 from schemas.records import (
     IfBusy,
     RunState,
@@ -46,6 +48,7 @@ from schemas.records import (
     TurnResult,
     TurnStatus,
 )
+from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import CommittedStep, Store
 from workers.database import create_database_engine
@@ -60,6 +63,7 @@ from workers.rows import (
     turn_record,
     write_events,
 )
+from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
 
@@ -93,9 +97,21 @@ class SubmitReceipt:
     the interrupt steer it accepted (to signal once the submission committed)."""
     queued: Event | None = None
     """The new turn's stored ``queued`` event (None for a repeated request)."""
+    denied: tuple[Answered, ...] = ()
+    """The pending calls an ``interrupt`` submission denied (of a turn that waited)."""
 
 
-class SqlStore(DriverStore, Store):
+@dataclass(frozen=True, kw_only=True)
+class SteerReceipt:
+    """What ``add_steer`` did: the accepted steer, and for an interrupt of a turn that
+    waited for answers, the denials it gave its pending calls (publish them; the turn is
+    runnable again, to commit its held step with them and stop)."""
+
+    steer: Steer
+    denied: Answered | None = None
+
+
+class SqlStore(ApprovalStore, DriverStore, Store):
     """parley's durable state on SQLite or PostgreSQL (see the module docstring): the
     store port the engine talks to, and what clients read and write."""
 
@@ -174,6 +190,110 @@ class SqlStore(DriverStore, Store):
         """The stored session; :class:`SessionNotFound` if unknown."""
         return self._reading(lambda db: read_session(db, session_id))
 
+    def seed_history(
+        self,
+        session_id: str,
+        turns: Sequence[tuple[str, tuple[StepPayload, ...]]],
+        *,
+        messages: list[Any],
+        raw_rows: list[Any] | None,
+    ) -> list[TurnRecord]:
+        """Store an imported conversation as the session's first turns (each a prompt
+        and its committed steps, ended ``finished``), the last one the head, and keep
+        ``messages`` and ``raw_rows`` beside them; one transaction.  :class:`Conflict`
+        once the session has a turn (or a seeded history) already."""
+        now = _now()
+        with self._tx() as db:
+            # Counting locks the session row: a submission racing this one waits, then
+            # counts a turn after the seeded ones.
+            ordinal = db.execute(
+                q.BUMP_TURN_COUNT, {"b_session_id": session_id}
+            ).scalar_one_or_none()
+            if ordinal is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            if ordinal != 1:
+                raise Conflict(
+                    f"session {session_id!r} has turns already: a history is seeded before "
+                    "its first turn"
+                )
+            parent: str | None = None
+            records = []
+            for position, (prompt, steps) in enumerate(turns, start=1):
+                turn_id, run_id = new_id(), new_id()
+                reply = steps[-1].text if steps else None
+                db.execute(
+                    q.SEED_TURN,
+                    {
+                        "id": turn_id,
+                        "session_id": session_id,
+                        "parent_id": parent,
+                        "ordinal": position,
+                        "prompt": prompt,
+                        "request_id": None,
+                        "created_at": now,
+                    },
+                )
+                db.execute(
+                    q.SEED_RUN,
+                    {
+                        "id": run_id,
+                        "turn_id": turn_id,
+                        "session_id": session_id,
+                        "status": TurnStatus.FINISHED.value,
+                        "attempts": 1,
+                        "stalled_attempts": 0,
+                        "steps": len(steps),
+                        "input_tokens": 0,
+                        "output_tokens": 0,
+                        "cached_tokens": 0,
+                        "steer_count": 0,
+                        "steer_cursor": 0,
+                        "inbox_open": False,
+                        "last_seq": 0,
+                        "reply": reply,
+                        "worker": c.SEEDED,
+                        "queued_at": now,
+                        "queue_position": position,
+                        "started_at": now,
+                        "ended_at": now,
+                    },
+                )
+                for index, payload in enumerate(steps):
+                    self._insert_step(db, run_id, index, payload, now)
+                records.append(
+                    TurnRecord(
+                        turn_id=turn_id,
+                        session_id=session_id,
+                        parent_id=parent,
+                        prompt=prompt,
+                        status=TurnStatus.FINISHED,
+                        reply=reply,
+                        run_id=run_id,
+                        request_id=None,
+                        created_at=now,
+                    )
+                )
+                parent = turn_id
+            db.execute(q.SET_TURN_COUNT, {"b_session_id": session_id, "b_count": len(turns)})
+            db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": parent})
+            db.execute(
+                q.INSERT_SEED,
+                {
+                    "session_id": session_id,
+                    "messages": messages,
+                    "raw_rows": raw_rows,
+                    "created_at": now,
+                },
+            )
+        return records
+
+    def seeded(self, session_id: str) -> tuple[list[Any], list[Any] | None] | None:
+        """A session's seeded messages and raw rows, as given (None: not seeded)."""
+        row = self._reading(
+            lambda db: db.execute(q.SEED_OF_SESSION, {"b_session_id": session_id}).one_or_none()
+        )
+        return None if row is None else (list(row.messages), row.raw_rows)
+
     def branch(self, session_id: str, turn_id: str) -> None:
         """Move the session's head to ``turn_id`` (one write; nothing else changes).
 
@@ -224,6 +344,7 @@ class SqlStore(DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None = None,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
@@ -232,7 +353,7 @@ class SqlStore(DriverStore, Store):
         or broker behind it) cannot hold up a running turn.  The caller publishes the
         receipt's ``queued`` event and kicks after the commit."""
         try:
-            return self._submit(session_id, prompt, request_id, contract, if_busy)
+            return self._submit(session_id, prompt, request_id, contract, if_busy, host_context)
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
@@ -250,6 +371,7 @@ class SqlStore(DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None,
     ) -> SubmitReceipt:
         now = _now()
         with self._tx() as db:
@@ -275,15 +397,20 @@ class SqlStore(DriverStore, Store):
                     f"session {session_id!r} has {len(active)} turn(s) queued or running"
                 )
             interrupted: list[tuple[str, Steer]] = []
+            denied: list[Answered] = []
             if if_busy is IfBusy.INTERRUPT:
                 for run in active:
-                    if run.status != q.RUNNING:
+                    if run.status not in (q.RUNNING, q.WAITING):
                         continue
                     try:
                         steer = self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
                     except TurnEnded:
                         continue  # its inbox closed: it is committing its end already
                     interrupted.append((run.turn_id, steer))
+                    if run.status == q.WAITING:
+                        answered = self.deny_pending(db, run.id, INTERRUPTED)
+                        if answered is not None:
+                            denied.append(answered)
             record = TurnRecord(
                 turn_id=new_id(),
                 session_id=session_id,
@@ -304,6 +431,7 @@ class SqlStore(DriverStore, Store):
                 "b_prompt": prompt,
                 "b_request_id": request_id,
                 "b_contract": contract.to_json() if contract else None,
+                "b_host_context": host_context,
                 "b_data": queued.data,
                 "b_now": now,
             }
@@ -313,7 +441,11 @@ class SqlStore(DriverStore, Store):
                 for statement in (q.INSERT_TURN, q.INSERT_RUN, q.INSERT_QUEUED):
                     db.execute(statement, rows)
         return SubmitReceipt(
-            turn=record, created=True, interrupted=tuple(interrupted), queued=queued
+            turn=record,
+            created=True,
+            interrupted=tuple(interrupted),
+            queued=queued,
+            denied=tuple(denied),
         )
 
     def _by_request(
@@ -335,9 +467,9 @@ class SqlStore(DriverStore, Store):
             # Session row first, then the run: the order every writer locks them in.
             position = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one()
             run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
-            if run.status in q.ACTIVE:
+            if run.status in q.ACTIVE or run.status == q.WAITING:
                 record = read_turn(db, turn_id)
-                db.rollback()  # nothing to change: it only needs a driver
+                db.rollback()  # nothing to change: it only needs a driver (or answers)
                 return record, None
             if run.status not in q.RESUMABLE:
                 raise Conflict(
@@ -368,6 +500,7 @@ class SqlStore(DriverStore, Store):
             error=state.error,
             undelivered=state.undelivered,
             partial=state.partial,
+            approvals=self.approvals(turn_id) if state.approval_count else (),
         )
 
     def run_state(self, turn_id: str) -> RunState:
@@ -393,12 +526,21 @@ class SqlStore(DriverStore, Store):
     # ------------------------------------------------------------------ steering
 
     def add_steer(self, turn_id: str, kind: SteerKind, text: str) -> Steer:
-        """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended."""
+        """Accept a steer into a turn's inbox (see :meth:`accept_steer`)."""
+        return self.accept_steer(turn_id, kind, text).steer
+
+    def accept_steer(self, turn_id: str, kind: SteerKind, text: str) -> SteerReceipt:
+        """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended.  An
+        interrupt of a turn that waits for answers also denies its pending calls."""
         with self._tx() as db:
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
-            return self._add_steer(db, run_id, kind, text, _now())
+            steer = self._add_steer(db, run_id, kind, text, _now())
+            denied = None
+            if kind is SteerKind.INTERRUPT:
+                denied = self.deny_pending(db, run_id, INTERRUPTED)
+            return SteerReceipt(steer=steer, denied=denied)
 
     def _add_steer(
         self, db: StoreConnection, run_id: str, kind: SteerKind, text: str, now: datetime
@@ -406,7 +548,12 @@ class SqlStore(DriverStore, Store):
         position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
             status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one()
-            raise TurnEnded(f"the turn has ended ({status}); the steer was not delivered")
+            what = (
+                "interrupt has nothing to stop"
+                if kind is SteerKind.INTERRUPT
+                else ("message was not delivered")
+            )
+            raise TurnEnded(f"the turn has ended ({status}); the {what}")
         db.execute(
             q.INSERT_STEER,
             {
