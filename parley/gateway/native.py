@@ -20,7 +20,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, TurnHandle, check_metadata
+from parley.client import MAX_SEQ, Client, Session, TurnHandle, check_metadata
 from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
@@ -138,14 +138,15 @@ def submit_turn(
     """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
     answers the turn it made (``200``) and queues nothing."""
     client = client_of(request)
-    owned_session(client, session_id, owner)
+    record = owned_session(client, session_id, owner)
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise InvalidRequest("request_id and the Idempotency-Key header differ")
     request_id = body.request_id or idempotency_key or None
     contract = None
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
-    handle = client.session(session_id).submit(
+    # The session as owned_session just read it (client.session would read it again).
+    handle = Session(client, record).submit(
         body.prompt,
         contract=contract,
         request_id=request_id,
@@ -220,13 +221,13 @@ async def events(
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
     start = after if after is not None else _last_event_id(last_event_id)
     client = client_of(request)
-    await asyncio.to_thread(owned_turn, client, turn_id, owner)
+    record = await asyncio.to_thread(owned_turn, client, turn_id, owner)
     feeds = feeds_of(request)
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[bytes]:
         try:
-            async for event in feeds.subscribe(turn_id, start):
-                yield sse_of(event)
+            async for frames in feeds.frames(turn_id, start, encode=sse_bytes, record=record):
+                yield frames
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
@@ -247,25 +248,38 @@ def _last_event_id(value: str | None) -> int:
     return min(seq, MAX_SEQ)
 
 
+SSE_LINE_END = "\n"
+"""What ends an SSE line here.  sse_starlette's response takes a ``sep`` for what it
+encodes itself, but a ``ServerSentEvent`` keeps its own (CRLF unless told)."""
+
+
 def sse_of(event: Event) -> ServerSentEvent:
     """An event as SSE: ``id: SEQ``, ``event: KIND``, ``data: Event.to_json()``."""
     return ServerSentEvent(
         data=json.dumps(event.to_json(), separators=(",", ":")),
         event=str(event.kind),
         id=str(event.seq),
+        sep=SSE_LINE_END,
     )
 
 
+def sse_bytes(event: Event) -> bytes:
+    """An event's SSE frame, encoded (what :func:`sse_of` makes, as bytes)."""
+    return sse_of(event).encode()
+
+
 def event_stream(
-    frames: AsyncIterator[ServerSentEvent], settings: GatewaySettings, **headers: str
+    frames: AsyncIterator[ServerSentEvent] | AsyncIterator[bytes],
+    settings: GatewaySettings,
+    **headers: str,
 ) -> EventSourceResponse:
     """A ``text/event-stream`` response of ``frames`` with ``: keep-alive`` comments while
     idle; lines end in LF (the form every SSE parser takes)."""
     return EventSourceResponse(
         frames,
         ping=settings.keepalive_seconds,
-        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
-        sep="\n",
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep=SSE_LINE_END),
+        sep=SSE_LINE_END,
         headers={"Cache-Control": "no-cache", **headers},
     )
 
@@ -287,16 +301,19 @@ async def result(
     client = client_of(request)
     details = await asyncio.to_thread(_details, client, turn_id, owner)
     if not details.status.terminal and wait > 0:
+        ended = False
         try:
             async with asyncio.timeout(wait):
                 async for event in feeds_of(request).subscribe(turn_id, 0):
                     if event.kind is EventKind.END:
                         details = await asyncio.to_thread(_details, client, turn_id, owner)
                         if details.status.terminal:
+                            ended = True
                             break
         except TimeoutError:
             pass
-        details = await asyncio.to_thread(_details, client, turn_id, owner)
+        if not ended:  # (an end just read is the turn as it stands)
+            details = await asyncio.to_thread(_details, client, turn_id, owner)
     status = 200 if details.status.terminal else 202
     return JSONResponse(details.model_dump(mode="json"), status_code=status)
 
