@@ -41,6 +41,7 @@ from parley.gateway.native import (
     settings_of,
     workspace_root,
 )
+from parley.gateway.resources import ErrorBody
 from parley.gateway.responses_events import (
     SLOTS,
     Projection,
@@ -169,13 +170,18 @@ class OpenAIRoute(APIRoute):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": OpenAIErrorBody, "description": text}
-    for status, text in (
-        (400, "A parameter is invalid, or one parley does not serve"),
-        (401, "No bearer token (API key), or an unknown one"),
-        (404, "No such response or conversation (or another tenant's)"),
-        (409, "The conversation's state forbids this"),
-    )
+    **{
+        status: {"model": OpenAIErrorBody, "description": text}
+        for status, text in (
+            (400, "A parameter is invalid, or one parley does not serve"),
+            (401, "No bearer token (API key), or an unknown one"),
+            (404, "No such response or conversation (or another tenant's)"),
+            (409, "The conversation's state forbids this"),
+        )
+    },
+    # Refused before any route, by the gateway's body limit, in the gateway's own form.
+    413: {"model": ErrorBody, "description": "The body is over PARLEY_GATEWAY_MAX_BODY"},
+    415: {"model": ErrorBody, "description": "The body is not declared as JSON"},
 }
 RESPONSE_OR_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
@@ -318,12 +324,23 @@ def _check_supported(body: ResponseCreate) -> None:
     text_format = (body.text or {}).get("format")
     if isinstance(text_format, dict) and text_format.get("type", "text") != "text":
         raise Refusal(400, "only text output is served", param="text.format")
+    if body.model is not None and not _echoable(body.model):
+        raise Refusal(400, "model must be text (UTF-8, no NUL)", param="model")
     if body.previous_response_id is not None and body.conversation is not None:
         raise Refusal(
             400,
             "previous_response_id and conversation cannot be used together",
             param="previous_response_id",
         )
+
+
+def _echoable(text: str) -> bool:
+    """Whether ``text`` can be sent back in a JSON answer (UTF-8 has no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def _conversation_id(value: str | dict[str, Any]) -> str:
@@ -501,8 +518,14 @@ async def _until_ended(request: Request, turn_id: str, timeout: float | None) ->
     shared feed's reading of the turn stops there."""
     try:
         async with asyncio.timeout(timeout):
-            async for _event in feeds_of(request).subscribe(turn_id, 0):
-                pass
+            try:
+                async for _event in feeds_of(request).subscribe(turn_id, 0):
+                    pass
+            except FellBehind:
+                # A turn longer than a feed lets one reader lag behind: ask the store.
+                store = client_of(request).store
+                while not (await asyncio.to_thread(store.run_state, turn_id)).status.terminal:
+                    await asyncio.sleep(0.5)
     except TimeoutError:
         pass
 
