@@ -38,11 +38,11 @@ from typing import Any
 from schemas.events import (
     Ended,
     Event,
+    EventKind,
     Queued,
     Started,
     StepCommitted,
     StepRestarted,
-    Token,
     ToolAnswered,
     ToolCalled,
 )
@@ -396,12 +396,15 @@ class Projection:
         batch = _Batch(event.seq)
         if self.status is None:
             self._lifecycle(batch, "response.created", "queued")
+        if event.kind is EventKind.TOKEN:
+            # The hot path (every reader projects every token): the wire form is read
+            # as it is, without validating a payload object per delta.
+            self._token(batch, int(event.data["step"]), str(event.data["text"]))
+            return batch.events
         payload = event.payload
         if isinstance(payload, Queued):
             if batch.events or self.status != "queued":
                 self._lifecycle(batch, "response.queued", "queued")
-        elif isinstance(payload, Token):
-            self._token(batch, payload.step, payload.text)
         elif isinstance(payload, StepRestarted):
             self._restarted(payload.step)
         elif isinstance(payload, ToolCalled):
