@@ -504,7 +504,11 @@ def _last_event_id(value: str | None) -> int:
 def _stored(client: Client, turn_id: str, hints: dict[str, Any]) -> dict[str, Any]:
     store = client.store
     return stored_response(
-        store.get_turn(turn_id), store.run_state(turn_id), store.steps_of(turn_id), **hints
+        store.get_turn(turn_id),
+        store.run_state(turn_id),
+        store.steps_of(turn_id),
+        approvals=store.approvals(turn_id),
+        **hints,
     )
 
 

@@ -31,11 +31,13 @@ it said before) therefore shows a crash as nothing at all.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.events import (
+    ApprovalRequested,
     Ended,
     Event,
     EventKind,
@@ -46,7 +48,7 @@ from schemas.events import (
     ToolAnswered,
     ToolCalled,
 )
-from schemas.records import RunState, TurnRecord, TurnStatus, Usage
+from schemas.records import Approval, RunState, TurnRecord, TurnStatus, Usage
 from workers.backend_ports import CommittedStep
 
 SLOTS = 16
@@ -55,6 +57,9 @@ SLOTS = 16
 STATUS: dict[TurnStatus, str] = {
     TurnStatus.QUEUED: "queued",
     TurnStatus.RUNNING: "in_progress",
+    # OpenAI has no status for a response that waits for a person: it is in progress,
+    # and its output holds an ``mcp_approval_request`` item per call waiting for one.
+    TurnStatus.WAITING: "in_progress",
     TurnStatus.FINISHED: "completed",
     TurnStatus.SUCCEEDED: "completed",
     TurnStatus.CHECK_FAILED: "incomplete",
@@ -156,14 +161,16 @@ def stored_response(
     run: RunState,
     steps: Sequence[CommittedStep],
     *,
+    approvals: Sequence[Approval] = (),
     model: str = "",
     previous_response_id: str | None = None,
     background: bool | None = None,
 ) -> dict[str, Any]:
-    """The response object of a stored turn.  ``model`` is what the request named: it is
-    shown until a step records the model the host actually used; ``previous_response_id``
-    likewise until the turn has taken its place under a parent; ``background`` is echoed
-    (parley does not store it)."""
+    """The response object of a stored turn (``approvals``: its calls that asked for a
+    person's answer; those still waiting are shown).  ``model`` is what the request
+    named: it is shown until a step records the model the host actually used;
+    ``previous_response_id`` likewise until the turn has taken its place under a parent;
+    ``background`` is echoed (parley does not store it)."""
     meta = meta_of(
         turn,
         run,
@@ -174,10 +181,11 @@ def stored_response(
     )
     status = STATUS[run.status]
     reply = turn.reply if run.status.has_reply else None
+    waiting = [approval_item(a.approval_id, a.tool, a.arguments) for a in approvals if a.pending]
     return response_object(
         meta,
         status=status,
-        output=committed_output(turn.turn_id, steps, reply),
+        output=committed_output(turn.turn_id, steps, reply) + waiting,
         reply=reply,
         usage=run.usage,
         error=(run.error or "the turn failed") if run.status is TurnStatus.FAILED else None,
@@ -301,6 +309,18 @@ def message_item(
     return item
 
 
+def approval_item(approval_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """An ``McpApprovalRequest``: a call waiting for a person's answer (its ``id`` is the
+    approval id the answer names; ``server_label`` says the host's tools asked)."""
+    return {
+        "id": approval_id,
+        "type": "mcp_approval_request",
+        "name": tool,
+        "arguments": json.dumps(arguments, sort_keys=True),
+        "server_label": "parley",
+    }
+
+
 def text_part(text: str) -> dict[str, Any]:
     """A ``ResponseOutputText`` content part."""
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
@@ -413,12 +433,15 @@ class Projection:
             self._tool_result(batch, payload)
         elif isinstance(payload, StepCommitted):
             self._step(batch, payload)
+        elif isinstance(payload, ApprovalRequested):
+            self._approval(batch, payload)
         elif isinstance(payload, Ended):
             self._end(batch, payload, final)
         elif isinstance(payload, Started) and self.status != "in_progress":
             self._lifecycle(batch, "response.in_progress", "in_progress")
-        # Steers, refusals and checks have no Responses form: a refusal reaches the
-        # client as the refused call's output, a steer as what the model says next.
+        # Steers, refusals, checks and answers to approvals have no Responses form: a
+        # refusal (or a denial) reaches the client as the call's output, a steer as what
+        # the model says next.
         assert len(batch.events) <= SLOTS, (event, batch.events)
         return batch.events
 
@@ -659,6 +682,15 @@ class Projection:
             item=function_output_item(item_id, shown, result.content, "in_progress"),
         )
         batch.emit("response.output_item.done", output_index=index, item=done)
+
+    def _approval(self, batch: _Batch, asked: ApprovalRequested) -> None:
+        self._settle_echo(batch)
+        self._close_open(batch)
+        item = approval_item(asked.approval_id, asked.tool, asked.arguments)
+        index = self._items
+        self._items += 1
+        batch.emit("response.output_item.added", output_index=index, item=item)
+        batch.emit("response.output_item.done", output_index=index, item=item)
 
 
 def _common_prefix(a: str, b: str) -> int:

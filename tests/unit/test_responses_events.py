@@ -6,6 +6,7 @@ the client holding its text once."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from schemas.events import (
     ToolCalled,
 )
 from schemas.messages import StepPayload, ToolCall, ToolResult
+from schemas.records import TurnStatus
 from tests.helpers import scripted_host
 from workers.backend_ports import CommittedStep
 
@@ -445,6 +447,62 @@ class _FailingModel:
 
     def stream(self, request: Any, on_delta: Any) -> Any:
         raise RuntimeError("down")
+
+
+def test_a_call_waiting_for_a_person_is_an_approval_request_of_a_response_in_progress(
+    tmp_path: Path,
+) -> None:
+    """A turn whose call asks for approval: while it waits, its response is
+    ``in_progress`` with an ``mcp_approval_request`` item naming the approval id (what a
+    person answers); the stream shows that item, then, once approved, the call, its
+    output and the reply."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    steps = [{"tool_calls": [{"name": "list_files", "arguments": {}}]}, {"text": "Listed."}]
+    host = scripted_host(
+        [{"when": ".*", "steps": steps}], policy=parley.Policy(ask_tools=["list_files"])
+    )
+    with parley.connect(f"sqlite:///{tmp_path / 'run.db'}", host=host) as client:
+        handle = client.open_session(root).submit("list them")
+        deadline = time.monotonic() + 30
+        while handle.record().status is not TurnStatus.WAITING:
+            assert time.monotonic() < deadline, "the turn never waited"
+            time.sleep(0.02)
+        store = client.store
+        waiting = stored_response(
+            handle.record(),
+            store.run_state(handle.turn_id),
+            store.steps_of(handle.turn_id),
+            approvals=store.approvals(handle.turn_id),
+        )
+        [pending] = handle.approvals()
+        handle.approve(pending.approval_id)
+        handle.wait(timeout=30)
+        events = list(handle.events())
+        turn, run = handle.record(), store.run_state(handle.turn_id)
+        final = stored_response(
+            turn, run, store.steps_of(handle.turn_id), approvals=store.approvals(handle.turn_id)
+        )
+    shown = RESPONSE.validate_python(waiting)
+    assert shown.status == "in_progress"
+    [request] = shown.output
+    assert request.type == "mcp_approval_request"
+    assert (request.id, request.name) == (pending.approval_id, "list_files")
+    projection = Projection(meta_of(turn, run, []))
+    stream = [
+        e
+        for event in events
+        for e in projection.project(event, final=final if event is events[-1] else None)
+    ]
+    parsed = parse(stream)
+    assert [i["item"]["type"] for i in stream if i["type"] == "response.output_item.done"] == [
+        "mcp_approval_request",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert parsed.output_text == "Listed."
+    assert [i.type for i in parsed.output] == ["function_call", "function_call_output", "message"]
 
 
 def test_a_projection_is_the_same_every_time() -> None:
