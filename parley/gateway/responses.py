@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -31,7 +32,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from parley import errors
-from parley.client import MAX_PROMPT_BYTES, Client, TurnHandle
+from parley.client import MAX_PROMPT_BYTES, MAX_STEER_BYTES, Client, TurnHandle
 from parley.gateway.errors import GatewayError, status_of
 from parley.gateway.feeds import FellBehind
 from parley.gateway.native import (
@@ -52,7 +53,7 @@ from parley.gateway.responses_events import (
 )
 from parley.gateway.tenants import owned_session, owned_turn, tenant
 from schemas.events import EventKind
-from schemas.records import TaskContract
+from schemas.records import TaskContract, TurnRecord, TurnStatus
 from workers.store import new_id
 
 log = logging.getLogger("parley.gateway")
@@ -290,6 +291,63 @@ def prompt_of(value: str | list[dict[str, Any]]) -> str:
     return text
 
 
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswer:
+    """An ``mcp_approval_response`` input item: a person's answer to a waiting call."""
+
+    position: int
+    approval_id: str
+    approve: bool
+    reason: str | None
+
+
+def answers_of(value: str | list[dict[str, Any]]) -> list[ApprovalAnswer]:
+    """The ``mcp_approval_response`` items of ``input``, which come last (the items
+    before them, like earlier messages, are not replayed); none for any other input."""
+    if isinstance(value, str):
+        return []
+    kinds = [item.get("type") for item in value]
+    if "mcp_approval_response" not in kinds:
+        return []
+    first = kinds.index("mcp_approval_response")
+    answers = []
+    for n in range(first, len(value)):
+        item = value[n]
+        if kinds[n] != "mcp_approval_response":
+            raise Refusal(
+                400,
+                f"input[{n}] follows an mcp_approval_response: answers to approval requests "
+                "come last, and alone (a steer for the response goes through the native API)",
+                param=f"input[{n}]",
+            )
+        approval_id, approve, reason = (
+            item.get("approval_request_id"),
+            item.get("approve"),
+            item.get("reason"),
+        )
+        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
+            raise Refusal(
+                400, "approval_request_id must be an id", param=f"input[{n}].approval_request_id"
+            )
+        if not isinstance(approve, bool):
+            raise Refusal(400, "approve must be true or false", param=f"input[{n}].approve")
+        if reason is not None and (
+            not isinstance(reason, str)
+            or not _echoable(reason)
+            or len(reason.encode("utf-8")) > MAX_STEER_BYTES
+        ):
+            raise Refusal(
+                400,
+                f"reason must be text of at most {MAX_STEER_BYTES} bytes",
+                param=f"input[{n}].reason",
+            )
+        reason = reason if reason and reason.strip() else None
+        answers.append(
+            ApprovalAnswer(position=n, approval_id=approval_id, approve=approve, reason=reason)
+        )
+    return answers
+
+
 def _text_of(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
@@ -359,8 +417,19 @@ async def create_response(body: ResponseCreate, request: Request, owner: Tenant)
     or after ``previous_response_id``.  Answers the response once it has ended; with
     ``background``, at once (``queued``); with ``stream``, its events as they come."""
     _check_supported(body)
-    prompt = prompt_of(body.input)
     client = client_of(request)
+    answers = answers_of(body.input)
+    if answers:
+        # Answers to a waiting response's approval requests: the same response (the
+        # same turn) goes on; it is answered in the mode asked, as it stands.
+        handle = await asyncio.to_thread(_answer_approvals, request, owner, body, answers)
+        if body.stream:
+            meta = await asyncio.to_thread(_meta, client, handle.turn_id)
+            return _event_stream(request, handle.turn_id, meta, 0, {})
+        if not body.background:
+            await _until_ended(request, handle.turn_id, None)
+        return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, {}))
+    prompt = prompt_of(body.input)
     handle = await asyncio.to_thread(_submit, request, owner, body, prompt)
     hints = {
         "model": body.model or "",
@@ -387,6 +456,63 @@ async def create_response(body: ResponseCreate, request: Request, owner: Tenant)
     return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, hints))
 
 
+def _previous(client: Client, body: ResponseCreate, owner: str) -> TurnRecord:
+    assert body.previous_response_id is not None
+    try:
+        return owned_turn(client, body.previous_response_id, owner)
+    except errors.TurnNotFound:
+        raise Refusal(
+            400,
+            f"Previous response with id '{body.previous_response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        ) from None
+
+
+def _answer_approvals(
+    request: Request, owner: str, body: ResponseCreate, answers: list[ApprovalAnswer]
+) -> TurnHandle:
+    """Answer calls of the response ``previous_response_id`` that wait for a person:
+    every answer is checked (its call waits, and is named once) before any is given."""
+    if body.previous_response_id is None:
+        raise Refusal(
+            400,
+            "an mcp_approval_response answers the response that asked: give its id as "
+            "previous_response_id",
+            param="previous_response_id",
+        )
+    client = client_of(request)
+    previous = _previous(client, body, owner)
+    approvals = {a.approval_id: a for a in client.store.approvals(previous.turn_id)}
+    named: set[str] = set()
+    for answer in answers:
+        where = f"input[{answer.position}].approval_request_id"
+        approval = approvals.get(answer.approval_id)
+        if approval is None or answer.approval_id in named:
+            what = "names it twice" if approval is not None else "has no such approval request"
+            raise Refusal(
+                400,
+                f"response '{previous.turn_id}' {what}: {answer.approval_id!r}",
+                param=where,
+            )
+        if not approval.pending:
+            decision = approval.decision.value if approval.decision else "answered"
+            raise Refusal(
+                409,
+                f"approval request {answer.approval_id!r} has its answer already ({decision})",
+                param=where,
+                code="already_answered",
+            )
+        named.add(answer.approval_id)
+    handle = client.attach(previous.turn_id)
+    for answer in answers:
+        if answer.approve:
+            handle.approve(answer.approval_id, reason=answer.reason)
+        else:
+            handle.deny(answer.approval_id, reason=answer.reason)
+    return handle
+
+
 def _submit(request: Request, owner: str, body: ResponseCreate, prompt: str) -> TurnHandle:
     """Queue the turn where the request says (every check made before any write)."""
     client = client_of(request)
@@ -394,15 +520,7 @@ def _submit(request: Request, owner: str, body: ResponseCreate, prompt: str) -> 
     if body.max_output_tokens is not None:
         contract = TaskContract(max_tokens=body.max_output_tokens)
     if body.previous_response_id is not None:
-        try:
-            previous = owned_turn(client, body.previous_response_id, owner)
-        except errors.TurnNotFound:
-            raise Refusal(
-                400,
-                f"Previous response with id '{body.previous_response_id}' not found.",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            ) from None
+        previous = _previous(client, body, owner)
         session = client.session(previous.session_id)
         _follow(client, session.id, previous.turn_id)
         return session.submit(prompt, contract=contract)
@@ -503,11 +621,12 @@ def _last_event_id(value: str | None) -> int:
 
 def _stored(client: Client, turn_id: str, hints: dict[str, Any]) -> dict[str, Any]:
     store = client.store
+    run = store.run_state(turn_id)
     return stored_response(
         store.get_turn(turn_id),
-        store.run_state(turn_id),
+        run,
         store.steps_of(turn_id),
-        approvals=store.approvals(turn_id),
+        approvals=store.approvals(turn_id) if run.approval_count else (),
         **hints,
     )
 
@@ -518,17 +637,24 @@ def _meta(client: Client, turn_id: str) -> ResponseMeta:
 
 
 async def _until_ended(request: Request, turn_id: str, timeout: float | None) -> None:
-    """Wait (at most ``timeout`` seconds, if given) for the turn's last ``end``: the
-    shared feed's reading of the turn stops there."""
+    """Wait (at most ``timeout`` seconds, if given) for the turn's last ``end`` (the
+    shared feed's reading of the turn stops there), or until it waits for a person: an
+    OpenAI client is answered then, with the approval requests in the output."""
+    store = client_of(request).store
     try:
         async with asyncio.timeout(timeout):
             try:
-                async for _event in feeds_of(request).subscribe(turn_id, 0):
-                    pass
+                async for event in feeds_of(request).subscribe(turn_id, 0):
+                    if event.kind is EventKind.APPROVAL_REQUESTED:
+                        run = await asyncio.to_thread(store.run_state, turn_id)
+                        if run.status is TurnStatus.WAITING:
+                            return
             except FellBehind:
                 # A turn longer than a feed lets one reader lag behind: ask the store.
-                store = client_of(request).store
-                while not (await asyncio.to_thread(store.run_state, turn_id)).status.terminal:
+                while True:
+                    status = (await asyncio.to_thread(store.run_state, turn_id)).status
+                    if status.terminal or status is TurnStatus.WAITING:
+                        return
                     await asyncio.sleep(0.5)
     except TimeoutError:
         pass

@@ -37,7 +37,11 @@ STREAM: dict[str, Any] = {
 }
 LOOP: dict[str, Any] = {"when": "^loop", "steps": [{"tool_calls": [LIST]}]}
 ECHO: dict[str, Any] = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
-RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, ECHO]
+RECORD: dict[str, Any] = {
+    "when": "^record",
+    "steps": [{"tool_calls": [{"name": "record_call", "arguments": {}}]}, {"text": "recorded."}],
+}
+RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, RECORD, ECHO]
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
 
 
@@ -364,6 +368,48 @@ def test_a_turn_started_natively_is_a_response(tenant: Tenant, api: OpenAI) -> N
     assert api.responses.retrieve(turn["turn_id"]).output_text == ended["reply"]
     after = api.responses.create(model="m", input="thanks", previous_response_id=turn["turn_id"])
     assert after.conversation is not None and after.conversation.id == session["id"]
+
+
+def test_a_call_that_asks_waits_and_an_mcp_approval_response_answers_it(
+    tenant: Tenant, api: OpenAI
+) -> None:
+    """A call the policy asks about: the blocking create answers once the response waits
+    (``in_progress``, an ``mcp_approval_request`` naming the call); an
+    ``mcp_approval_response`` after it answers, and the same response goes on to its
+    reply.  A second answer, or one to no such request, is refused and runs nothing."""
+    tenant.control.policy(ask_tools=["record_call"])
+    waiting = api.responses.create(model="m", input="record it")
+    assert waiting.status == "in_progress"
+    [request] = waiting.output
+    assert request.type == "mcp_approval_request" and request.name == "record_call"
+    assert tenant.control.recorded_calls() == []  # nothing ran while it waits
+    assert tenant.http.get(f"/v1/turns/{waiting.id}").json()["status"] == "waiting"
+
+    def answer(approval_id: str) -> Any:
+        return api.responses.create(
+            model="m",
+            previous_response_id=waiting.id,
+            input=[
+                {
+                    "type": "mcp_approval_response",
+                    "approval_request_id": approval_id,
+                    "approve": True,
+                }
+            ],
+        )
+
+    with pytest.raises(openai.BadRequestError) as unknown:
+        answer(str(uuid.uuid4()))
+    error = unknown.value.body
+    assert isinstance(error, dict) and error["param"] == "input[0].approval_request_id", error
+    done = answer(request.id)
+    assert done.id == waiting.id
+    assert done.status == "completed" and done.output_text == "recorded."
+    assert [i.type for i in done.output] == ["function_call", "function_call_output", "message"]
+    assert len(tenant.control.recorded_calls()) == 1
+    with pytest.raises(openai.ConflictError):
+        answer(request.id)
+    assert len(tenant.control.recorded_calls()) == 1
 
 
 # ------------------------------------------------------------------------ a crash
