@@ -67,6 +67,7 @@ MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
 MAX_METADATA_BYTES = 100_000
+MAX_CONTEXT_BYTES = 64_000
 MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
@@ -332,12 +333,15 @@ class Session:
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
         timeout: float | None = None,
+        context: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
         if on_event is not None and not callable(on_event):
             raise InvalidRequest("on_event must be a callable taking an Event")
         _check_timeout(timeout)
-        handle = self.submit(prompt, contract=contract, request_id=request_id, if_busy=if_busy)
+        handle = self.submit(
+            prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
+        )
         if on_event is not None:
             for event in handle.events():
                 on_event(event)
@@ -350,9 +354,18 @@ class Session:
         contract: TaskContract | None = None,
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
+        context: dict[str, Any] | None = None,
     ) -> TurnHandle:
-        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
+        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn.
+
+        ``context`` is the host context of this turn: a JSON object (at most
+        ``MAX_CONTEXT_BYTES``) stored with its run, which reaches ``before_turn`` (in
+        ``TurnOptions``), every tool (``ToolContext.host_context``), the model request's
+        context (never the conversation) and ``after_commit``'s receipt, on whichever
+        worker runs the turn; a resume keeps it."""
         text = _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
+        if context is not None:
+            _check_json_object(context, "context", MAX_CONTEXT_BYTES)
         busy = _check_if_busy(if_busy)
         if contract is not None and not isinstance(contract, TaskContract):
             raise InvalidRequest("contract must be a parley.TaskContract")
@@ -374,6 +387,7 @@ class Session:
             request_id=request_id,
             contract=contract,
             if_busy=busy,
+            host_context=dict(context) if context else None,
         )
         for turn_id, steer in receipt.interrupted:
             client.coordinator.push_steer(turn_id, steer)
@@ -555,17 +569,21 @@ def _check_timeout(timeout: Any) -> None:
 
 
 def _check_metadata(metadata: Any) -> None:
+    _check_json_object(metadata, "metadata", MAX_METADATA_BYTES)
+
+
+def _check_json_object(value: Any, what: str, limit: int) -> None:
     """JSON that comes back as it went in: string keys, no sets, NaN or infinity."""
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{what} must be a dict")
     try:
-        text = json.dumps(metadata, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"metadata must be JSON: {exc}") from exc
-    if json.loads(text) != metadata:
-        raise InvalidRequest("metadata must be JSON: string keys, and lists rather than tuples")
-    if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise InvalidRequest(f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")
+        raise InvalidRequest(f"{what} must be JSON: {exc}") from exc
+    if json.loads(text) != value:
+        raise InvalidRequest(f"{what} must be JSON: string keys, and lists rather than tuples")
+    if len(text.encode("utf-8")) > limit:
+        raise InvalidRequest(f"{what} must be at most {limit} bytes of JSON")
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:

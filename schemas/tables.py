@@ -103,6 +103,8 @@ runs = Table(
     # and by a resume: a long turn taken over many times is not stuck while it moves.
     Column("stalled_attempts", Integer, nullable=False, default=0, server_default=text("0")),
     Column("contract", Json, nullable=True),
+    # The host context the submission carried for this turn (None: none).
+    Column("host_context", Json, nullable=True),
     Column("steps", Integer, nullable=False, default=0),
     Column("input_tokens", BigInteger, nullable=False, default=0),
     Column("output_tokens", BigInteger, nullable=False, default=0),

@@ -266,6 +266,7 @@ INSERT_RUN = insert(t.runs).values(
     attempts=0,
     stalled_attempts=0,
     contract=b("contract"),
+    host_context=b("host_context", type_=t.Json),
     steps=0,
     input_tokens=0,
     output_tokens=0,

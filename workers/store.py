@@ -237,6 +237,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None = None,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
@@ -245,7 +246,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         or broker behind it) cannot hold up a running turn.  The caller publishes the
         receipt's ``queued`` event and kicks after the commit."""
         try:
-            return self._submit(session_id, prompt, request_id, contract, if_busy)
+            return self._submit(session_id, prompt, request_id, contract, if_busy, host_context)
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
@@ -263,6 +264,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None,
     ) -> SubmitReceipt:
         now = _now()
         with self._tx() as db:
@@ -322,6 +324,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                 "b_prompt": prompt,
                 "b_request_id": request_id,
                 "b_contract": contract.to_json() if contract else None,
+                "b_host_context": host_context,
                 "b_data": queued.data,
                 "b_now": now,
             }

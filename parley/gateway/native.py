@@ -134,7 +134,11 @@ def submit_turn(
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
     handle = client.session(session_id).submit(
-        body.prompt, contract=contract, request_id=request_id, if_busy=body.if_busy
+        body.prompt,
+        contract=contract,
+        request_id=request_id,
+        if_busy=body.if_busy,
+        context=body.context,
     )
     if not handle.created:
         response.status_code = 200

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
+from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
@@ -52,14 +52,18 @@ class TurnCreate(Body):
     if_busy: IfBusy = IfBusy.ENQUEUE
     max_steps: int | None = Field(None, ge=1, le=10_000)
     max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    context: dict[str, Any] | None = Field(
+        None,
+        description="The host context of this turn (a JSON object of at most "
+        f"{MAX_CONTEXT_BYTES} bytes): it reaches the host's hooks, tools and model "
+        "request, never the conversation.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _no_check(cls, data: Any) -> Any:
         if isinstance(data, dict) and "check" in data:
             raise ValueError("a check command is never accepted over HTTP: budgets only")
-        if isinstance(data, dict) and "context" in data:
-            raise ValueError("context (host context for a turn) is not supported by this version")
         return data
 
 
