@@ -5,7 +5,7 @@ turns (blocking, observed, bounded, or submitted for later) that stream events, 
 steers and interrupts, and survive the process that started them.
 """
 
-from parley import errors, models, tools
+from parley import errors, models, tools, transcript
 from parley.client import Client, Session, TurnHandle, connect
 from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
@@ -83,4 +83,5 @@ __all__ = [
     "models",
     "tool",
     "tools",
+    "transcript",
 ]

@@ -203,3 +203,14 @@ approvals = Table(
         sqlite_where=text("decision IS NULL AND expires_at IS NOT NULL"),
     ),
 )
+
+# A session's imported history as it was given (``Session.seed_history``): the turns it
+# became are ordinary turns; this keeps the messages and the host's raw rows beside them.
+seeds = Table(
+    "seeds",
+    metadata,
+    Column("session_id", Id, ForeignKey("sessions.id"), primary_key=True),
+    Column("messages", Json, nullable=False),
+    Column("raw_rows", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+)

@@ -649,3 +649,14 @@ CONSUME_APPROVAL = (
 EXPIRED_APPROVALS = select(t.approvals.c.id, t.approvals.c.turn_id).where(
     t.approvals.c.decision.is_(None), t.approvals.c.expires_at <= b("now")
 )
+
+
+# ------------------------------------------------------------------ seeded history
+
+SEED_TURN = insert(t.turns)
+SEED_RUN = insert(t.runs)
+INSERT_SEED = insert(t.seeds)
+SEED_OF_SESSION = select(t.seeds).where(t.seeds.c.session_id == b("session_id"))
+SET_TURN_COUNT = (
+    update(t.sessions).where(t.sessions.c.id == b("session_id")).values(turn_count=b("count"))
+)
