@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from parley import errors
@@ -118,6 +119,11 @@ def refusal_of(exc: Exception) -> Refusal:
     if isinstance(exc, GatewayError):
         code = "invalid_api_key" if exc.status == 401 else None
         return Refusal(exc.status, exc.message, code=code, headers=exc.headers)
+    if isinstance(exc, StarletteHTTPException):  # FastAPI's own: a body it cannot parse
+        if exc.status_code == 400:
+            return Refusal(400, "the body is not valid JSON", code="invalid_json")
+        detail = exc.detail if isinstance(exc.detail, str) else "refused"
+        return Refusal(exc.status_code, detail, headers=dict(exc.headers or {}))
     if isinstance(exc, errors.TurnNotFound):
         return Refusal(404, str(exc), code="not_found")
     if isinstance(exc, errors.SessionNotFound):
@@ -206,7 +212,10 @@ class ResponseCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str | list[dict[str, Any]] = Field(
+    input: (
+        Annotated[str, Field(min_length=1, pattern=r"\S")]
+        | Annotated[list[dict[str, Any]], Field(min_length=1)]
+    ) = Field(
         description="The prompt, or a message list whose newest user message is the prompt "
         "(earlier messages are not replayed: the stored history is what the model sees)"
     )
