@@ -40,16 +40,25 @@ pytestmark = pytest.mark.embedded_only
 AnyCase = Case[APIOperation[Any, Any, Any, Any]]
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 MAX_EXAMPLES = 40
-# test_gateway.py's routes, and the approvals route (tested with approvals themselves).
+# test_gateway.py's routes, the approvals route (tested with approvals themselves) and
+# the OpenAI Responses routes (test_protocol_responses.py).
 OPERATIONS = [(method.upper(), path) for method, path in ROUTES] + [
-    ("POST", "/v1/turns/{turn_id}/approvals/{approval_id}")
+    ("POST", "/v1/turns/{turn_id}/approvals/{approval_id}"),
+    ("POST", "/v1/responses"),
+    ("GET", "/v1/responses/{response_id}"),
+    ("POST", "/v1/responses/{response_id}/cancel"),
 ]
 # The approvals route answers an approval id the turn does not have with 422 (its
 # docstring says so), where the document's other routes say 404 for what is not there;
 # so a well-formed unknown id fails "valid data is accepted" (reported, not changed here:
 # the approvals route is its feature's).  Every other check still runs on it.
+# POST /v1/responses speaks OpenAI's protocol, which answers 400 to a well-formed request
+# it cannot serve (an unknown previous_response_id is `previous_response_not_found`, an
+# input with no user message, client tools): what the official clients expect, and
+# test_protocol_responses.py checks; the document's schema cannot state those rules.
 EXCLUDED: dict[str, list[CheckFunction]] = {
-    "/v1/turns/{turn_id}/approvals/{approval_id}": [positive_data_acceptance]
+    "/v1/turns/{turn_id}/approvals/{approval_id}": [positive_data_acceptance],
+    "/v1/responses": [positive_data_acceptance],
 }
 # Every operation with an input gets invalid inputs too (health and readiness take none:
 # there is nothing to make invalid).
@@ -83,7 +92,7 @@ def real_ids(tenant: Tenant) -> dict[str, str]:
     session = tenant.new_session()
     turn = tenant.submit(session["id"], "hello")
     tenant.result(turn["turn_id"])
-    return {"session_id": session["id"], "turn_id": turn["turn_id"]}
+    return {"session_id": session["id"], "turn_id": turn["turn_id"], "response_id": turn["turn_id"]}
 
 
 @pytest.fixture
