@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
-from parley.gateway import native
+from parley.gateway import agui, aisdk, native
 from parley.gateway import resources as r
 from parley.gateway.errors import BodyLimit, install_error_handlers
 from parley.gateway.feeds import Feeds
@@ -55,6 +55,8 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.state.feeds = feeds
     install_error_handlers(app)
     app.include_router(native.router)
+    app.include_router(agui.router)
+    app.include_router(aisdk.router)
     _health_routes(app, client)
     _page_routes(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

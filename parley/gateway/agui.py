@@ -1,0 +1,146 @@
+"""``POST /v1/ag-ui``: parley for AG-UI clients (``@ag-ui/client``'s ``HttpAgent``,
+CopilotKit), SPEC §6 "Protocols for existing UIs".
+
+The body is AG-UI's ``RunAgentInput``; the answer is the run's AG-UI events over SSE.
+The ``threadId`` names the session (``threads.py``), the newest user message is the
+turn's prompt, and the turn's events are projected by ``agui_projection.AgUiRun``: this
+module only validates, submits and wires the projection to the shared feed.
+
+What parley does not take from a ``RunAgentInput``, and why: ``tools`` (the host owns the
+tools; a client's frontend tools are not offered to the model), ``context``, ``state`` and
+``forwardedProps`` (accepted and ignored), earlier ``messages`` (the stored history is
+what the model sees).  A non-empty ``resume`` answers interrupts, which this gateway
+does not raise yet, and is refused.
+
+Refusals before the stream starts (a body that is not a ``RunAgentInput``, no user
+message, a prompt parley cannot take) are HTTP errors in the gateway's error form and
+change nothing: ``HttpAgent`` rejects ``runAgent()`` with an error carrying the status
+and the parsed body.  A turn that fails is ``RUN_ERROR`` inside the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse
+
+from parley.errors import InvalidRequest
+from parley.gateway.agui_projection import AgUiRun
+from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
+from parley.gateway.projection import data_frame, data_stream, projected
+from parley.gateway.tenants import tenant
+from parley.gateway.threads import (
+    MAX_EXTERNAL_ID,
+    check_prompt,
+    message_request_id,
+    open_thread,
+)
+
+Tenant = Annotated[str, Depends(tenant)]
+PROTOCOL = "ag-ui"
+
+router = APIRouter(prefix="/v1", responses=ERRORS)
+
+AG_UI_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "AG-UI events over Server-Sent Events (`data: EVENT-JSON`): "
+        "RUN_STARTED, STEP_*, TEXT_MESSAGE_*, TOOL_CALL_*, CUSTOM (parley.steer, "
+        "parley.refusal, parley.check, parley.step_restarted), MESSAGES_SNAPSHOT after a "
+        "restarted step, then RUN_FINISHED or RUN_ERROR.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+class AgUiMessage(BaseModel):
+    """A message of a ``RunAgentInput`` (AG-UI's ``Message``; fields parley does not read
+    are kept as given)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=1000)
+    role: Literal["developer", "system", "assistant", "user", "tool", "activity", "reasoning"]
+    content: Any = None
+
+
+class RunAgentInput(BaseModel):
+    """AG-UI's ``RunAgentInput`` (``@ag-ui/core`` 1.0).  Only ``threadId``, ``runId`` and
+    ``messages`` are required, as there."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    thread_id: str = Field(alias="threadId", min_length=1, max_length=MAX_EXTERNAL_ID)
+    run_id: str = Field(alias="runId", min_length=1, max_length=MAX_EXTERNAL_ID)
+    parent_run_id: str | None = Field(None, alias="parentRunId")
+    protocol_version: str | None = Field(None, alias="protocolVersion")
+    state: Any = None
+    messages: list[AgUiMessage]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    context: list[dict[str, Any]] = Field(default_factory=list)
+    forwarded_props: Any = Field(None, alias="forwardedProps")
+    resume: list[dict[str, Any]] | None = None
+
+
+def newest_user_message(messages: list[AgUiMessage]) -> tuple[AgUiMessage, str]:
+    """The newest user message and its text (text parts joined by newlines), or
+    :class:`InvalidRequest`: none, no text, or a media part parley cannot take."""
+    for message in reversed(messages):
+        if message.role == "user":
+            return message, check_prompt(_text_of(message.content))
+    raise InvalidRequest("the RunAgentInput has no user message: its newest one is the prompt")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest("a user message's content is a string or a list of parts")
+    texts: list[str] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"parley takes text: the user message has a {kind!r} part")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+@router.post(
+    "/ag-ui", tags=["protocols"], response_class=EventSourceResponse, responses=AG_UI_STREAM
+)
+async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSourceResponse:
+    """Run an AG-UI agent run as a parley turn: ``threadId`` names the session (a new one
+    for a thread the tenant has not used), the newest user message is the prompt (sent
+    again, it answers the turn it made), and the turn's events stream as AG-UI events.
+    A turn already running on the session is waited for (enqueued)."""
+    if body.resume:
+        raise InvalidRequest("resume answers interrupts, and this run has none pending")
+    message, prompt = newest_user_message(body.messages)
+    client = client_of(request)
+    settings = settings_of(request)
+
+    def start() -> tuple[str, str]:
+        thread = open_thread(
+            client,
+            settings.workspaces,
+            owner,
+            body.thread_id,
+            metadata={"protocol": PROTOCOL, "thread_id": body.thread_id},
+        )
+        handle = thread.session.submit(
+            prompt, request_id=message_request_id(PROTOCOL, message.id, prompt)
+        )
+        return thread.session.id, handle.turn_id
+
+    session_id, turn_id = await asyncio.to_thread(start)
+    projection = AgUiRun(
+        thread_id=body.thread_id,
+        run_id=body.run_id,
+        session_id=session_id,
+        turn_id=turn_id,
+        input_messages=[m.model_dump(mode="json", exclude_unset=True) for m in body.messages],
+    )
+    frames = projected(feeds_of(request), turn_id, projection, data_frame)
+    return data_stream(frames, settings)

@@ -1,0 +1,187 @@
+"""``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: parley for the AI SDK's ``useChat``
+(the ``ai`` package's ``DefaultChatTransport``), SPEC §6 "Protocols for existing UIs".
+
+The body is the one that transport sends (``id``: the chat, ``messages``: its
+``UIMessage`` list, ``trigger``, ``messageId``, and whatever the app adds); the answer is
+the UI message stream, v1, for one turn, projected by
+``aisdk_projection.UiMessageStream``.  ``GET …/stream`` is the transport's
+``reconnectToStream``: a replay of the chat's running turn from its start (the transport
+expects a replay: ``resumeStreamIsReplay``), following it live, or ``204`` when nothing
+runs.
+
+``trigger: regenerate-message`` asks for another answer to the newest user message: the
+session branches from above the turn being regenerated (``messageId``, the assistant
+message's id, which is its turn id; else the head), so the new answer replaces it in the
+history rather than following it.  The first turn of a chat has nothing above it; there a
+regenerated answer follows the old one.
+
+Refusals before the stream starts (a body that is not a chat request, no messages, no user
+message, a prompt parley cannot take) are HTTP errors in the gateway's error form and
+change nothing; the transport throws them with the body as the message.  A turn that
+fails is an ``error`` chunk inside the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from parley.client import Client
+from parley.errors import InvalidRequest
+from parley.gateway.aisdk_projection import UiMessageStream
+from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
+from parley.gateway.projection import data_frame, data_stream, projected
+from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenants import tenant
+from parley.gateway.threads import (
+    MAX_EXTERNAL_ID,
+    check_prompt,
+    find_thread,
+    message_request_id,
+    open_thread,
+)
+
+Tenant = Annotated[str, Depends(tenant)]
+PROTOCOL = "ai-sdk"
+HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no"}
+
+router = APIRouter(prefix="/v1", responses=ERRORS)
+
+UI_MESSAGE_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The AI SDK's UI message stream, v1 (`x-vercel-ai-ui-message-stream: "
+        "v1`): `data: CHUNK-JSON` lines (start, start-step, text-*, tool-input-available, "
+        "tool-output-*, data-parley-*, finish-step, finish | abort | error), then "
+        "`data: [DONE]`.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+class UiMessageIn(BaseModel):
+    """A ``UIMessage`` of the request (fields parley does not read are kept as given)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=1000)
+    role: Literal["system", "user", "assistant"]
+    parts: list[dict[str, Any]]
+
+
+class ChatRequest(BaseModel):
+    """What ``DefaultChatTransport.sendMessages`` posts (plus any fields the app's own
+    ``body`` adds, which are ignored)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str = Field(min_length=1, max_length=MAX_EXTERNAL_ID, description="The chat's id")
+    messages: list[UiMessageIn] = Field(min_length=1)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    message_id: str | None = Field(None, alias="messageId")
+
+
+def newest_user_message(messages: list[UiMessageIn]) -> tuple[UiMessageIn, str]:
+    """The newest user message and its text (text parts joined by newlines), or
+    :class:`InvalidRequest`: none, no text, or a file part parley cannot take."""
+    for message in reversed(messages):
+        if message.role != "user":
+            continue
+        texts: list[str] = []
+        for part in message.parts:
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif not (isinstance(kind, str) and kind.startswith("data-")):
+                # An app's data parts carry no prompt; anything else (a file) would be
+                # dropped silently.
+                raise InvalidRequest(f"parley takes text: the user message has a {kind!r} part")
+        return message, check_prompt("\n".join(texts))
+    raise InvalidRequest("the chat request has no user message: its newest one is the prompt")
+
+
+def _stream(request: Request, session_id: str, turn_id: str) -> EventSourceResponse:
+    projection = UiMessageStream(session_id=session_id, turn_id=turn_id)
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        async for frame in projected(feeds_of(request), turn_id, projection, data_frame):
+            yield frame
+        yield data_frame("[DONE]")
+
+    settings: GatewaySettings = settings_of(request)
+    return data_stream(frames(), settings, **HEADERS)
+
+
+@router.post(
+    "/chat", tags=["protocols"], response_class=EventSourceResponse, responses=UI_MESSAGE_STREAM
+)
+async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourceResponse:
+    """Answer a chat's newest user message as a parley turn: ``id`` names the session (a
+    new one for a chat the tenant has not used), the message is the prompt (sent again,
+    it answers the turn it made), and the turn streams as the UI message stream.  A turn
+    already running on the session is waited for (enqueued)."""
+    message, prompt = newest_user_message(body.messages)
+    client = client_of(request)
+    settings = settings_of(request)
+
+    def start() -> tuple[str, str]:
+        thread = open_thread(
+            client,
+            settings.workspaces,
+            owner,
+            body.id,
+            metadata={"protocol": PROTOCOL, "chat_id": body.id},
+        )
+        session = thread.session
+        request_id: str | None = message_request_id(PROTOCOL, message.id, prompt)
+        if body.trigger == "regenerate-message":
+            _branch_above(client, session.id, body.message_id)
+            request_id = None  # every regeneration is a new answer
+        handle = session.submit(prompt, request_id=request_id)
+        return session.id, handle.turn_id
+
+    session_id, turn_id = await asyncio.to_thread(start)
+    return _stream(request, session_id, turn_id)
+
+
+def _branch_above(client: Client, session_id: str, message_id: str | None) -> None:
+    """Move the head above the turn a regeneration replaces: ``message_id``'s turn if it
+    is one of the session's, else the head."""
+    session = client.session(session_id)
+    turns = {turn.turn_id: turn for turn in session.tree()}
+    target = turns.get(message_id or "") or turns.get(session.head or "")
+    if target is not None and target.parent_id is not None:
+        session.branch_from(target.parent_id)
+
+
+@router.get(
+    "/chat/{chat_id}/stream",
+    tags=["protocols"],
+    response_class=EventSourceResponse,
+    responses={**UI_MESSAGE_STREAM, 204: {"description": "Nothing runs in this chat"}},
+)
+async def chat_stream(
+    chat_id: Annotated[str, Path(min_length=1, max_length=MAX_EXTERNAL_ID)],
+    request: Request,
+    owner: Tenant,
+) -> Response:
+    """The chat's running turn (its newest queued or running one) as the UI message
+    stream, replayed from its start and followed live; ``204`` when none runs, or the
+    chat is unknown (nothing is created)."""
+    client = client_of(request)
+
+    def running() -> tuple[str, str] | None:
+        session = find_thread(client, owner, chat_id)
+        if session is None:
+            return None
+        live = [turn for turn in session.tree() if not turn.status.terminal]
+        return (session.id, live[-1].turn_id) if live else None
+
+    found = await asyncio.to_thread(running)
+    if found is None:
+        return Response(status_code=204)
+    return _stream(request, *found)
