@@ -113,17 +113,17 @@ class AgUiRun:
         # message's text to the message it holds under that id.  So the replay sends only
         # what the client lacks (the rest of a reply it saw cut, say).
         self._held_text: dict[str, str] = {}
-        self._held_calls: set[str] = set()
+        self._held_calls: dict[str, list[str]] = {}  # by the message that carries them
         self._held_results: set[str] = set()
         for message in self._input:
             if message.get("role") == "assistant":
+                key = str(message.get("id"))
                 content = message.get("content")
-                self._held_text[str(message.get("id"))] = (
-                    content if isinstance(content, str) else ""
-                )
-                for call in message.get("toolCalls") or ():
-                    if isinstance(call, dict):
-                        self._held_calls.add(str(call.get("id")))
+                self._held_text[key] = content if isinstance(content, str) else ""
+                calls = message.get("toolCalls")
+                self._held_calls[key] = [
+                    str(call.get("id")) for call in calls or () if isinstance(call, dict)
+                ]
             elif message.get("role") == "tool":
                 self._held_results.add(str(message.get("id")))
         # This run's messages in the order a client holds them, by id.
@@ -302,7 +302,7 @@ class AgUiRun:
         step = self._open_step(out, call.step)
         self._end_text(out, step)
         call_id = self._tool_call_id(call.call_id)
-        if call_id not in self._held_calls:
+        if call_id not in self._held_calls.get(step.message_id, ()):
             out.append(
                 {
                     "type": "TOOL_CALL_START",
@@ -365,23 +365,42 @@ class AgUiRun:
 
     def _restarted(self, out: list[dict[str, Any]], index: int, reason: str) -> None:
         step = self._step if self._step is not None and self._step.index == index else None
+        message_id = f"{self.turn_id}:{index}"
         dropped: list[str] = []
         calls: list[str] = []
         if step is not None:
             self._end_text(out, step)
-            dropped, calls = step.message_ids, step.tool_call_ids
-            for message_id in dropped:
-                del self._messages[message_id]
-                self._held_text.pop(message_id, None)
-                self._held_results.discard(message_id)
-            self._held_calls.difference_update(calls)
+            dropped, calls = list(step.message_ids), list(step.tool_call_ids)
+        # On a replay the client may hold this step as a later attempt made it: that goes
+        # too, and the redone attempt streams whole.
+        if message_id in self._held_text and message_id not in dropped:
+            dropped.insert(0, message_id)
+        for call_id in self._held_calls.pop(message_id, []):
+            calls += [] if call_id in calls else [call_id]
+            result_id = f"{call_id}:result"
+            if result_id in self._held_results and result_id not in dropped:
+                dropped.append(result_id)
+        held = message_id in self._held_text
+        for key in dropped:
+            self._messages.pop(key, None)
+            self._held_text.pop(key, None)
+            self._held_results.discard(key)
+        gone = set(dropped)
+        if held:
+            # A message the client had before this run may have later ones after it: it
+            # is emptied where it is rather than dropped (a stock client appends a message
+            # it does not hold).  Tool results go: a client puts each after its call.
+            gone.discard(message_id)
+            self._held_text[message_id] = ""
+            self._messages[message_id] = {"id": message_id, "role": "assistant"}
+        if step is not None:
             # The redone step starts from nothing, under the same ids (the client no
             # longer holds them once the snapshot below is applied).
             self._step = self._new_step(index)
         value = {"step": index, "reason": reason, "messageIds": dropped, "toolCallIds": calls}
         out.append(_custom(CUSTOM_STEP_RESTARTED, value))
         if dropped:
-            out.append({"type": "MESSAGES_SNAPSHOT", "messages": self._snapshot(set(dropped))})
+            out.append({"type": "MESSAGES_SNAPSHOT", "messages": self._snapshot(gone)})
 
     def _snapshot(self, dropped: set[str]) -> list[dict[str, Any]]:
         """Every message the client is to keep: the input's (this run's version of those
