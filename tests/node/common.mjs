@@ -1,9 +1,9 @@
-// What every protocol script shares: its scenario (JSON, the first argument), the
+// What every protocol script shares: its scenario (JSON, on stdin), the
 // warnings the stock clients print (a client that strips or drops what parley sent says
 // so on the console: a test fails on any), and the one JSON line it answers with.
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 
-export const scenario = JSON.parse(process.argv[2] ?? "{}");
+export const scenario = JSON.parse(readFileSync(0, "utf8"));
 
 export const warnings = [];
 for (const level of ["warn", "error"]) {
