@@ -1,5 +1,5 @@
 // Drive parley's POST /v1/ag-ui with the stock @ag-ui/client HttpAgent.
-//   scenario: {url, token, threadId, runs: [{prompt?, runId?}]}
+//   scenario: {url, token, threadId, messages?, runs: [{prompt?, runId?}]}
 // Each run adds its prompt (if any) as a user message to the same agent, as an app does,
 // and calls runAgent(); the answer lists, per run, every event the client applied, its
 // new messages, its result or its error, and the agent's messages at the end.
@@ -11,6 +11,7 @@ const agent = new HttpAgent({
   url: `${scenario.url}/v1/ag-ui`,
   headers: { Authorization: `Bearer ${scenario.token}` },
   threadId: scenario.threadId,
+  initialMessages: scenario.messages ?? [],
 });
 
 const runs = [];

@@ -7,6 +7,7 @@
 //                                         CHUNK arrived (the turn runs on)
 //     {reconnect: true, ask?: NAME}       reconnectToStream(); read it to its end (asking
 //                                         the test to act once the stream is open)
+//     {regenerate: true}                  regenerate the last assistant message
 //     {sendRaw: BODY}                     send a body as is (bad input)
 // The answer lists, per step, the chunks read, the final message, or the error.
 import { randomUUID } from "node:crypto";
@@ -86,6 +87,18 @@ for (const step of scenario.steps) {
       }
       const onOpen = step.ask ? () => ask(step.ask) : undefined;
       results.push(await read(stream, { onOpen }));
+    } else if (step.regenerate) {
+      const replaced = messages.pop();
+      const stream = await transport.sendMessages({
+        chatId: scenario.chatId,
+        messages,
+        trigger: "regenerate-message",
+        messageId: replaced.id,
+        abortSignal: undefined,
+      });
+      const outcome = await read(stream);
+      if (outcome.message) messages.push(outcome.message);
+      results.push(outcome);
     } else if (step.sendRaw != null) {
       const stream = await transport.sendMessages({
         chatId: scenario.chatId,
