@@ -36,6 +36,8 @@ from parley.mcp.spec import McpServer
 from parley.streaming import follow
 from schemas.events import Event
 from schemas.records import (
+    Approval,
+    Decision,
     IfBusy,
     SessionRecord,
     SteerKind,
@@ -56,6 +58,7 @@ from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore, validate_ids
+from workers.store_approvals import Answered
 
 log = logging.getLogger("parley.client")
 
@@ -130,7 +133,7 @@ def connect(
             chosen = host if host is not None else host_from_environment()
             return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
 
-        return Client(store, coordinator, EmbeddedKicker(runner), host=host)
+        return Client(store, coordinator, EmbeddedKicker(runner, store.expire_approvals), host=host)
     settings = FleetSettings(
         database_url=url,
         redis_url=redis_url,
@@ -202,6 +205,13 @@ class Client:
         self._kicker.close(wait=wait, timeout=timeout)
         self.coordinator.close()
         self.store.close()
+
+    def _signal_answered(self, answered: Answered) -> None:
+        """Committed answers: publish their events, and get a driver to a turn that is
+        runnable again."""
+        self.coordinator.publish(list(answered.events))
+        if answered.runnable and self.coordinator.mark_work(answered.session_id):
+            self._kicker.kick(answered.session_id)
 
     def _check_open(self) -> None:
         """Refuse a write once closed (a closed store would quietly reconnect)."""
@@ -358,6 +368,8 @@ class Session:
         )
         for turn_id, steer in receipt.interrupted:
             client.coordinator.push_steer(turn_id, steer)
+        for answered in receipt.denied:
+            client.coordinator.publish(list(answered.events))
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         self._announce(receipt.queued)
@@ -459,10 +471,39 @@ class TurnHandle:
         client = self._client
         client._check_open()
         # Accepted (durable) first, then listed: a streaming driver that sees it in the
-        # turn's steer list stops at once, and the next boundary stops in any case.
-        client.coordinator.push_steer(
-            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.INTERRUPT, "")
-        )
+        # turn's steer list stops at once, and the next boundary stops in any case.  A
+        # turn waiting for answers has its pending calls denied with it, and goes on to
+        # commit its held step and stop.
+        receipt = client.store.accept_steer(self.turn_id, SteerKind.INTERRUPT, "")
+        client.coordinator.push_steer(self.turn_id, receipt.steer)
+        if receipt.denied is not None:
+            client._signal_answered(receipt.denied)
+
+    def approvals(self) -> list[Approval]:
+        """The calls of this turn that wait for a person's answer, oldest first."""
+        return [a for a in self._client.store.approvals(self.turn_id) if a.pending]
+
+    def approve(self, approval_id: str) -> Approval:
+        """Approve a waiting call, from any process: it runs once the step's last answer
+        is in.  :class:`Conflict` if it has its answer already (naming it),
+        :class:`InvalidRequest` if the turn has no such call."""
+        return self._answer(approval_id, Decision.APPROVED, None)
+
+    def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Deny a waiting call: the model gets a result saying the operator denied it,
+        and why (``reason``).  Errors as :meth:`approve`."""
+        if reason is not None:
+            reason = _check_text(reason, "reason", MAX_STEER_BYTES)
+        return self._answer(approval_id, Decision.DENIED, reason)
+
+    def _answer(self, approval_id: str, decision: Decision, reason: str | None) -> Approval:
+        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
+            raise InvalidRequest(f"not an approval id: {approval_id!r}")
+        client = self._client
+        client._check_open()
+        answered = client.store.answer_approval(self.turn_id, approval_id, decision, reason)
+        client._signal_answered(answered)
+        return answered.approvals[0]
 
     def result(self) -> TurnResult | None:
         """The result if the turn has ended, else None."""

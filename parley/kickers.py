@@ -15,6 +15,7 @@ from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
+from workers.store_approvals import Answered
 
 log = logging.getLogger("parley.client")
 
@@ -22,9 +23,15 @@ log = logging.getLogger("parley.client")
 class EmbeddedKicker:
     """Drives sessions on background threads of this process, one thread per session."""
 
-    def __init__(self, engine: Callable[[], TurnEngine | None]) -> None:
-        """``engine`` builds the engine (None: no host) when the first turn needs it."""
+    def __init__(
+        self,
+        engine: Callable[[], TurnEngine | None],
+        expire: Callable[[], list[Answered]] = list,
+    ) -> None:
+        """``engine`` builds the engine (None: no host) when the first turn needs it;
+        ``expire`` denies the waiting calls whose time is up (the store's)."""
         self._build_engine = engine
+        self._expire_due = expire
         self._engine: TurnEngine | None = None
         self._built = False
         self._drivers: dict[str, threading.Thread] = {}
@@ -32,6 +39,8 @@ class EmbeddedKicker:
         self._kicked: set[str] = set()
         self._guard = threading.Lock()
         self._closed = False
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
 
     def ready(self) -> None:
         """Raise unless this client can run turns."""
@@ -66,6 +75,30 @@ class EmbeddedKicker:
             self._drivers[session_id] = thread
             self._errors.pop(session_id, None)
             thread.start()
+            self._start_timer()
+
+    def _start_timer(self) -> None:
+        """Under the guard: with a host that gives answers a time limit, a thread that
+        denies the calls whose time is up (the fleet's sweeper does it there)."""
+        engine = self._engine
+        if self._timer is not None or engine is None or not engine.host.approval_timeout:
+            return
+        period = min(1.0, engine.host.approval_timeout / 4)
+        self._timer = threading.Thread(
+            target=self._expire, args=(engine, period), name="parley-approvals", daemon=True
+        )
+        self._timer.start()
+
+    def _expire(self, engine: TurnEngine, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                for answered in self._expire_due():
+                    engine.coordinator.publish(list(answered.events))
+                    if answered.runnable and engine.coordinator.mark_work(answered.session_id):
+                        with contextlib.suppress(InvalidRequest):  # closed meanwhile
+                            self.kick(answered.session_id)
+            except Exception:
+                log.warning("could not deny the calls whose time is up", exc_info=True)
 
     def _drive(self, session_id: str) -> None:
         assert self._engine is not None
@@ -105,6 +138,7 @@ class EmbeddedKicker:
         with self._guard:
             self._closed = True
             drivers = list(self._drivers.values())
+        self._stop.set()
         if wait:
             deadline = None if timeout is None else time.monotonic() + timeout
             for thread in drivers:

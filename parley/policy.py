@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
 from parley.workspace import confine, relative
-from workers.host_ports import Access, ApprovalRequest, Refusal
+from workers.host_ports import Access, ApprovalRequest, Ask, Refusal
 
 GLOB_CHARS = ("*", "?")
 _NAMED_RULES = {
@@ -63,6 +63,11 @@ class Policy:
     allow_mcp_servers: Sequence[str] = ()
     deny_tools: Sequence[str] = ()
     guard_git: bool = True
+    ask_read: Sequence[str] = ()
+    ask_write: Sequence[str] = ()
+    ask_execute: Sequence[str] = ()
+    ask_tools: Sequence[str] = ()
+    ask_mcp: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -74,6 +79,11 @@ class Policy:
             "allow_mcp",
             "allow_mcp_servers",
             "deny_tools",
+            "ask_read",
+            "ask_write",
+            "ask_execute",
+            "ask_tools",
+            "ask_mcp",
         ):
             value = getattr(self, name)
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
@@ -82,21 +92,46 @@ class Policy:
         if not isinstance(self.guard_git, bool):
             raise InvalidRequest(f"Policy.guard_git must be True or False, not {self.guard_git!r}")
 
-    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
-        """None if the call may run, else the refusal naming the rule."""
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | Ask | None:
+        """None if the call may run, the refusal naming the rule, or :class:`Ask` naming
+        the ``ask_*`` rule that wants a person's answer first.  A refusal wins over an
+        ask: every access is judged by the other rules before any ask rule is looked at.
+        An ``ask_execute`` or ``ask_mcp`` glob also admits what it matches (asking is a
+        way of allowing), as ``allow_execute`` and ``allow_mcp`` do."""
         if tool in self.deny_tools:
             return Refusal(rule=f"deny_tools:{tool}", reason=f"the tool {tool!r} is denied")
         for access in accesses:
             refusal = self._check_access(access, root)
             if refusal is not None:
                 return refusal
+        return self._asks(tool, accesses, root)
+
+    def _asks(self, tool: str, accesses: Sequence[Access], root: str) -> Ask | None:
+        """The first ask rule the call matches, if any."""
+        if tool in self.ask_tools:
+            return Ask(rule=f"ask_tools:{tool}", reason=f"the tool {tool!r} asks first")
+        for access in accesses:
+            globs: Sequence[str] = getattr(self, f"ask_{access.mode}", ())
+            path = access.path
+            if access.mode in ("read", "write"):
+                try:
+                    path = relative(root, access.path)
+                except InvalidRequest:
+                    continue  # refused above already
+            for pattern in globs:
+                if glob_match(pattern, path):
+                    return Ask(
+                        rule=f"ask_{access.mode}:{pattern}",
+                        reason=f"{access.mode} of {path!r} asks first ({pattern!r})",
+                    )
         return None
 
     def _check_access(self, access: Access, root: str) -> Refusal | None:
         allowed = _NAMED_RULES.get(access.mode)
         if allowed is not None:
             rule, verb = allowed
-            if any(glob_match(g, access.path) for g in getattr(self, rule)):
+            asking: Sequence[str] = getattr(self, f"ask_{access.mode}", ())
+            if any(glob_match(g, access.path) for g in (*getattr(self, rule), *asking)):
                 return None
             return Refusal(rule=rule, reason=f"{verb} {access.path!r} is not allowed by the policy")
         if access.mode == "read" and any(c in access.path for c in GLOB_CHARS):
@@ -194,8 +229,17 @@ def _in_git_directory(path: str) -> bool:
 
 
 class ApproveAll:
-    """An approver that approves every call the policy allowed."""
+    """An approver that approves every call the policy allowed (calls the policy asks
+    about still wait for a person)."""
 
     def approve(self, request: ApprovalRequest) -> bool:
         """Always true."""
         return True
+
+
+class AskAlways:
+    """An approver that has a person answer every call the policy allowed."""
+
+    def approve(self, request: ApprovalRequest) -> Ask:
+        """Always :class:`Ask`."""
+        return Ask(rule="approver", reason="the host asks a person about every call")

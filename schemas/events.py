@@ -39,6 +39,8 @@ class EventKind(StrEnum):
     CHECK = "check"
     STEP = "step"
     STEP_RESTARTED = "step_restarted"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_ANSWERED = "approval_answered"
     END = "end"
 
     @property
@@ -211,6 +213,48 @@ class StepRestarted:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ApprovalRequested:
+    """A call of step ``step`` waits for a person's answer (``approval_id``); the turn
+    holds no worker meanwhile.  ``rule`` is what asked (a policy rule, or ``approver``)."""
+
+    KIND: ClassVar[EventKind] = EventKind.APPROVAL_REQUESTED
+    approval_id: str
+    step: int
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    accesses: tuple[dict[str, str], ...] = ()
+    rule: str = ""
+    expires_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.approval_id,
+            "step": self.step,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "accesses": [dict(a) for a in self.accesses],
+            "rule": self.rule,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswered:
+    """A waiting call got its answer: ``approved`` or ``denied`` (with the reason: the
+    person's, ``timed out`` or ``interrupted``)."""
+
+    KIND: ClassVar[EventKind] = EventKind.APPROVAL_ANSWERED
+    approval_id: str
+    decision: str
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"approval_id": self.approval_id, "decision": self.decision, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Ended:
     """The turn's outcome (a terminal :class:`TurnStatus`), its reply, why it failed, and the
     steers that were accepted but never reached the model."""
@@ -220,14 +264,20 @@ class Ended:
     reply: str | None = None
     error: str | None = None
     undelivered: tuple[str, ...] = ()
+    approvals: tuple[dict[str, Any], ...] = ()
+    """Every call that asked for an answer: ``approval_id``, ``tool``, ``decision``,
+    ``reason``."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "outcome": self.outcome,
             "reply": self.reply,
             "error": self.error,
             "undelivered": list(self.undelivered),
         }
+        if self.approvals:
+            data["approvals"] = [dict(a) for a in self.approvals]
+        return data
 
 
 Payload = (
@@ -241,6 +291,8 @@ Payload = (
     | Checked
     | StepCommitted
     | StepRestarted
+    | ApprovalRequested
+    | ApprovalAnswered
     | Ended
 )
 """Any event's payload: narrow it with ``isinstance`` or ``match``."""
@@ -258,6 +310,8 @@ PAYLOADS: dict[EventKind, type[Payload]] = {
         Checked,
         StepCommitted,
         StepRestarted,
+        ApprovalRequested,
+        ApprovalAnswered,
         Ended,
     )
 }

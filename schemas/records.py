@@ -13,10 +13,12 @@ from schemas.errors import InvalidRequest
 
 
 class TurnStatus(StrEnum):
-    """A turn's status: ``queued``, ``running`` or one of the terminal outcomes."""
+    """A turn's status: ``queued``, ``running``, ``waiting`` (for a person's answer to a
+    tool call, holding no worker) or one of the terminal outcomes."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"
     FINISHED = "finished"
     SUCCEEDED = "succeeded"
     CHECK_FAILED = "check_failed"
@@ -26,8 +28,8 @@ class TurnStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        """True for the outcomes, false for ``queued`` and ``running``."""
-        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING)
+        """True for the outcomes, false for ``queued``, ``running`` and ``waiting``."""
+        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING)
 
     @property
     def has_reply(self) -> bool:
@@ -159,6 +161,59 @@ class TurnResult:
     error: str | None = None
     undelivered: tuple[str, ...] = ()
     partial: str | None = None
+    approvals: tuple[Approval, ...] = ()
+    """Every call of the turn that asked for a person's answer, with the answer."""
+
+
+class Decision(StrEnum):
+    """A person's answer to a tool call that waited for one (SPEC §6a)."""
+
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Approval:
+    """A tool call that asked for a person's answer, and the answer once given.
+
+    ``accesses`` are the call's declared accesses (``{"mode", "path"}``); ``expires_at``
+    is when an unanswered call becomes a denial ("timed out"), if the host set an
+    ``approval_timeout``."""
+
+    approval_id: str
+    turn_id: str
+    step: int
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    accesses: tuple[dict[str, str], ...]
+    requested_at: datetime
+    expires_at: datetime | None = None
+    decision: Decision | None = None
+    reason: str | None = None
+    decided_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Not answered yet."""
+        return self.decision is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form (times ISO 8601)."""
+        return {
+            "approval_id": self.approval_id,
+            "turn_id": self.turn_id,
+            "step": self.step,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "accesses": [dict(a) for a in self.accesses],
+            "requested_at": self.requested_at.isoformat(),
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "decision": self.decision.value if self.decision else None,
+            "reason": self.reason,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,3 +337,8 @@ class RunState:
     queue_position: int = 0
     # Claims in a row, this one's included once claimed, that committed no step.
     stalled_attempts: int = 0
+    # A step whose calls wait for answers (``HeldStep.to_json()``): its model output, the
+    # steer cursor it consumed and how each call is to go on.  None otherwise.
+    held_step: dict[str, Any] | None = None
+    # How many of its calls asked for an answer, over all its steps.
+    approval_count: int = 0

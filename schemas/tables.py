@@ -124,6 +124,12 @@ runs = Table(
     Column("queue_position", BigInteger, nullable=False),
     Column("started_at", Timestamp, nullable=True),
     Column("ended_at", Timestamp, nullable=True),
+    # A step waiting for answers to its calls (see records.RunState.held_step): execution
+    # state, cleared when the step commits whole.
+    Column("held_step", Json, nullable=True),
+    # How many of the run's calls asked for an answer: readers look at ``approvals`` only
+    # when there are some.
+    Column("approval_count", Integer, nullable=False, default=0, server_default=text("0")),
     Index(None, "session_id", "status"),
     Index(
         "ix_runs_active",
@@ -160,4 +166,38 @@ events = Table(
     Column("kind", String(30), nullable=False),
     Column("data", Json, nullable=False),
     Column("created_at", Timestamp, nullable=False),
+)
+
+# A tool call waiting for a person's answer (SPEC §6a): inserted when its step is held,
+# answered once (``decision`` from NULL, in one transaction), and ``consumed_at`` set, in
+# a transaction of its own, just before an approved call runs: an attempt that finds it
+# set does not run the call again.
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("run_id", Id, ForeignKey("runs.id"), nullable=False),
+    Column("turn_id", Id, nullable=False),
+    Column("step_index", Integer, nullable=False),
+    # The call's place among its step's calls: the order they are listed and run in.
+    Column("position", Integer, nullable=False),
+    Column("call_id", String(200), nullable=False),
+    Column("tool", String(200), nullable=False),
+    Column("arguments", Json, nullable=False),
+    Column("accesses", Json, nullable=False),
+    Column("requested_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=True),
+    Column("decision", String(20), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("decided_at", Timestamp, nullable=True),
+    Column("consumed_at", Timestamp, nullable=True),
+    UniqueConstraint("run_id", "step_index", "call_id"),
+    Index(None, "turn_id"),
+    # The sweeper's look for calls whose time is up: only the unanswered ones.
+    Index(
+        "ix_approvals_expiring",
+        "expires_at",
+        postgresql_where=text("decision IS NULL AND expires_at IS NOT NULL"),
+        sqlite_where=text("decision IS NULL AND expires_at IS NOT NULL"),
+    ),
 )

@@ -21,6 +21,7 @@ from schemas.messages import message_to_json
 from workers.host_ports import (
     Access,
     ApprovalRequest,
+    Ask,
     DeltaSink,
     ModelReply,
     ModelRequest,
@@ -65,7 +66,7 @@ class WorkspaceScriptedModel:
 class WorkspacePolicy:
     """The test's ``policy.json`` (``parley.Policy`` arguments), re-read at every check."""
 
-    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | Ask | None:
         path = control_dir(root) / "policy.json"
         options = json.loads(path.read_text()) if path.exists() else {}
         return parley.Policy(**options).check(tool, accesses, root)

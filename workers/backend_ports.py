@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.events import Event
 from schemas.messages import Prefix, StepPayload
-from schemas.records import RunState, SessionRecord, Steer, TurnRecord, TurnStatus, Usage
+from schemas.records import (
+    Approval,
+    RunState,
+    SessionRecord,
+    Steer,
+    TurnRecord,
+    TurnStatus,
+    Usage,
+)
 
 # ---------------------------------------------------------------------------- store
 
@@ -107,6 +115,9 @@ class TurnEnd:
     # What a step thrown away at the end cost (an answer ``before_commit`` vetoed): the
     # run and the session are charged for it, though nothing of the step commits.
     discarded: Usage = field(default_factory=Usage)
+    # Every call of the turn that asked for an answer, and the answer (the end event
+    # lists them): ``approval_id``, ``tool``, ``decision``, ``reason``.
+    approvals: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +170,29 @@ class Store(Protocol):
         events: Sequence[Event],
         end: TurnEnd,
     ) -> FinishReceipt: ...
+
+    def hold_step(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        held_step: dict[str, Any],
+        approvals: Sequence[Approval],
+        events: Sequence[Event],
+    ) -> None:
+        """The step waits for answers: the run becomes ``waiting`` with ``held_step``,
+        each asked call gets its approval row, and ``events`` are stored; fenced."""
+        ...
+
+    def approvals_of_run(self, run_id: str) -> dict[str, Approval]:
+        """A run's approvals by id."""
+        ...
+
+    def consume_approval(self, *, approval_id: str, session_id: str, fence: int) -> bool:
+        """Mark an approved call as started, once: True the first time (run it), False
+        if an earlier attempt marked it; fenced."""
+        ...
 
 
 # ---------------------------------------------------------------------------- coordination

@@ -6,6 +6,9 @@ commit the whole step in one transaction.  When the model stops, the inbox is cl
 the same transaction as the last step, or one more step runs for the steer that slipped in;
 with nothing pending, that transaction also commits the turn's end (a contract's check runs
 before it, on the final answer).
+A step with a call that must wait for a person's answer is held instead of committed
+(``workers.held_step``): the turn waits, holding no driver, and the driver that claims it
+once the answers are in runs the step's calls and commits it before anything else.
 The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
 :mod:`workers.backend_ports` (the store and the coordinator).
 """
@@ -13,18 +16,22 @@ The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
 from schemas.events import (
+    ApprovalRequested,
     Checked,
+    Event,
     Steered,
     StepCommitted,
     StepRestarted,
@@ -36,7 +43,7 @@ from schemas.messages import (
     StepPayload,
     request_digest,
 )
-from schemas.records import Steer, SteerKind, TaskContract, TurnStatus, Usage
+from schemas.records import Approval, Decision, Steer, SteerKind, TaskContract, TurnStatus, Usage
 from workers.backend_ports import (
     Claim,
     ClaimedTurn,
@@ -50,6 +57,7 @@ from workers.backend_ports import (
 from workers.context import assemble, history_messages, turn_replay
 from workers.contract_check import CheckResult, run_contract_check
 from workers.emitter import Emitter, StreamingSink
+from workers.held_step import HeldStep
 from workers.holding import ensure_holding
 from workers.host_ports import (
     CommitReceipt,
@@ -65,7 +73,7 @@ from workers.host_ports import (
     TurnRequest,
 )
 from workers.replay_cache import ReplayCache
-from workers.tool_calls import ToolRunner, unique_ids
+from workers.tool_calls import Answer, Judgement, ToolRunner, unique_ids
 
 log = logging.getLogger("parley.engine")
 
@@ -216,6 +224,11 @@ class _TurnRun:
         self.history: tuple[Message, ...] | None = None
         # The sink of the step in flight, until that step commits.
         self.streaming: StreamingSink | None = None
+        held = claimed.run.held_step
+        # A step that waited for answers, to run and commit before anything else.
+        self.held: HeldStep | None = HeldStep.from_json(held) if held else None
+        # Whether any call of the turn ever asked (its end then lists the answers).
+        self.asked = claimed.run.approval_count > 0
 
     # ------------------------------------------------------------------ turn
 
@@ -355,6 +368,9 @@ class _TurnRun:
         return result
 
     def _loop(self, state: _TurnState) -> _Ending:
+        if self.held is not None:
+            self._go_on(state, self.held)
+            self.held = None
         while True:
             ensure_holding(self.holding, "at a step boundary")
             self._take_steers(state)
@@ -505,16 +521,19 @@ class _TurnRun:
             )
         sink.settle(reply.text)
         calls = unique_ids(reply.tool_calls, index)
-        results = [self.tool_runner.run(call, index) for call in calls]
-        payload = StepPayload(
+        judgements = [self.tool_runner.judge(call) for call in calls]
+        said = StepPayload(
             inputs=tuple(inputs),
             text=reply.text,
             tool_calls=calls,
-            tool_results=tuple(results),
             usage=reply.usage,
             request_digest=request_digest(prefix, messages),
             model=reply.model or self.host.model.name,
         )
+        if any(j.ask is not None for j in judgements):
+            return self._hold(index, said, judgements, cursor)
+        results = [self.tool_runner.answer(j, index) for j in judgements]
+        payload = replace(said, tool_results=tuple(results))
         # A final answer is checked before its step commits (the check runs on the
         # workspace its tools left): one that passes, or has nothing to pass, ends the
         # turn in the step's own transaction unless a steer is pending, so that
@@ -562,17 +581,7 @@ class _TurnRun:
             close_inbox_if_idle=idle,
             end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
-        self.streaming = None
-        if receipt.steer_count > cursor:
-            # Steers are pending, so the next boundary needs the steer list: read in the
-            # round trip that sends the step's event.
-            state.listed = self.emitter.publish_listing_steers(step_event, cursor)
-        else:
-            self.emitter.publish(step_event)
-        state.steps.append(CommittedStep(index=index, payload=payload))
-        state.cursor = cursor
-        state.pending = []  # those the commit counted past the cursor: read at the boundary
-        state.steer_count = max(state.steer_count, receipt.steer_count)
+        self._committed(state, index, payload, cursor, step_event, receipt.steer_count)
         failed = verdict is not None and not verdict.passed
         state.feedback = _failed_check_feedback(verdict) if failed and verdict else []
         state.usage = state.usage + reply.usage
@@ -583,6 +592,152 @@ class _TurnRun:
             ending.receipt = receipt.finished
             return ending
         return None
+
+    def _committed(
+        self,
+        state: _TurnState,
+        index: int,
+        payload: StepPayload,
+        cursor: int,
+        step_event: Event,
+        steer_count: int,
+    ) -> None:
+        """Step ``index`` committed: publish its event and move the state past it."""
+        self.streaming = None
+        if steer_count > cursor:
+            # Steers are pending, so the next boundary needs the steer list: read in the
+            # round trip that sends the step's event.
+            state.listed = self.emitter.publish_listing_steers(step_event, cursor)
+        else:
+            self.emitter.publish(step_event)
+        state.steps.append(CommittedStep(index=index, payload=payload))
+        state.cursor = cursor
+        state.pending = []  # those the commit counted past the cursor: read at the boundary
+        state.steer_count = max(state.steer_count, steer_count)
+
+    # ------------------------------------------------------------------ approvals
+
+    def _hold(self, index: int, said: StepPayload, judged: list[Judgement], cursor: int) -> _Ending:
+        """A call of step ``index`` asks for a person's answer: keep the step's model
+        output and judgements, one approval per asked call, and let the session go.  No
+        call of the step runs before every answer is in (they run in the model's order)."""
+        now = datetime.now(UTC)
+        timeout = self.host.approval_timeout
+        expires = now + timedelta(seconds=timeout) if timeout else None
+        judged = [
+            replace(j, approval_id=str(uuid.uuid4())) if j.ask is not None else j for j in judged
+        ]
+        held = HeldStep(index=index, payload=said, cursor=cursor, judgements=tuple(judged))
+        approvals = [
+            Approval(
+                approval_id=j.approval_id or "",
+                turn_id=self.turn.turn_id,
+                step=index,
+                call_id=j.call.id,
+                tool=j.call.name,
+                arguments=_arguments_of(j.call.arguments),
+                accesses=tuple({"mode": a.mode, "path": a.path} for a in j.accesses),
+                requested_at=now,
+                expires_at=expires,
+            )
+            for j in held.asked
+        ]
+        # Published once committed: a person must never be shown a call to answer
+        # that a lost commit left unaskable.
+        requests = [
+            self.emitter.allocate(
+                ApprovalRequested(
+                    approval_id=approval.approval_id,
+                    step=index,
+                    call_id=approval.call_id,
+                    tool=approval.tool,
+                    arguments=approval.arguments,
+                    accesses=approval.accesses,
+                    rule=j.ask.rule if j.ask else "",
+                    expires_at=expires.isoformat() if expires else None,
+                )
+            )
+            for approval, j in zip(approvals, held.asked, strict=True)
+        ]
+        self.store.hold_step(
+            run_id=self.run_id,
+            session_id=self.claimed.session.session_id,
+            fence=self.fence,
+            held_step=held.to_json(),
+            approvals=approvals,
+            events=[*self.emitter.take_unstored(), *requests],
+        )
+        self.streaming = None
+        for request in requests:
+            self.emitter.publish(request)
+        return _Ending(status=TurnStatus.WAITING)
+
+    def _go_on(self, state: _TurnState, held: HeldStep) -> None:
+        """Every answer to the held step's calls is in (or the turn was interrupted while
+        it waited): run its calls as judged and answered, and commit it whole."""
+        self._take_steers(state)
+        interrupted = _has_interrupt(state.pending)
+        approvals = self.store.approvals_of_run(self.run_id)
+        session_id = self.claimed.session.session_id
+        results = []
+        for judged in held.judgements:
+            answer = None
+            if judged.approval_id is not None:
+                approval = approvals[judged.approval_id]
+
+                def consume(approval_id: str = approval.approval_id) -> bool:
+                    return self.store.consume_approval(
+                        approval_id=approval_id, session_id=session_id, fence=self.fence
+                    )
+
+                answer = Answer(
+                    approved=approval.decision is Decision.APPROVED,
+                    reason=approval.reason,
+                    consume=consume,
+                )
+            results.append(
+                self.tool_runner.answer(judged, held.index, answer=answer, interrupted=interrupted)
+            )
+        payload = replace(held.payload, tool_results=tuple(results))
+        step_event = self.emitter.allocate(
+            StepCommitted(
+                step=held.index,
+                text=payload.text,
+                tool_calls=payload.tool_calls,
+                usage=payload.usage,
+            )
+        )
+        receipt = self.store.commit_step(
+            run_id=self.run_id,
+            session_id=session_id,
+            fence=self.fence,
+            index=held.index,
+            payload=payload,
+            steer_cursor=held.cursor,
+            events=[*self.emitter.take_unstored(), step_event],
+            close_inbox_if_idle=False,
+        )
+        self._committed(state, held.index, payload, held.cursor, step_event, receipt.steer_count)
+        state.usage = state.usage + payload.usage
+        state.session_tokens += payload.usage.total
+
+    def _approvals_summary(self) -> tuple[dict[str, Any], ...]:
+        """What the end event lists of the turn's asked calls (none asked: nothing read)."""
+        if not self.asked:
+            return ()
+        approvals = sorted(
+            self.store.approvals_of_run(self.run_id).values(),
+            key=lambda a: (a.step, a.requested_at, a.call_id),
+        )
+        return tuple(
+            {
+                "approval_id": a.approval_id,
+                "tool": a.tool,
+                "decision": a.decision.value if a.decision else None,
+                "reason": a.reason,
+            }
+            for a in approvals
+        )
 
     def _replay_turn(self, node: PathTurn) -> tuple[Message, ...]:
         """One history turn as checked messages, from the replay cache where it can."""
@@ -599,6 +754,15 @@ class _TurnRun:
     # ------------------------------------------------------------------ end
 
     def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, FinishReceipt]:
+        if ending.status is TurnStatus.WAITING:
+            # Held, not ended: no end, no hooks; the driver lets the session go (the turn
+            # holds its session's line, so nothing after it is claimed).
+            return ending.status, FinishReceipt(
+                end_event=Event.of(self.turn.turn_id, 0, StepRestarted(step=0, reason="")),
+                undelivered=(),
+                head_turn_id=self.claimed.session.head_turn_id,
+                prefix_generation=self.claimed.prefix_generation,
+            )
         outcome = self._outcome(state, ending)
         hooks = self.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
@@ -673,6 +837,7 @@ class _TurnRun:
             position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
             discarded=ending.discarded,
+            approvals=self._approvals_summary(),
         )
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
@@ -691,6 +856,15 @@ class _TurnRun:
 def _failed_check_feedback(failed: CheckResult) -> list[StepInput]:
     """What the model hears of a failed check, with its next request."""
     return [StepInput(origin="check", text=failed.feedback())]
+
+
+def _arguments_of(text: str) -> dict[str, Any]:
+    """A call's arguments as a person reads them: the model's JSON object, or its text."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_raw": text}
 
 
 def _has_interrupt(steers: Sequence[Any]) -> bool:

@@ -95,9 +95,13 @@ def drive_session(
 
 
 def sweep(runtime: FleetRuntime, kick: Callable[[str], None]) -> list[str]:
-    """Re-kick every session that has a queued or running turn, no live lock and no kick
-    sent moments ago: lost kicks, dead workers and an emptied Redis are all recovered
-    here."""
+    """Deny the waiting calls whose time is up, then re-kick every session that has a
+    queued or running turn, no live lock and no kick sent moments ago: lost kicks, dead
+    workers and an emptied Redis are all recovered here."""
+    # Calls whose answer did not come in time are denied first: a turn whose last call
+    # that makes runnable is among the sessions with work below.
+    for answered in runtime.store.expire_approvals():
+        runtime.coordinator.publish(list(answered.events))
     kicked = []
     for session_id in runtime.coordinator.unattended(runtime.store.sessions_with_work()):
         if runtime.coordinator.claim_kick(session_id):

@@ -132,11 +132,21 @@ class Refusal:
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class Ask:
+    """A call that may run only once a person approves it (SPEC §6a): the policy's or the
+    approver's answer instead of yes or no.  ``rule`` names what asked."""
+
+    rule: str
+    reason: str = ""
+
+
 class Policy(Protocol):
     """Decides, from a call's name and accesses, whether it may run."""
 
-    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | None:
-        """None to allow, a refusal naming the rule otherwise."""
+    def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | Ask | None:
+        """None to allow, a refusal naming the rule, or :class:`Ask` to have a person
+        answer first."""
         ...
 
 
@@ -154,8 +164,9 @@ class ApprovalRequest:
 class Approver(Protocol):
     """The host's last word on a call the policy allowed."""
 
-    def approve(self, request: ApprovalRequest) -> bool:
-        """True to run the call."""
+    def approve(self, request: ApprovalRequest) -> bool | Ask:
+        """True to run the call, False to refuse it, :class:`Ask` to have a person
+        answer (the turn then waits, holding no worker)."""
         ...
 
 
@@ -338,6 +349,11 @@ class Host(Protocol):
 
     @property
     def context_budget(self) -> ContextBudget | None: ...
+
+    @property
+    def approval_timeout(self) -> float | None:
+        """Seconds an asked call may wait for its answer (None: no limit)."""
+        ...
 
     def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:
         """The tools of one turn (opening MCP servers as needed); closed at its end."""

@@ -12,6 +12,8 @@ from schemas.errors import SessionNotFound, TurnNotFound
 from schemas.events import Event
 from schemas.messages import StepPayload
 from schemas.records import (
+    Approval,
+    Decision,
     RunState,
     SessionRecord,
     Steer,
@@ -106,7 +108,32 @@ def run_state_of(run: Any) -> RunState:
         undelivered=tuple(run.undelivered or ()),
         queue_position=run.queue_position,
         stalled_attempts=run.stalled_attempts,
+        held_step=getattr(run, "held_step", None),
+        approval_count=getattr(run, "approval_count", 0),
     )
+
+
+def approval_of(row: Any) -> Approval:
+    """An ``approvals`` row as a record."""
+    return Approval(
+        approval_id=row.id,
+        turn_id=row.turn_id,
+        step=row.step_index,
+        call_id=row.call_id,
+        tool=row.tool,
+        arguments=dict(row.arguments),
+        accesses=tuple(dict(a) for a in row.accesses),
+        requested_at=aware(row.requested_at),
+        expires_at=aware(row.expires_at) if row.expires_at else None,
+        decision=Decision(row.decision) if row.decision else None,
+        reason=row.reason,
+        decided_at=aware(row.decided_at) if row.decided_at else None,
+    )
+
+
+def read_approvals(db: StoreConnection, turn_id: str) -> tuple[Approval, ...]:
+    """Every call of a turn that asked for an answer, in step and call order."""
+    return tuple(approval_of(r) for r in db.execute(q.APPROVALS_OF_TURN, {"b_turn_id": turn_id}))
 
 
 def turn_of_next_run(run: Any) -> TurnRecord:

@@ -19,6 +19,8 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
+    null,
     or_,
     select,
     text,
@@ -34,6 +36,7 @@ from workers.store_connection import MAX_INSERT_ROWS, many_rows
 
 QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
+WAITING = TurnStatus.WAITING.value
 ACTIVE = (QUEUED, RUNNING)
 RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
 
@@ -41,6 +44,9 @@ RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
 # IN list on every execution, while this is the same SQL each time (prepared once, and
 # run straight through psycopg; see workers.store_connection).
 IS_ACTIVE = or_(t.runs.c.status == QUEUED, t.runs.c.status == RUNNING)
+# Not ended: active, or waiting for answers (a waiting run holds its session's place in
+# line: the turns after it wait too, though no driver holds the session meanwhile).
+IS_UNFINISHED = or_(IS_ACTIVE, t.runs.c.status == WAITING)
 
 
 EVENT_COLUMNS = ("turn_id", "seq", "kind", "data")
@@ -139,7 +145,23 @@ INSERT_SESSION = t.sessions.insert()
 
 # In the words of the partial index ix_runs_active, so PostgreSQL reads it instead of
 # the runs.  (Only the fleet's sweeper asks; SQLite, without statistics, may not.)
-SESSIONS_WITH_WORK = select(t.runs.c.session_id).where(text(t.ACTIVE_RUN)).distinct()
+_waiting = t.runs.alias("waiting")
+# Sessions a driver has something to do for: a queued or running turn, and no turn
+# waiting for answers (which the turns after it wait behind: a kick would find nothing).
+SESSIONS_WITH_WORK = (
+    select(t.runs.c.session_id)
+    .where(
+        text(t.ACTIVE_RUN),
+        ~select(_waiting.c.id)
+        .where(
+            _waiting.c.session_id == t.runs.c.session_id,
+            # Spelt out, as ACTIVE_RUN is: the sweeper's statement has no binds at all.
+            _waiting.c.status == literal_column(f"'{WAITING}'"),
+        )
+        .exists(),
+    )
+    .distinct()
+)
 
 # ------------------------------------------------------------------ turns
 
@@ -206,6 +228,8 @@ LOCK_RUN_BY_TURN = RUN_BY_TURN.with_for_update()
 
 LOCK_RUN = select(t.runs.c.id).where(t.runs.c.id == b("run_id")).with_for_update()
 
+RUN_BY_ID = select(t.runs).where(t.runs.c.id == b("run_id"))
+
 SESSION_OF_TURN = select(t.runs.c.session_id).where(t.runs.c.turn_id == b("turn_id"))
 
 RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
@@ -213,10 +237,11 @@ RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
 RUN_STATUS = select(t.runs.c.status).where(t.runs.c.id == b("run_id"))
 
 ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
-    t.runs.c.session_id == b("session_id"), IS_ACTIVE
+    t.runs.c.session_id == b("session_id"), IS_UNFINISHED
 )
 
-# The run to drive next, locked: a stranded running one first, then the oldest queued.
+# The run to drive next, locked: a stranded running one first, then the oldest queued,
+# unless a waiting one comes before it (then nothing is runnable: the caller sees it).
 NEXT_RUN = (
     select(
         t.runs,
@@ -226,7 +251,7 @@ NEXT_RUN = (
         t.turns.c.created_at.label("turn_created_at"),
     )
     .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
-    .where(t.runs.c.session_id == b("session_id"), IS_ACTIVE)
+    .where(t.runs.c.session_id == b("session_id"), IS_UNFINISHED)
     .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queue_position)
     .limit(1)
     .with_for_update(of=t.runs)
@@ -280,6 +305,8 @@ _STEP_VALUES = {
     "steer_cursor": b("cursor"),
     # A committed step is progress: the attempts that count towards giving up start over.
     "stalled_attempts": 0,
+    # A step that waited for answers is held no more once it commits.
+    "held_step": null(),
 }
 
 # The step the caller thinks comes next, of a run that is still running: a replayed or
@@ -547,3 +574,77 @@ def _fresh_claim(head: Any) -> tuple[Any, Any, tuple[Any, ...]]:
         .cte("started")
     )
     return run, claim, (hang, started)
+
+
+# ------------------------------------------------------------------ approvals
+
+# A driver's step waits for answers: the run waits, holding its step (fenced by the
+# session row the caller locked, and only while it runs).
+HOLD_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
+    .values(
+        status=WAITING,
+        held_step=b("held_step", type_=t.Json),
+        approval_count=t.runs.c.approval_count + b("asked"),
+        last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
+        worker=None,
+    )
+)
+
+INSERT_APPROVAL = t.approvals.insert()
+
+APPROVALS_OF_TURN = (
+    select(t.approvals)
+    .where(t.approvals.c.turn_id == b("turn_id"))
+    .order_by(t.approvals.c.step_index, t.approvals.c.position)
+)
+
+APPROVALS_OF_RUN = select(t.approvals).where(t.approvals.c.run_id == b("run_id"))
+
+APPROVAL = select(t.approvals).where(t.approvals.c.id == b("approval_id"))
+
+DECIDE_APPROVAL = (
+    update(t.approvals)
+    .where(t.approvals.c.id == b("approval_id"), t.approvals.c.decision.is_(None))
+    .values(decision=b("decision"), reason=b("reason"), decided_at=b("now"))
+)
+
+UNDECIDED_OF_RUN = select(func.count()).where(
+    t.approvals.c.run_id == b("run_id"), t.approvals.c.decision.is_(None)
+)
+
+UNDECIDED_IDS_OF_RUN = select(t.approvals.c.id).where(
+    t.approvals.c.run_id == b("run_id"), t.approvals.c.decision.is_(None)
+)
+
+# Every answer is in: the run is runnable again, in its place in the session's line.
+REQUEUE_WAITING = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == WAITING)
+    .values(status=QUEUED)
+)
+
+# Seqs for events written while no driver holds the turn (answers to a waiting one).
+TAKE_SEQS = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(last_seq=t.runs.c.last_seq + b("count"))
+    .returning(t.runs.c.last_seq)
+)
+
+# An approved call is about to run: marked once (an attempt that finds it marked does not
+# run it again for the same answer).
+CONSUME_APPROVAL = (
+    update(t.approvals)
+    .where(
+        t.approvals.c.id == b("approval_id"),
+        t.approvals.c.decision == "approved",
+        t.approvals.c.consumed_at.is_(None),
+    )
+    .values(consumed_at=b("now"))
+)
+
+EXPIRED_APPROVALS = select(t.approvals.c.id, t.approvals.c.turn_id).where(
+    t.approvals.c.decision.is_(None), t.approvals.c.expires_at <= b("now")
+)

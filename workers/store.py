@@ -60,6 +60,7 @@ from workers.rows import (
     turn_record,
     write_events,
 )
+from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
 
@@ -93,9 +94,21 @@ class SubmitReceipt:
     the interrupt steer it accepted (to signal once the submission committed)."""
     queued: Event | None = None
     """The new turn's stored ``queued`` event (None for a repeated request)."""
+    denied: tuple[Answered, ...] = ()
+    """The pending calls an ``interrupt`` submission denied (of a turn that waited)."""
 
 
-class SqlStore(DriverStore, Store):
+@dataclass(frozen=True, kw_only=True)
+class SteerReceipt:
+    """What ``add_steer`` did: the accepted steer, and for an interrupt of a turn that
+    waited for answers, the denials it gave its pending calls (publish them; the turn is
+    runnable again, to commit its held step with them and stop)."""
+
+    steer: Steer
+    denied: Answered | None = None
+
+
+class SqlStore(ApprovalStore, DriverStore, Store):
     """parley's durable state on SQLite or PostgreSQL (see the module docstring): the
     store port the engine talks to, and what clients read and write."""
 
@@ -275,15 +288,20 @@ class SqlStore(DriverStore, Store):
                     f"session {session_id!r} has {len(active)} turn(s) queued or running"
                 )
             interrupted: list[tuple[str, Steer]] = []
+            denied: list[Answered] = []
             if if_busy is IfBusy.INTERRUPT:
                 for run in active:
-                    if run.status != q.RUNNING:
+                    if run.status not in (q.RUNNING, q.WAITING):
                         continue
                     try:
                         steer = self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
                     except TurnEnded:
                         continue  # its inbox closed: it is committing its end already
                     interrupted.append((run.turn_id, steer))
+                    if run.status == q.WAITING:
+                        answered = self.deny_pending(db, run.id, INTERRUPTED)
+                        if answered is not None:
+                            denied.append(answered)
             record = TurnRecord(
                 turn_id=new_id(),
                 session_id=session_id,
@@ -313,7 +331,11 @@ class SqlStore(DriverStore, Store):
                 for statement in (q.INSERT_TURN, q.INSERT_RUN, q.INSERT_QUEUED):
                     db.execute(statement, rows)
         return SubmitReceipt(
-            turn=record, created=True, interrupted=tuple(interrupted), queued=queued
+            turn=record,
+            created=True,
+            interrupted=tuple(interrupted),
+            queued=queued,
+            denied=tuple(denied),
         )
 
     def _by_request(
@@ -335,9 +357,9 @@ class SqlStore(DriverStore, Store):
             # Session row first, then the run: the order every writer locks them in.
             position = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one()
             run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
-            if run.status in q.ACTIVE:
+            if run.status in q.ACTIVE or run.status == q.WAITING:
                 record = read_turn(db, turn_id)
-                db.rollback()  # nothing to change: it only needs a driver
+                db.rollback()  # nothing to change: it only needs a driver (or answers)
                 return record, None
             if run.status not in q.RESUMABLE:
                 raise Conflict(
@@ -368,6 +390,7 @@ class SqlStore(DriverStore, Store):
             error=state.error,
             undelivered=state.undelivered,
             partial=state.partial,
+            approvals=self.approvals(turn_id) if state.approval_count else (),
         )
 
     def run_state(self, turn_id: str) -> RunState:
@@ -393,12 +416,21 @@ class SqlStore(DriverStore, Store):
     # ------------------------------------------------------------------ steering
 
     def add_steer(self, turn_id: str, kind: SteerKind, text: str) -> Steer:
-        """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended."""
+        """Accept a steer into a turn's inbox (see :meth:`accept_steer`)."""
+        return self.accept_steer(turn_id, kind, text).steer
+
+    def accept_steer(self, turn_id: str, kind: SteerKind, text: str) -> SteerReceipt:
+        """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended.  An
+        interrupt of a turn that waits for answers also denies its pending calls."""
         with self._tx() as db:
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
-            return self._add_steer(db, run_id, kind, text, _now())
+            steer = self._add_steer(db, run_id, kind, text, _now())
+            denied = None
+            if kind is SteerKind.INTERRUPT:
+                denied = self.deny_pending(db, run_id, INTERRUPTED)
+            return SteerReceipt(steer=steer, denied=denied)
 
     def _add_steer(
         self, db: StoreConnection, run_id: str, kind: SteerKind, text: str, now: datetime

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from schemas.errors import Fenced, SessionNotFound
 from schemas.events import Ended, Event, Started
 from schemas.messages import Prefix, StepPayload
-from schemas.records import Steer, SteerKind, TurnRecord, TurnStatus
+from schemas.records import Approval, Steer, SteerKind, TurnRecord, TurnStatus
 from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import (
@@ -31,6 +31,7 @@ from workers.backend_ports import (
 )
 from workers.rows import (
     SessionRow,
+    approval_of,
     event_row,
     read_path,
     read_pending,
@@ -155,8 +156,8 @@ class DriverStore(Transactions):
             ).one_or_none()
         else:
             run = db.execute(q.NEXT_RUN, {"b_session_id": session.id}).one_or_none()
-        if run is None:
-            return None
+        if run is None or run.status == q.WAITING:
+            return None  # a turn that waits for answers holds the session's line
         turn = turn_of_next_run(run)
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
@@ -318,6 +319,71 @@ class DriverStore(Transactions):
             # Nothing pending: if asked, the inbox is closed.  Pending steers are read at
             # the next boundary, from the turn's steer list where it has them all.
             return StepReceipt(steer_count=int(steer_count))
+
+    def hold_step(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        held_step: dict[str, Any],
+        approvals: Sequence[Approval],
+        events: Sequence[Event],
+    ) -> None:
+        """The step waits for answers: the run becomes ``waiting`` holding ``held_step``,
+        each asked call gets its approval row, and ``events`` are stored, in one
+        transaction under the session's fence.  The driver then lets the session go."""
+        now = _now()
+        with self._tx() as db:
+            self._check_fence(db, session_id, fence)
+            held = db.execute(
+                q.HOLD_RUN,
+                {
+                    "b_run_id": run_id,
+                    "b_held_step": held_step,
+                    "b_asked": len(approvals),
+                    "b_last_seq": max((e.seq for e in events), default=0),
+                },
+            ).rowcount
+            if held != 1:
+                raise Fenced(f"run {run_id} moved on; its step was not held")
+            for position, approval in enumerate(approvals):
+                db.execute(
+                    q.INSERT_APPROVAL,
+                    {
+                        "id": approval.approval_id,
+                        "run_id": run_id,
+                        "turn_id": approval.turn_id,
+                        "step_index": approval.step,
+                        "position": position,
+                        "call_id": approval.call_id,
+                        "tool": approval.tool,
+                        "arguments": approval.arguments,
+                        "accesses": [dict(a) for a in approval.accesses],
+                        "requested_at": approval.requested_at,
+                        "expires_at": approval.expires_at,
+                        "decision": None,
+                        "reason": None,
+                        "decided_at": None,
+                        "consumed_at": None,
+                    },
+                )
+            write_events(db, self._q, events, now)
+
+    def approvals_of_run(self, run_id: str) -> dict[str, Approval]:
+        """A run's approvals by id."""
+        rows = self._reading(lambda db: db.execute(q.APPROVALS_OF_RUN, {"b_run_id": run_id}).all())
+        return {row.id: approval_of(row) for row in rows}
+
+    def consume_approval(self, *, approval_id: str, session_id: str, fence: int) -> bool:
+        """Mark an approved call as started, once, under the session's fence: True the
+        first time (run it now), False if an earlier attempt marked it (it may have run)."""
+        with self._tx() as db:
+            self._check_fence(db, session_id, fence)
+            marked = db.execute(
+                q.CONSUME_APPROVAL, {"b_approval_id": approval_id, "b_now": _now()}
+            ).rowcount
+        return bool(marked)
 
     def _insert_step(
         self, db: StoreConnection, run_id: str, index: int, payload: StepPayload, now: datetime
@@ -569,7 +635,13 @@ def _end_event(end: TurnEnd, undelivered: tuple[str, ...]) -> Event:
     return Event.of(
         end.turn_id,
         end.end_seq,
-        Ended(outcome=end.status.value, reply=end.reply, error=end.error, undelivered=undelivered),
+        Ended(
+            outcome=end.status.value,
+            reply=end.reply,
+            error=end.error,
+            undelivered=undelivered,
+            approvals=end.approvals,
+        ),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import InvalidRequest
@@ -15,14 +16,79 @@ from schemas.events import Refused, ToolAnswered, ToolCalled
 from schemas.messages import ToolCall, ToolResult
 from workers.emitter import Emitter
 from workers.holding import ensure_holding
-from workers.host_ports import Access, ApprovalRequest, Approver, Policy, Refusal, Tool, ToolContext
+from workers.host_ports import (
+    Access,
+    ApprovalRequest,
+    Approver,
+    Ask,
+    Policy,
+    Refusal,
+    Tool,
+    ToolContext,
+)
 
 log = logging.getLogger("parley.engine")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    """What the policy and the approver made of one call, before it runs: it runs, it has
+    its result already (bad arguments, an unknown tool, a refusal), or it waits for a
+    person (``ask``).  Stored with a held step, so the step goes on as judged."""
+
+    call: ToolCall
+    result: ToolResult | None = None
+    refusal: Refusal | None = None
+    ask: Ask | None = None
+    accesses: tuple[Access, ...] = ()
+    approval_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (the call itself is stored with the step's payload)."""
+        return {
+            "call_id": self.call.id,
+            "result": self.result.to_json() if self.result else None,
+            "refusal": vars(self.refusal) if self.refusal else None,
+            "ask": vars(self.ask) if self.ask else None,
+            "accesses": [vars(a) for a in self.accesses],
+            "approval_id": self.approval_id,
+        }
+
+    @classmethod
+    def from_json(cls, call: ToolCall, data: dict[str, Any]) -> Judgement:
+        """Load the stored form of ``call``'s judgement."""
+        return cls(
+            call=call,
+            result=ToolResult.from_json(data["result"]) if data.get("result") else None,
+            refusal=Refusal(**data["refusal"]) if data.get("refusal") else None,
+            ask=Ask(**data["ask"]) if data.get("ask") else None,
+            accesses=tuple(Access(**a) for a in data.get("accesses", ())),
+            approval_id=data.get("approval_id"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A person's answer to a call that asked, as the held step's driver sees it.
+    ``consume`` marks an approved call as started, durably, and says whether this is the
+    first time: a call an earlier attempt started (and may have run) is not run again."""
+
+    approved: bool
+    reason: str | None = None
+    consume: Callable[[], bool] = lambda: True
+
+
+NOT_RUN_INTERRUPTED = "not run: the turn was interrupted while this call waited for an answer"
+
+
 class ToolRunner:
     """Runs the tool calls of one turn attempt, announcing each call, refusal and result
-    as events."""
+    as events.
+
+    A step's calls are all judged (policy, then approver) before the first of them runs,
+    so that a step with a call that must wait for a person waits as a whole: its calls
+    then run in the order the model gave them, once every answer is in, and a call is
+    never run ahead of one before it that is still waiting."""
 
     def __init__(
         self,
@@ -43,19 +109,13 @@ class ToolRunner:
         self.holding = holding
         self.output_limit = output_limit
 
-    def run(self, call: ToolCall, step: int) -> ToolResult:
-        """Run one call of step ``step``; raises only :class:`Fenced`."""
+    def judge(self, call: ToolCall) -> Judgement:
+        """What becomes of ``call``: run, refused (or failed) already, or asked about."""
         ensure_holding(self.holding, "before a tool call")
-        self.emitter.emit(
-            ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
-        )
-        result = self._result(call)
-        self.emitter.emit(ToolAnswered.of(step, result))
-        return result
 
-    def _result(self, call: ToolCall) -> ToolResult:
-        def error(text: str) -> ToolResult:
-            return ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
+        def error(text: str) -> Judgement:
+            result = ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
+            return Judgement(call=call, result=result)
 
         tool = self.tools.get(call.name)
         if tool is None:
@@ -67,18 +127,81 @@ class ToolRunner:
             return error(f"error: InvalidRequest: {exc}")
         except Exception as exc:  # host code: its failure is the tool's, not the turn's
             return error(f"error: {type(exc).__name__}: {exc}")
-        refusal = self._judged(call, arguments, accesses)
-        if refusal is not None:
-            self.emitter.emit(
-                Refused(call_id=call.id, tool=call.name, rule=refusal.rule, reason=refusal.reason)
+        verdict = self._judged(call, arguments, accesses)
+        if isinstance(verdict, Ask):
+            return Judgement(call=call, ask=verdict, accesses=accesses)
+        if verdict is not None:
+            return Judgement(
+                call=call, result=_refused(call, verdict), refusal=verdict, accesses=accesses
             )
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                content=f"refused by policy rule {refusal.rule}: {refusal.reason}",
-                is_error=True,
-                refusal=refusal.rule,
-            )
+        return Judgement(call=call, accesses=accesses)
+
+    def run(self, call: ToolCall, step: int) -> ToolResult:
+        """Judge and run one call of step ``step`` (one that cannot ask); raises only
+        :class:`Fenced`."""
+        return self.answer(self.judge(call), step)
+
+    def answer(
+        self,
+        judged: Judgement,
+        step: int,
+        *,
+        answer: Answer | None = None,
+        interrupted: bool = False,
+    ) -> ToolResult:
+        """Announce ``judged``'s call and give it its result: its tool's output if it may
+        run (an asked call: once ``answer`` approved it), else what it was judged to get,
+        the person's denial, or, ``interrupted``, a result saying it never ran.  Raises
+        only :class:`Fenced`."""
+        call = judged.call
+        ensure_holding(self.holding, "before a tool call")
+        self.emitter.emit(
+            ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
+        )
+        result = self._answer(judged, answer, interrupted)
+        self.emitter.emit(ToolAnswered.of(step, result))
+        return result
+
+    def _answer(self, judged: Judgement, answer: Answer | None, interrupted: bool) -> ToolResult:
+        call = judged.call
+        if judged.result is not None:
+            if judged.refusal is not None:
+                self._announce_refusal(call, judged.refusal)
+            return judged.result
+        if judged.ask is not None:
+            if answer is None or not answer.approved:
+                why = answer.reason if answer is not None and answer.reason else "no reason given"
+                refusal = Refusal(rule="approval", reason=f"the operator denied this call: {why}")
+                self._announce_refusal(call, refusal)
+                return _refused(call, refusal)
+            if interrupted:
+                return _not_run(call)
+            # Durably started before it runs: a driver that dies while it runs leaves a
+            # mark, and the next attempt does not run it again for the same answer.
+            if not answer.consume():
+                return ToolResult(
+                    call_id=call.id,
+                    name=call.name,
+                    content="error: not run again: an earlier attempt started this approved "
+                    "call and stopped before its result was kept, so its effect is unknown; "
+                    "check before asking for it again",
+                    is_error=True,
+                )
+        elif interrupted:
+            return _not_run(call)
+        return self._execute(call)
+
+    def _execute(self, call: ToolCall) -> ToolResult:
+        def error(text: str) -> ToolResult:
+            return ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
+
+        tool = self.tools.get(call.name)
+        if tool is None:  # the toolset changed while the step waited
+            return error(f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}")
+        try:
+            arguments = tool.parse(call.arguments)
+        except Exception as exc:
+            return error(f"error: {type(exc).__name__}: {exc}")
         # Validation, the policy and the approver are host code and may take any time
         # (a person approving, an MCP server starting): the lock may have been lost
         # meanwhile, and a driver that lost it must not touch the workspace.
@@ -92,18 +215,23 @@ class ToolRunner:
             return error(f"error: the tool returned {type(output).__name__}, not text")
         return ToolResult(call_id=call.id, name=call.name, content=cap(output, self.output_limit))
 
+    def _announce_refusal(self, call: ToolCall, refusal: Refusal) -> None:
+        self.emitter.emit(
+            Refused(call_id=call.id, tool=call.name, rule=refusal.rule, reason=refusal.reason)
+        )
+
     def _judged(
         self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Access, ...]
-    ) -> Refusal | None:
-        """The policy's refusal, else the approver's, else None (the call may run)."""
+    ) -> Refusal | Ask | None:
+        """The policy's refusal or ask, else the approver's, else None (the call may run)."""
         try:
-            refusal = self.policy.check(call.name, accesses, self.context.root)
+            verdict = self.policy.check(call.name, accesses, self.context.root)
         except Exception as exc:
             # A policy that cannot decide refuses: failing closed is the safe side.
             log.warning("policy failed on %s; refusing the call", call.name, exc_info=True)
             return Refusal(rule="policy_error", reason=f"{type(exc).__name__}: {exc}")
-        if refusal is not None:
-            return refusal
+        if isinstance(verdict, Refusal):
+            return verdict
         request = ApprovalRequest(
             session_id=self.context.session_id,
             turn_id=self.context.turn_id,
@@ -112,13 +240,29 @@ class ToolRunner:
             accesses=accesses,
         )
         try:
-            approved = bool(self.approver.approve(request))
+            approved = self.approver.approve(request)
         except Exception:
             log.warning("approver failed; treating the call as declined", exc_info=True)
             approved = False
-        if approved:
-            return None
-        return Refusal(rule="approver", reason="the host's approver declined this call")
+        if isinstance(approved, Ask):
+            return approved
+        if not approved:
+            return Refusal(rule="approver", reason="the host's approver declined this call")
+        return verdict  # the policy's ask, if it asked; else None: the call runs
+
+
+def _refused(call: ToolCall, refusal: Refusal) -> ToolResult:
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=f"refused by policy rule {refusal.rule}: {refusal.reason}",
+        is_error=True,
+        refusal=refusal.rule,
+    )
+
+
+def _not_run(call: ToolCall) -> ToolResult:
+    return ToolResult(call_id=call.id, name=call.name, content=NOT_RUN_INTERRUPTED, is_error=True)
 
 
 def unique_ids(calls: Sequence[ToolCall], step: int) -> tuple[ToolCall, ...]:

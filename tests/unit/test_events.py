@@ -10,6 +10,8 @@ import pytest
 from schemas.errors import CodecError
 from schemas.events import (
     PAYLOADS,
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -77,6 +79,31 @@ EXAMPLES: list[tuple[Any, dict[str, Any]]] = [
         },
     ),
     (StepRestarted(step=1, reason="resumed"), {"index": 1, "reason": "resumed"}),
+    (
+        ApprovalRequested(
+            approval_id="a",
+            step=1,
+            call_id="c",
+            tool="run_command",
+            arguments={"argv": ["git", "push"]},
+            accesses=({"mode": "execute", "path": "git push"},),
+            rule="ask_execute:git push *",
+        ),
+        {
+            "approval_id": "a",
+            "step": 1,
+            "call_id": "c",
+            "tool": "run_command",
+            "arguments": {"argv": ["git", "push"]},
+            "accesses": [{"mode": "execute", "path": "git push"}],
+            "rule": "ask_execute:git push *",
+            "expires_at": None,
+        },
+    ),
+    (
+        ApprovalAnswered(approval_id="a", decision="denied", reason="not today"),
+        {"approval_id": "a", "decision": "denied", "reason": "not today"},
+    ),
     (
         Ended(outcome="cancelled", undelivered=("late",)),
         {"outcome": "cancelled", "reply": None, "error": None, "undelivered": ["late"]},

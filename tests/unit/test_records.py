@@ -157,6 +157,7 @@ STATUS_TABLE = [
     # status,                      terminal, has_reply, moves_head
     (TurnStatus.QUEUED, False, False, False),
     (TurnStatus.RUNNING, False, False, False),
+    (TurnStatus.WAITING, False, False, False),
     (TurnStatus.FINISHED, True, True, True),
     (TurnStatus.SUCCEEDED, True, True, True),
     (TurnStatus.CHECK_FAILED, True, False, True),
@@ -185,6 +186,7 @@ def test_statuses_are_their_spec_strings() -> None:
     assert [str(s) for s in TurnStatus] == [
         "queued",
         "running",
+        "waiting",
         "finished",
         "succeeded",
         "check_failed",

@@ -199,7 +199,7 @@ def test_a_lock_lost_before_the_call_or_during_the_approver_runs_nothing(tmp_pat
     held = [True]
     slow = Approver(then=lambda: held.__setitem__(0, False))  # lost while a person decides
     tools, coordinator = runner(tmp_path, function, approver=slow, holding=lambda: held[0])
-    with pytest.raises(Fenced, match="before the tool ran"):
+    with pytest.raises(Fenced, match="before a tool call"):  # the announcement, after judging
         tools.run(call(), step=0)
     assert function.runs == 0
 
