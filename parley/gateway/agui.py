@@ -6,11 +6,15 @@ The ``threadId`` names the session (``threads.py``), the newest user message is 
 turn's prompt, and the turn's events are projected by ``agui_projection.AgUiRun``: this
 module only validates, submits and wires the projection to the shared feed.
 
+A turn that waits for a person (SPEC §6a) ends the run with AG-UI's own ``interrupt``
+outcome, one interrupt per waiting call (its id the approval id); the next run's
+``resume`` entries answer them (``resolved`` approves, ``cancelled`` denies) and that run
+streams the same turn on.
+
 What parley does not take from a ``RunAgentInput``, and why: ``tools`` (the host owns the
 tools; a client's frontend tools are not offered to the model), ``context``, ``state`` and
 ``forwardedProps`` (accepted and ignored), earlier ``messages`` (the stored history is
-what the model sees).  A non-empty ``resume`` answers interrupts, which this gateway
-does not raise yet, and is refused.
+what the model sees).
 
 Refusals before the stream starts (a body that is not a ``RunAgentInput``, no user
 message, a prompt parley cannot take) are HTTP errors in the gateway's error form and
@@ -30,11 +34,14 @@ from sse_starlette import EventSourceResponse
 from parley.errors import InvalidRequest
 from parley.gateway.agui_projection import AgUiRun
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
-from parley.gateway.projection import data_frame, data_stream, projected
+from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
 from parley.gateway.tenants import tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
+    ApprovalAnswer,
+    answer_approvals,
     check_prompt,
+    find_thread,
     message_request_id,
     open_thread,
 )
@@ -66,6 +73,31 @@ class AgUiMessage(BaseModel):
     content: Any = None
 
 
+class ResumeEntry(BaseModel):
+    """An answer to one interrupt (AG-UI's ``ResumeEntry``): here, to a call waiting for
+    approval.  ``resolved`` approves it unless ``payload.approved`` is false; ``cancelled``
+    denies it; ``payload.reason`` is a denial's reason."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    interrupt_id: str = Field(alias="interruptId", min_length=1, max_length=36)
+    status: Literal["resolved", "cancelled"]
+    payload: Any = None
+    metadata: Any = None
+
+    def answer(self) -> ApprovalAnswer:
+        """The approval answer this entry gives."""
+        given = self.payload if isinstance(self.payload, dict) else {}
+        reason = given.get("reason")
+        reason = reason if isinstance(reason, str) and reason.strip() else None
+        if self.status == "cancelled":
+            return ApprovalAnswer(
+                approval_id=self.interrupt_id, approved=False, reason=reason or "cancelled"
+            )
+        approved = given.get("approved") is not False
+        return ApprovalAnswer(approval_id=self.interrupt_id, approved=approved, reason=reason)
+
+
 class RunAgentInput(BaseModel):
     """AG-UI's ``RunAgentInput`` (``@ag-ui/core`` 1.0).  Only ``threadId``, ``runId`` and
     ``messages`` are required, as there."""
@@ -81,7 +113,7 @@ class RunAgentInput(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     context: list[dict[str, Any]] = Field(default_factory=list)
     forwarded_props: Any = Field(None, alias="forwardedProps")
-    resume: list[dict[str, Any]] | None = None
+    resume: list[ResumeEntry] | None = None
 
 
 def newest_user_message(messages: list[AgUiMessage]) -> tuple[AgUiMessage, str]:
@@ -114,14 +146,22 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
     """Run an AG-UI agent run as a parley turn: ``threadId`` names the session (a new one
     for a thread the tenant has not used), the newest user message is the prompt (sent
     again, it answers the turn it made), and the turn's events stream as AG-UI events.
-    A turn already running on the session is waited for (enqueued)."""
-    if body.resume:
-        raise InvalidRequest("resume answers interrupts, and this run has none pending")
-    message, prompt = newest_user_message(body.messages)
+    A turn already running on the session is waited for (enqueued).  A run with
+    ``resume`` entries answers the calls the thread's waiting turn asked about, and
+    streams that turn on."""
     client = client_of(request)
     settings = settings_of(request)
+    answers = [entry.answer() for entry in body.resume or ()]
+    # A run that answers interrupts takes no prompt: it goes on with the turn that asked.
+    user = None if answers else newest_user_message(body.messages)
 
     def start() -> tuple[str, str]:
+        if user is None:
+            session = find_thread(client, owner, body.thread_id)
+            if session is None:
+                raise InvalidRequest("this thread has no run waiting for an answer")
+            return session.id, answer_approvals(client, session, answers)
+        message, prompt = user
         thread = open_thread(
             client,
             settings.workspaces,
@@ -142,5 +182,6 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
         turn_id=turn_id,
         input_messages=[m.model_dump(mode="json", exclude_unset=True) for m in body.messages],
     )
-    frames = projected(feeds_of(request), turn_id, projection, data_frame)
+    pause = approval_pause(client, turn_id, lambda: projection.asked, projection.interrupt)
+    frames = projected(feeds_of(request), turn_id, projection, data_frame, pause=pause)
     return data_stream(frames, settings)

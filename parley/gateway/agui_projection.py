@@ -22,6 +22,12 @@ first event of step *k*       ``STEP_STARTED`` (``stepName`` ``"step k"``)
 ``steer``                     ``CUSTOM`` ``parley.steer``
 ``refusal``                   ``CUSTOM`` ``parley.refusal``
 ``check``                     ``CUSTOM`` ``parley.check``
+``approval_requested``        ``TOOL_CALL_START``/``ARGS``/``END`` for the waiting call (once:
+                              not again when it runs), ``CUSTOM``
+                              ``parley.approval_requested``; once every call the turn waits
+                              on is shown, the route ends the run: ``RUN_FINISHED`` with
+                              ``outcome: interrupt`` (:meth:`AgUiRun.interrupt`)
+``approval_answered``         ``CUSTOM`` ``parley.approval_answered``
 ``end``                       closes what is open; the last ``end`` becomes, at close:
                               ``RUN_ERROR`` for ``failed``, ``RUN_FINISHED`` with
                               ``outcome: cancelled`` for ``cancelled``, ``RUN_FINISHED``
@@ -51,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.events import (
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -68,6 +76,14 @@ CUSTOM_STEER = "parley.steer"
 CUSTOM_REFUSAL = "parley.refusal"
 CUSTOM_CHECK = "parley.check"
 CUSTOM_STEP_RESTARTED = "parley.step_restarted"
+CUSTOM_APPROVAL_REQUESTED = "parley.approval_requested"
+CUSTOM_APPROVAL_ANSWERED = "parley.approval_answered"
+APPROVAL_RESPONSE_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+}
+"""What a ``resume`` entry's ``payload`` may say: ``approved: false`` denies a ``resolved``
+entry, ``reason`` is a denial's reason."""
 
 
 @dataclass
@@ -131,6 +147,8 @@ class AgUiRun:
         self._step: _Step | None = None
         self._end: Ended | None = None
         self._closed = False
+        # Approvals asked and not answered yet, with the AG-UI id of the call each is for.
+        self._pending: dict[str, tuple[ApprovalRequested, str]] = {}
 
     # ------------------------------------------------------------------ the run
 
@@ -182,6 +200,16 @@ class AgUiRun:
                     "output": payload.output,
                 }
                 out.append(_custom(CUSTOM_CHECK, value))
+            case ApprovalRequested():
+                self._asked(out, payload)
+            case ApprovalAnswered():
+                self._pending.pop(payload.approval_id, None)
+                value = {
+                    "approvalId": payload.approval_id,
+                    "decision": payload.decision,
+                    "reason": payload.reason,
+                }
+                out.append(_custom(CUSTOM_APPROVAL_ANSWERED, value))
             case Ended():
                 # Not the run's end yet: a resumed turn goes on in the same feed.  What is
                 # open closes now (an interrupted stream's text stays, display-only).
@@ -299,32 +327,107 @@ class AgUiRun:
         return f"{self.turn_id}:{call_id}"
 
     def _tool_call(self, out: list[dict[str, Any]], call: ToolCalled) -> None:
-        step = self._open_step(out, call.step)
+        self._announce(out, call.step, call.call_id, call.name, call.arguments)
+
+    def _announce(
+        self, out: list[dict[str, Any]], index: int, parley_call_id: str, name: str, arguments: str
+    ) -> str:
+        """``TOOL_CALL_*`` for a call, once per run (an approval announces it before it
+        runs) and not at all if the client holds it; its AG-UI id."""
+        step = self._open_step(out, index)
         self._end_text(out, step)
-        call_id = self._tool_call_id(call.call_id)
+        call_id = self._tool_call_id(parley_call_id)
+        if call_id in step.tool_call_ids:
+            return call_id
         if call_id not in self._held_calls.get(step.message_id, ()):
             out.append(
                 {
                     "type": "TOOL_CALL_START",
                     "toolCallId": call_id,
-                    "toolCallName": call.name,
+                    "toolCallName": name,
                     "parentMessageId": step.message_id,
                 }
             )
-            if call.arguments:
-                out.append(
-                    {"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call.arguments}
-                )
+            if arguments:
+                out.append({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments})
             out.append({"type": "TOOL_CALL_END", "toolCallId": call_id})
         message = self._assistant(step)
         message.setdefault("toolCalls", []).append(
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
         step.tool_call_ids.append(call_id)
+        return call_id
+
+    # ------------------------------------------------------------------ approvals
+
+    def _asked(self, out: list[dict[str, Any]], asked: ApprovalRequested) -> None:
+        arguments = json.dumps(asked.arguments, separators=(",", ":"))
+        call_id = self._announce(out, asked.step, asked.call_id, asked.tool, arguments)
+        self._pending[asked.approval_id] = (asked, call_id)
+        value = {
+            "approvalId": asked.approval_id,
+            "toolCallId": call_id,
+            "tool": asked.tool,
+            "arguments": asked.arguments,
+            "accesses": [dict(a) for a in asked.accesses],
+            "rule": asked.rule,
+            "expiresAt": asked.expires_at,
+        }
+        out.append(_custom(CUSTOM_APPROVAL_REQUESTED, value))
+
+    @property
+    def asked(self) -> set[str]:
+        """The approvals this run has seen asked and not yet answered."""
+        return set(self._pending)
+
+    def interrupt(self, approval_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The run's end while the turn waits for ``approval_ids`` (each seen asked):
+        ``RUN_FINISHED`` with AG-UI's ``interrupt`` outcome, one interrupt per approval
+        (its id the approval id; a ``resume`` entry answers it: ``resolved`` approves,
+        ``cancelled`` denies).  Nothing if one of them was not seen."""
+        if self._closed or not approval_ids or not set(approval_ids) <= set(self._pending):
+            return []
+        self._closed = True
+        out: list[dict[str, Any]] = []
+        self._finish_step(out)
+        interrupts = []
+        for approval_id in approval_ids:
+            asked, call_id = self._pending[approval_id]
+            interrupt: dict[str, Any] = {
+                "id": approval_id,
+                "reason": "tool_approval",
+                "message": f"{asked.tool} waits for your approval ({asked.rule or 'asked'})",
+                "toolCallId": call_id,
+                "responseSchema": APPROVAL_RESPONSE_SCHEMA,
+                "metadata": {
+                    "parley": {
+                        "turnId": self.turn_id,
+                        "tool": asked.tool,
+                        "arguments": asked.arguments,
+                        "accesses": [dict(a) for a in asked.accesses],
+                        "rule": asked.rule,
+                    }
+                },
+            }
+            if asked.expires_at:
+                interrupt["expiresAt"] = asked.expires_at
+            interrupts.append(interrupt)
+        out.append(
+            {
+                "type": "RUN_FINISHED",
+                "threadId": self.thread_id,
+                "runId": self.run_id,
+                "metadata": {
+                    "parley": {
+                        "sessionId": self.session_id,
+                        "turnId": self.turn_id,
+                        "outcome": "waiting",
+                    }
+                },
+                "outcome": {"type": "interrupt", "interrupts": interrupts},
+            }
+        )
+        return out
 
     def _tool_result(self, out: list[dict[str, Any]], result: ToolAnswered) -> None:
         step = self._open_step(out, result.step)
@@ -425,6 +528,9 @@ def _custom(name: str, value: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "APPROVAL_RESPONSE_SCHEMA",
+    "CUSTOM_APPROVAL_ANSWERED",
+    "CUSTOM_APPROVAL_REQUESTED",
     "CUSTOM_CHECK",
     "CUSTOM_REFUSAL",
     "CUSTOM_STEER",

@@ -11,16 +11,18 @@ once the feed is over, from the last ``end`` seen.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from parley.client import Client
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.settings import GatewaySettings
-from schemas.events import Event
+from schemas.events import Event, EventKind
 
 log = logging.getLogger("parley.gateway")
 
@@ -44,21 +46,35 @@ class Projection(Protocol):
         ...
 
 
+Pause = Callable[[Event], Awaitable[list[dict[str, Any]]]]
+"""Asked after each event: the protocol's closing events if the view ends there though
+the turn goes on (it waits for a person), else none."""
+
+
 async def projected(
     feeds: Feeds,
     turn_id: str,
     projection: Projection,
     frame: Callable[[dict[str, Any]], Frame],
+    *,
+    after: int = 0,
+    pause: Pause | None = None,
 ) -> AsyncIterator[Frame]:
-    """The turn's whole feed (from seq 0) through ``projection``, each protocol event made
-    a frame by ``frame``; a feed that fails closes the view with its ``cut`` form."""
+    """The turn's feed after seq ``after`` (its whole feed by default) through
+    ``projection``, each protocol event made a frame by ``frame``; ``pause`` may end the
+    view early, and a feed that fails closes it with its ``cut`` form."""
     for item in projection.opening():
         yield frame(item)
     cut: str | None = None
     try:
-        async for event in feeds.subscribe(turn_id, 0):
+        async for event in feeds.subscribe(turn_id, after):
             for item in projection.feed(event):
                 yield frame(item)
+            closing = await pause(event) if pause is not None else []
+            if closing:
+                for item in closing:
+                    yield frame(item)
+                return
     except FellBehind as exc:
         log.info("dropped a slow subscriber: %s", exc)
         cut = "the reader fell too far behind the turn; reconnect to replay it"
@@ -88,3 +104,29 @@ def data_stream(
         sep="\n",
         headers={"Cache-Control": "no-cache", **headers},
     )
+
+
+def approval_pause(
+    client: Client,
+    turn_id: str,
+    asked: Callable[[], set[str]],
+    interrupt: Callable[[list[str]], list[dict[str, Any]]],
+) -> Pause:
+    """End the view once the turn waits for a person: after an ``approval_requested``,
+    if every approval the store has pending for the turn has been seen asked (one
+    transaction held them all, so none is missing from the store), ``interrupt`` them.
+    A replay past answered approvals goes on: none of them is pending any more."""
+
+    async def pause(event: Event) -> list[dict[str, Any]]:
+        if event.kind is not EventKind.APPROVAL_REQUESTED:
+            return []
+
+        def pending() -> list[str]:
+            return [a.approval_id for a in client.attach(turn_id).approvals()]
+
+        waiting = await asyncio.to_thread(pending)
+        if waiting and set(waiting) <= asked():
+            return interrupt(waiting)
+        return []
+
+    return pause

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,44 @@ def open_thread(
     return Thread(session=session, created=True)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswer:
+    """A protocol's answer to a call that waits for a person (SPEC §6a)."""
+
+    approval_id: str
+    approved: bool
+    reason: str | None = None
+
+
+def answer_approvals(client: Client, session: Session, answers: Sequence[ApprovalAnswer]) -> str:
+    """Answer calls that a turn of ``session`` waits on (an AG-UI ``resume``, the AI SDK's
+    approval responses); the turn's id.  :class:`InvalidRequest` if no unended turn of the
+    session asked them all, :class:`Conflict` if one has its answer already: either way
+    nothing is answered."""
+    if not answers:
+        raise InvalidRequest("no approval to answer")
+    ids = {answer.approval_id for answer in answers}
+    for turn in reversed(session.tree()):
+        if turn.status.terminal:
+            continue
+        asked = {a.approval_id: a for a in client.store.approvals(turn.turn_id)}
+        if ids <= asked.keys():
+            break
+    else:
+        raise InvalidRequest(f"no turn of this thread waits for {sorted(ids)}")
+    answered = sorted(i for i in ids if not asked[i].pending)
+    if answered:
+        first = asked[answered[0]]
+        raise Conflict(f"call {first.approval_id!r} was {first.decision} already")
+    handle = client.attach(turn.turn_id)
+    for answer in answers:
+        if answer.approved:
+            handle.approve(answer.approval_id)
+        else:
+            handle.deny(answer.approval_id, answer.reason)
+    return turn.turn_id
+
+
 def check_prompt(text: str) -> str:
     """``text`` if a turn may have it as its prompt (the checks ``Session.submit`` makes,
     made before anything is created), else :class:`InvalidRequest`."""
@@ -125,7 +164,9 @@ def message_request_id(protocol: str, message_id: str, text: str) -> str:
 __all__ = [
     "MAX_EXTERNAL_ID",
     "NAMESPACE",
+    "ApprovalAnswer",
     "Thread",
+    "answer_approvals",
     "check_external_id",
     "check_prompt",
     "derived_session_id",
