@@ -15,6 +15,12 @@ message's id, which is its turn id; else the head), so the new answer replaces i
 history rather than following it.  The first turn of a chat has nothing above it; there a
 regenerated answer follows the old one.
 
+A turn that waits for a person (SPEC §6a) shows each waiting call as a tool part with a
+``tool-approval-request`` and ends the message with ``finish`` (``tool-calls``), as the
+SDK does; the app answers with ``addToolApprovalResponse``, and the request that carries
+the answers (its last message that assistant message, its parts ``approval-responded``)
+streams the same turn on into the same message.
+
 Refusals before the stream starts (a body that is not a chat request, no messages, no user
 message, a prompt parley cannot take) are HTTP errors in the gateway's error form and
 change nothing; the transport throws them with the body as the message.  A turn that
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -35,16 +42,19 @@ from parley.client import Client
 from parley.errors import InvalidRequest
 from parley.gateway.aisdk_projection import UiMessageStream
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
-from parley.gateway.projection import data_frame, data_stream, projected
+from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
+    ApprovalAnswer,
+    answer_approvals,
     check_prompt,
     find_thread,
     message_request_id,
     open_thread,
 )
+from schemas.events import EventKind
 
 Tenant = Annotated[str, Depends(tenant)]
 PROTOCOL = "ai-sdk"
@@ -104,12 +114,97 @@ def newest_user_message(messages: list[UiMessageIn]) -> tuple[UiMessageIn, str]:
     raise InvalidRequest("the chat request has no user message: its newest one is the prompt")
 
 
-def _stream(request: Request, session_id: str, turn_id: str) -> EventSourceResponse:
-    projection = UiMessageStream(session_id=session_id, turn_id=turn_id)
+def approval_responses(messages: list[UiMessageIn]) -> list[ApprovalAnswer]:
+    """The answers ``addToolApprovalResponse`` put in the last (assistant) message: its
+    tool parts in state ``approval-responded``."""
+    last = messages[-1]
+    if last.role != "assistant":
+        return []
+    answers = []
+    for part in last.parts:
+        approval = part.get("approval")
+        if part.get("state") != "approval-responded" or not isinstance(approval, dict):
+            continue
+        approval_id, approved = approval.get("id"), approval.get("approved")
+        if not isinstance(approval_id, str) or not isinstance(approved, bool):
+            raise InvalidRequest("an approval response needs its approval's id and approved")
+        reason = approval.get("reason")
+        reason = reason if isinstance(reason, str) and reason.strip() else None
+        answers.append(ApprovalAnswer(approval_id=approval_id, approved=approved, reason=reason))
+    return answers
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Continuation:
+    """Where a message the client holds goes on after its approval responses."""
+
+    session_id: str
+    turn_id: str
+    step: int
+    after: int
+    """The seq of the last approval request the client was shown."""
+    asked: dict[str, str]
+    """The step's approvals (id → call id): tool parts the client holds."""
+    waiting: bool
+    """Some of the turn's calls still wait for an answer."""
+
+
+def _continue(
+    client: Client, owner: str, chat_id: str, answers: list[ApprovalAnswer]
+) -> _Continuation:
+    session = find_thread(client, owner, chat_id)
+    if session is None:
+        raise InvalidRequest("this chat has no turn waiting for an answer")
+    turn_id = answer_approvals(client, session, answers)
+    approvals = client.store.approvals(turn_id)
+    ids = {answer.approval_id for answer in answers}
+    step = max(a.step for a in approvals if a.approval_id in ids)
+    asked = {a.approval_id: a.call_id for a in approvals if a.step == step}
+    requested = [
+        event.seq
+        for event in client.store.events_after(turn_id, 0)
+        if event.kind is EventKind.APPROVAL_REQUESTED and event.data["approval_id"] in asked
+    ]
+    return _Continuation(
+        session_id=session.id,
+        turn_id=turn_id,
+        step=step,
+        after=max(requested),
+        asked=asked,
+        waiting=any(a.pending for a in approvals),
+    )
+
+
+def _stream(
+    request: Request,
+    session_id: str,
+    turn_id: str,
+    continuation: _Continuation | None = None,
+) -> EventSourceResponse:
+    if continuation is None:
+        projection = UiMessageStream(session_id=session_id, turn_id=turn_id)
+    else:
+        projection = UiMessageStream(
+            session_id=session_id,
+            turn_id=turn_id,
+            open_step=continuation.step,
+            asked=continuation.asked,
+        )
+    pause = approval_pause(
+        client_of(request), turn_id, lambda: projection.asked, projection.interrupt
+    )
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        async for frame in projected(feeds_of(request), turn_id, projection, data_frame):
-            yield frame
+        if continuation is not None and continuation.waiting:
+            # Not every call has its answer yet: the message stays as it is, waiting.
+            for item in [*projection.opening(), *projection.waiting()]:
+                yield data_frame(item)
+        else:
+            after = 0 if continuation is None else continuation.after
+            async for frame in projected(
+                feeds_of(request), turn_id, projection, data_frame, after=after, pause=pause
+            ):
+                yield frame
         yield data_frame("[DONE]")
 
     settings: GatewaySettings = settings_of(request)
@@ -124,9 +219,14 @@ async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourc
     new one for a chat the tenant has not used), the message is the prompt (sent again,
     it answers the turn it made), and the turn streams as the UI message stream.  A turn
     already running on the session is waited for (enqueued)."""
-    message, prompt = newest_user_message(body.messages)
     client = client_of(request)
     settings = settings_of(request)
+    answers = approval_responses(body.messages)
+    if answers:
+        # The app answered calls the turn waits on: the turn goes on in the same message.
+        going_on = await asyncio.to_thread(_continue, client, owner, body.id, answers)
+        return _stream(request, going_on.session_id, going_on.turn_id, going_on)
+    message, prompt = newest_user_message(body.messages)
 
     def start() -> tuple[str, str]:
         thread = open_thread(

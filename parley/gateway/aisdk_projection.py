@@ -41,10 +41,13 @@ the ids retracted, so a UI hides those parts (the README shows the filter).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.events import (
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -56,7 +59,7 @@ from schemas.events import (
     ToolAnswered,
     ToolCalled,
 )
-from schemas.records import TurnStatus
+from schemas.records import Decision, TurnStatus
 
 DATA_STEER = "data-parley-steer"
 DATA_REFUSAL = "data-parley-refusal"
@@ -80,15 +83,33 @@ class _Step:
     text: str = ""
     text_open: bool = False
     text_ids: list[str] = field(default_factory=list)
+    settled: bool = False
+    """The client holds this step's text already (a continuation opened on it)."""
 
 
 class UiMessageStream:
     """The UI message stream chunks of one turn, fed its parley events in seq order."""
 
-    def __init__(self, *, session_id: str, turn_id: str) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        turn_id: str,
+        open_step: int | None = None,
+        asked: Mapping[str, str] | None = None,
+    ) -> None:
+        """``open_step`` and ``asked`` make a continuation of a message the client holds
+        (after its approval responses): that step is open in it, with its text, and the
+        calls ``asked`` about (approval id → call id) are tool parts of it already."""
         self.session_id = session_id
         self.turn_id = turn_id
         self._step: _Step | None = None
+        if open_step is not None:
+            self._step = _Step(index=open_step, attempt=0, settled=True)
+        # Calls shown as tool parts before they ran (asked about), and those denied.
+        self._pending: dict[str, str] = dict(asked or {})  # approval id → call id
+        self._announced: set[str] = set(self._pending.values())
+        self._denied: set[str] = set()
         # Restarts so far, by step: a redone step's text part gets a fresh id.
         self._restarts: dict[int, int] = {}
         self._end: Ended | None = None
@@ -118,16 +139,27 @@ class UiMessageStream:
                 if payload.text:
                     self._text(out, payload.step, payload.text)
             case ToolCalled():
-                step = self._open_step(out, payload.step)
-                self._end_text(out, step)
+                arguments = _arguments(payload.arguments)
+                self._show_call(out, payload.step, payload.call_id, payload.name, arguments)
+            case ApprovalRequested():
+                self._show_call(out, payload.step, payload.call_id, payload.tool, payload.arguments)
+                self._pending[payload.approval_id] = payload.call_id
                 out.append(
                     {
-                        "type": "tool-input-available",
+                        "type": "tool-approval-request",
+                        "approvalId": payload.approval_id,
                         "toolCallId": payload.call_id,
-                        "toolName": payload.name,
-                        "input": _arguments(payload.arguments),
                     }
                 )
+            case ApprovalAnswered():
+                call_id = self._pending.pop(payload.approval_id, None)
+                if call_id is not None and payload.decision == Decision.DENIED:
+                    # The SDK's own end for a denied call; the result parley gives the
+                    # model for it (saying why) is not shown again.
+                    self._denied.add(call_id)
+                    out.append({"type": "tool-output-denied", "toolCallId": call_id})
+            case ToolAnswered() if payload.call_id in self._denied:
+                pass
             case ToolAnswered():
                 self._open_step(out, payload.step)
                 if payload.is_error:
@@ -174,6 +206,30 @@ class UiMessageStream:
                 self._end = payload
             case _:  # queued, started
                 pass
+        return out
+
+    @property
+    def asked(self) -> set[str]:
+        """The approvals this stream has shown asked and not yet answered."""
+        return set(self._pending)
+
+    def interrupt(self, approval_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The message's end while the turn waits for ``approval_ids`` (each shown asked:
+        ``tool-approval-request``): ``finish`` with ``finishReason: tool-calls``, as the
+        SDK ends a step whose calls wait for approval.  The app answers them with
+        ``addToolApprovalResponse``, and the next request streams the turn on.  Nothing
+        if one of them was not shown."""
+        if self._closed or not approval_ids or not set(approval_ids) <= set(self._pending):
+            return []
+        return self.waiting()
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """The message's end while the turn waits for a person (see :meth:`interrupt`)."""
+        self._closed = True
+        out: list[dict[str, Any]] = []
+        self._finish_step(out)
+        metadata = {"parley": {**self._ids(), "outcome": "waiting"}}
+        out.append({"type": "finish", "finishReason": "tool-calls", "messageMetadata": metadata})
         return out
 
     def close(self, cut: str | None = None) -> list[dict[str, Any]]:
@@ -248,8 +304,28 @@ class UiMessageStream:
             out.append({"type": "text-end", "id": step.text_ids[-1]})
             step.text_open = False
 
+    def _show_call(
+        self, out: list[dict[str, Any]], index: int, call_id: str, name: str, arguments: Any
+    ) -> None:
+        """``tool-input-available`` for a call, once (a call asked about is shown before
+        it runs, and a continuation's client shows it already)."""
+        self._end_text(out, self._open_step(out, index))
+        if call_id in self._announced:
+            return
+        self._announced.add(call_id)
+        out.append(
+            {
+                "type": "tool-input-available",
+                "toolCallId": call_id,
+                "toolName": name,
+                "input": arguments,
+            }
+        )
+
     def _committed(self, out: list[dict[str, Any]], committed: StepCommitted) -> None:
         step = self._open_step(out, committed.step)
+        if step.settled:
+            step.text = committed.text  # a continuation: the client shows the text it had
         if committed.text != step.text:
             if not committed.text.startswith(step.text):
                 self._restarted(out, committed.step, "diverged")

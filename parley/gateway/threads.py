@@ -26,6 +26,7 @@ from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, Client, Session, _ch
 from parley.errors import Conflict, InvalidRequest, SessionNotFound
 from parley.gateway.native import workspace_root
 from parley.gateway.tenants import owned_session
+from schemas.records import Decision
 
 NAMESPACE = uuid.UUID("5b0c6f0e-93a4-4c53-9d0b-70a1e7a5c1d2")
 """The namespace of every derived session id.  Fixed for good: changing it would orphan
@@ -115,26 +116,28 @@ class ApprovalAnswer:
 
 def answer_approvals(client: Client, session: Session, answers: Sequence[ApprovalAnswer]) -> str:
     """Answer calls that a turn of ``session`` waits on (an AG-UI ``resume``, the AI SDK's
-    approval responses); the turn's id.  :class:`InvalidRequest` if no unended turn of the
-    session asked them all, :class:`Conflict` if one has its answer already: either way
-    nothing is answered."""
+    approval responses); the turn's id.  An answer given already is taken again as it was
+    (a retried request).  :class:`InvalidRequest` if no turn of the session asked them
+    all, :class:`Conflict` if one has another answer already: either way nothing is
+    answered."""
     if not answers:
         raise InvalidRequest("no approval to answer")
     ids = {answer.approval_id for answer in answers}
     for turn in reversed(session.tree()):
-        if turn.status.terminal:
-            continue
         asked = {a.approval_id: a for a in client.store.approvals(turn.turn_id)}
         if ids <= asked.keys():
             break
     else:
         raise InvalidRequest(f"no turn of this thread waits for {sorted(ids)}")
-    answered = sorted(i for i in ids if not asked[i].pending)
-    if answered:
-        first = asked[answered[0]]
-        raise Conflict(f"call {first.approval_id!r} was {first.decision} already")
-    handle = client.attach(turn.turn_id)
+    fresh = []
     for answer in answers:
+        given = asked[answer.approval_id]
+        if given.pending:
+            fresh.append(answer)
+        elif (given.decision is Decision.APPROVED) != answer.approved:
+            raise Conflict(f"call {given.approval_id!r} was {given.decision} already")
+    handle = client.attach(turn.turn_id)
+    for answer in fresh:
         if answer.approved:
             handle.approve(answer.approval_id)
         else:

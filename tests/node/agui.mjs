@@ -1,11 +1,14 @@
 // Drive parley's POST /v1/ag-ui with the stock @ag-ui/client HttpAgent.
-//   scenario: {url, token, threadId, messages?, runs: [{prompt?, runId?}]}
+//   scenario: {url, token, threadId, messages?, rendezvous?,
+//              runs: [{prompt?, runId?, resume?, askBefore?}]}
 // Each run adds its prompt (if any) as a user message to the same agent, as an app does,
-// and calls runAgent(); the answer lists, per run, every event the client applied, its
-// new messages, its result or its error, and the agent's messages at the end.
+// and calls runAgent(); `resume: {status, payload?}` answers every pending interrupt so
+// (buildResumeArray).  The answer lists, per run, every event the client applied, its
+// new messages, its result or its error and the interrupts left pending, and the agent's
+// messages at the end.
 import { randomUUID } from "node:crypto";
-import { HttpAgent } from "@ag-ui/client";
-import { answer, errorOf, scenario } from "./common.mjs";
+import { HttpAgent, buildResumeArray } from "@ag-ui/client";
+import { answer, ask, errorOf, scenario } from "./common.mjs";
 
 const agent = new HttpAgent({
   url: `${scenario.url}/v1/ag-ui`,
@@ -16,6 +19,7 @@ const agent = new HttpAgent({
 
 const runs = [];
 for (const run of scenario.runs) {
+  if (run.askBefore) await ask(run.askBefore); // the test looks at the turn first
   if (run.prompt != null) {
     agent.addMessage({ id: randomUUID(), role: "user", content: run.prompt });
   }
@@ -23,8 +27,13 @@ for (const run of scenario.runs) {
   const subscriber = { onEvent: ({ event }) => void events.push(event) };
   let outcome = null;
   let error = null;
+  const parameters = run.runId ? { runId: run.runId } : {};
+  if (run.resume) {
+    const answers = Object.fromEntries(agent.pendingInterrupts.map((i) => [i.id, run.resume]));
+    parameters.resume = buildResumeArray(agent.pendingInterrupts, answers);
+  }
   try {
-    outcome = await agent.runAgent(run.runId ? { runId: run.runId } : {}, subscriber);
+    outcome = await agent.runAgent(parameters, subscriber);
   } catch (caught) {
     error = errorOf(caught);
   }
@@ -33,6 +42,7 @@ for (const run of scenario.runs) {
     newMessages: outcome?.newMessages ?? null,
     result: outcome?.result ?? null,
     error,
+    pendingInterrupts: agent.pendingInterrupts,
   });
 }
 answer({ runs, messages: agent.messages });

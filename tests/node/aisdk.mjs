@@ -8,10 +8,18 @@
 //     {reconnect: true, ask?: NAME}       reconnectToStream(); read it to its end (asking
 //                                         the test to act once the stream is open)
 //     {regenerate: true}                  regenerate the last assistant message
+//     {answer: {approved, reason?}}       answer every approval the last message asks for
+//                                         (as addToolApprovalResponse does) and read the
+//                                         message on
 //     {sendRaw: BODY}                     send a body as is (bad input)
+// and any step may first ask the test to look (askBefore: NAME, with `rendezvous`).
 // The answer lists, per step, the chunks read, the final message, or the error.
 import { randomUUID } from "node:crypto";
-import { DefaultChatTransport, readUIMessageStream } from "ai";
+import {
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+  readUIMessageStream,
+} from "ai";
 import { answer, ask, errorOf, scenario } from "./common.mjs";
 
 const transport = new DefaultChatTransport({
@@ -22,7 +30,7 @@ const messages = [];
 
 // Read a chunk stream through readUIMessageStream, keeping the chunks it saw; stop
 // reading (and drop the connection) after a chunk of type `dropAfter`.
-async function read(stream, { dropAfter, abort, onOpen } = {}) {
+async function read(stream, { dropAfter, abort, onOpen, message: continued } = {}) {
   const chunks = [];
   let dropped = false;
   const [forMessage, forChunks] = stream.tee();
@@ -49,6 +57,7 @@ async function read(stream, { dropAfter, abort, onOpen } = {}) {
   let error = null;
   try {
     for await (const snapshot of readUIMessageStream({
+      message: continued,
       stream: forMessage,
       onError: (e) => {
         error = errorOf(e);
@@ -66,6 +75,7 @@ async function read(stream, { dropAfter, abort, onOpen } = {}) {
 const results = [];
 for (const step of scenario.steps) {
   try {
+    if (step.askBefore) await ask(step.askBefore); // the test looks at the turn first
     if (step.send != null) {
       messages.push({ id: randomUUID(), role: "user", parts: [{ type: "text", text: step.send }] });
       const abort = new AbortController();
@@ -87,6 +97,28 @@ for (const step of scenario.steps) {
       }
       const onOpen = step.ask ? () => ask(step.ask) : undefined;
       results.push(await read(stream, { onOpen }));
+    } else if (step.answer) {
+      const asked = messages.pop();
+      const answered = {
+        ...asked,
+        parts: asked.parts.map((part) =>
+          part.state === "approval-requested"
+            ? { ...part, state: "approval-responded", approval: { ...part.approval, ...step.answer } }
+            : part,
+        ),
+      };
+      messages.push(answered);
+      const complete = lastAssistantMessageIsCompleteWithApprovalResponses({ messages });
+      const stream = await transport.sendMessages({
+        chatId: scenario.chatId,
+        messages,
+        trigger: "submit-message",
+        messageId: answered.id,
+        abortSignal: undefined,
+      });
+      const outcome = await read(stream, { message: answered });
+      messages[messages.length - 1] = outcome.message ?? answered;
+      results.push({ ...outcome, complete });
     } else if (step.regenerate) {
       const replaced = messages.pop();
       const stream = await transport.sendMessages({

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from parley.gateway.agui_projection import AgUiRun
 from schemas.events import (
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -467,3 +469,84 @@ def test_any_turn_projects_to_a_valid_run_whose_messages_are_the_committed_steps
     assert shown == expected
     # And a client that holds all of it gets nothing twice from a replay.
     assert apply(messages, project(events_of(*payloads), input_messages=messages)) == messages
+
+
+def asking_turn() -> list[Event]:
+    return events_of(
+        Token(step=0, text="Recording."),
+        ApprovalRequested(
+            approval_id="ap1",
+            step=0,
+            call_id="call_0_0",
+            tool="record_call",
+            arguments={"note": "a"},
+            rule="ask_tools:record_call",
+        ),
+    )
+
+
+def test_a_waiting_turn_ends_the_run_with_an_interrupt() -> None:
+    run = AgUiRun(thread_id="thread", run_id="run", session_id="session", turn_id=TURN)
+    out = run.opening()
+    for event in asking_turn():
+        out += run.feed(event)
+    assert run.asked == {"ap1"}
+    assert run.interrupt(["ap1", "unseen"]) == []  # not every waiting call was shown yet
+    out += run.interrupt(["ap1"])
+    verify(out)
+    assert run.feed(asking_turn()[0]) == [] and run.close() == []  # the run is over
+    assert types(out) == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "CUSTOM",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    assert out[6]["delta"] == '{"note":"a"}'
+    assert out[8]["name"] == "parley.approval_requested"
+    [interrupt] = out[-1]["outcome"]["interrupts"]
+    assert out[-1]["outcome"]["type"] == "interrupt"
+    assert interrupt["id"] == "ap1"
+    assert interrupt["toolCallId"] == f"{TURN}:call_0_0"
+    assert interrupt["reason"] == "tool_approval"
+    assert interrupt["metadata"]["parley"]["arguments"] == {"note": "a"}
+    assert "result" not in out[-1]
+
+
+def test_a_resumed_run_shows_the_waiting_call_once_and_its_answer() -> None:
+    rest: list[EventPayload] = [
+        ApprovalAnswered(approval_id="ap1", decision="approved"),
+        ToolCalled(step=0, call_id="call_0_0", name="record_call", arguments='{"note": "a"}'),
+        ToolAnswered(step=0, call_id="call_0_0", name="record_call", content="recorded"),
+        StepCommitted(step=0, text="Recording."),
+        Token(step=1, text="done"),
+        StepCommitted(step=1, text="done"),
+        Ended(outcome="finished", reply="done"),
+    ]
+    events = [*asking_turn(), *[Event.of(TURN, 3 + n, p) for n, p in enumerate(rest)]]
+    whole = project(events)
+    verify(whole)
+    assert types(whole).count("TOOL_CALL_START") == 1  # announced when asked, not again
+    answers = customs(whole, "parley.approval_answered")
+    assert answers == [{"approvalId": "ap1", "decision": "approved", "reason": None}]
+    # The resume's run replays into what the interrupted run left the client holding.
+    first = AgUiRun(thread_id="thread", run_id="run", session_id="session", turn_id=TURN)
+    interrupted = first.opening()
+    for event in asking_turn():
+        interrupted += first.feed(event)
+    interrupted += first.interrupt(["ap1"])
+    held = apply([USER], interrupted)
+    resumed = project(events, input_messages=held)
+    verify(resumed)
+    assert "TOOL_CALL_START" not in types(resumed)
+    assert texts_of(apply(held, resumed)) == ["Recording.", "done"]
+
+
+def customs(events: list[dict[str, Any]], name: str) -> list[Any]:
+    return [e["value"] for e in events if e["type"] == "CUSTOM" and e["name"] == name]

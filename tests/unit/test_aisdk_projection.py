@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.gateway.aisdk_projection import UiMessageStream
 from schemas.events import (
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -44,14 +47,15 @@ def project(events: list[Event], cut: str | None = None) -> list[dict[str, Any]]
     return out + stream.close(cut)
 
 
-def build(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def build(chunks: list[dict[str, Any]], message: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``processUIMessageStream`` makes of ``chunks`` (the parts of the one assistant
-    message), failing where it throws: a delta or an end for a text part not open, a tool
-    output for a call it has not seen."""
+    message; ``message`` continued if given), failing where it throws: a delta or an end
+    for a text part not open, a tool output for a call it has not seen."""
     assert chunks[0]["type"] == "start"
-    message: dict[str, Any] = {"id": chunks[0]["messageId"], "metadata": None, "parts": []}
+    if message is None:
+        message = {"id": chunks[0]["messageId"], "metadata": None, "parts": []}
     active: dict[str, dict[str, Any]] = {}
-    tools: dict[str, dict[str, Any]] = {}
+    tools = {p["toolCallId"]: p for p in message["parts"] if p["type"].startswith("tool-")}
     for chunk in chunks:
         kind = chunk["type"]
         if kind == "start":
@@ -81,6 +85,12 @@ def build(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             tools[chunk["toolCallId"]].update(state="output-available", output=chunk["output"])
         elif kind == "tool-output-error":
             tools[chunk["toolCallId"]].update(state="output-error", errorText=chunk["errorText"])
+        elif kind == "tool-approval-request":
+            tools[chunk["toolCallId"]].update(
+                state="approval-requested", approval={"id": chunk["approvalId"]}
+            )
+        elif kind == "tool-output-denied":
+            tools[chunk["toolCallId"]]["state"] = "output-denied"
         elif kind.startswith("data-"):
             message["parts"].append({"type": kind, "id": chunk["id"], "data": chunk["data"]})
         elif kind in ("finish", "message-metadata"):
@@ -352,3 +362,76 @@ def test_any_turn_projects_to_a_valid_stream_showing_the_committed_steps(
     message = build(out)
     assert texts(message, retracted(message)) == [t for t in committed if t]
     assert sum(p["type"] == "step-start" for p in message["parts"]) == len(plans)
+
+
+ASKED = ApprovalRequested(
+    approval_id="ap1", step=0, call_id="call_0_0", tool="record_call", arguments={"note": "a"}
+)
+
+
+@pytest.mark.parametrize("decision", ["approved", "denied"])
+def test_a_waiting_call_and_the_message_going_on_after_its_answer(decision: str) -> None:
+    stream = UiMessageStream(session_id="session", turn_id=TURN)
+    first = stream.opening()
+    for event in events_of(Token(step=0, text="Recording."), ASKED):
+        first += stream.feed(event)
+    assert stream.asked == {"ap1"}
+    assert stream.interrupt(["ap1", "unseen"]) == []
+    first += stream.interrupt(["ap1"])
+    check(first)
+    assert [c["type"] for c in first][-4:] == [
+        "tool-input-available",
+        "tool-approval-request",
+        "finish-step",
+        "finish",
+    ]
+    assert first[-1] == {
+        "type": "finish",
+        "finishReason": "tool-calls",
+        "messageMetadata": {"parley": {**IDS, "outcome": "waiting"}},
+    }
+    waiting = build(first)
+    assert waiting["parts"][-1]["state"] == "approval-requested"
+    # The request carrying the answer: the stream goes on after the approval request,
+    # into the message the client holds, in its open step.
+    going_on = UiMessageStream(
+        session_id="session", turn_id=TURN, open_step=0, asked={"ap1": "call_0_0"}
+    )
+    denied = decision == "denied"
+    result = "the operator denied this call" if denied else "recorded"
+    rest = going_on.opening()
+    for event in [
+        Event.of(TURN, 3, ApprovalAnswered(approval_id="ap1", decision=decision)),
+        Event.of(
+            TURN, 4, ToolCalled(step=0, call_id="call_0_0", name="record_call", arguments="{}")
+        ),
+        Event.of(
+            TURN,
+            5,
+            ToolAnswered(
+                step=0, call_id="call_0_0", name="record_call", content=result, is_error=denied
+            ),
+        ),
+        Event.of(TURN, 6, StepCommitted(step=0, text="Recording.")),
+        Event.of(TURN, 7, Token(step=1, text="done")),
+        Event.of(TURN, 8, StepCommitted(step=1, text="done")),
+        Event.of(TURN, 9, Ended(outcome="finished", reply="done")),
+    ]:
+        rest += going_on.feed(event)
+    rest += going_on.close()
+    kinds = [c["type"] for c in rest]
+    assert "tool-input-available" not in kinds  # the client shows the call already
+    assert kinds[1] != "start-step"  # and its step
+    message = build(rest, waiting)
+    assert part_types(message) == ["step-start", "text", "tool-record_call", "step-start", "text"]
+    assert texts(message) == ["Recording.", "done"]
+    tool = message["parts"][2]
+    if denied:
+        assert tool["state"] == "output-denied"
+        assert "tool-output-error" not in kinds
+    else:
+        assert (tool["state"], tool["output"]) == ("output-available", "recorded")
+
+
+def part_types(message: dict[str, Any]) -> list[str]:
+    return [p["type"] for p in message["parts"]]
