@@ -248,7 +248,15 @@ GATED: dict[str, Any] = {
         {"text": "After the gate.", "chunk_chars": 5},
     ],
 }
-RULES: list[dict[str, Any]] = [TOOL, STEERED, GATED, ECHO]
+ASKING: dict[str, Any] = {
+    "when": "^record",
+    "steps": [
+        {"text": "Recording.", "tool_calls": [{"name": "record_call", "arguments": {"note": "a"}}]},
+        {"text": "done: {last_message}"},
+    ],
+}
+RULES: list[dict[str, Any]] = [TOOL, STEERED, GATED, ASKING, ECHO]
+ASK = {"ask_tools": ["record_call"]}
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +289,19 @@ def agui(gateway: Gateway, tenant: Tenant, thread_id: str, *prompts: str | None)
         "threadId": thread_id,
         "runs": [{"prompt": prompt} for prompt in prompts],
     }
+
+
+def when_asked(directory: Path, name: str, timeout: float = 30) -> None:
+    """Wait until a script asks the test to act (``ask`` in ``tests/node/common.mjs``)."""
+    deadline = time.monotonic() + timeout
+    while not (directory / f"{name}.asked").exists():
+        assert time.monotonic() < deadline, f"the script never asked {name}"
+        time.sleep(0.02)
+
+
+def go_on(directory: Path, name: str) -> None:
+    """Let the script go on."""
+    (directory / f"{name}.done").touch()
 
 
 def kinds(events: list[dict[str, Any]]) -> list[str]:
@@ -456,6 +477,64 @@ def test_agui_a_run_on_a_busy_thread_waits_for_the_running_turn(
     assert [t["turn_id"] for t in history] == [turn_of(one), turn_of(two)]
 
 
+def test_agui_an_approval_is_an_interrupt_and_a_resume_answers_it(
+    gateway: Gateway, alice: Tenant, tmp_path: Path
+) -> None:
+    alice.control.policy(**ASK)
+    scenario = agui(gateway, alice, "thread-ask", "record this")
+    scenario["runs"].append(
+        {"prompt": None, "resume": {"status": "resolved"}, "askBefore": "interrupted"}
+    )
+    scenario["rendezvous"] = str(tmp_path)
+    running = NodeRun("agui.mjs", scenario)
+    when_asked(tmp_path, "interrupted")
+    [session] = sessions_of(alice)
+    [waiting] = alice.http.get(f"/v1/sessions/{session['id']}/tree").json()["turns"]
+    assert waiting["status"] == "waiting"  # the turn waits, holding no worker
+    assert alice.control.recorded_calls() == []  # nothing of its step ran
+    go_on(tmp_path, "interrupted")
+    got = running.answer()
+    assert got["warnings"] == []
+    asked, resumed = got["runs"]
+    # The first run ends with AG-UI's interrupt outcome: the turn waits, holding no worker.
+    finished = asked["events"][-1]
+    assert finished["type"] == "RUN_FINISHED"
+    [interrupt] = finished["outcome"]["interrupts"]
+    assert finished["outcome"]["type"] == "interrupt"
+    assert interrupt["reason"] == "tool_approval"
+    assert interrupt["metadata"]["parley"]["tool"] == "record_call"
+    [requested] = customs(asked["events"], "parley.approval_requested")
+    assert requested["approvalId"] == interrupt["id"]
+    assert interrupt["toolCallId"] == requested["toolCallId"]
+    assert waiting["turn_id"] == turn_of(asked)
+    # The next run's resume entry approves it: the same turn goes on, and the call runs once.
+    assert turn_of(resumed) == turn_of(asked)
+    assert resumed["error"] is None and resumed["pendingInterrupts"] == []
+    [answered] = customs(resumed["events"], "parley.approval_answered")
+    assert answered == {"approvalId": interrupt["id"], "decision": "approved", "reason": None}
+    assert resumed["result"] == {"outcome": "finished", "reply": "done: record this"}
+    assert len(alice.control.recorded_calls()) == 1
+    roles = [(m["role"], m.get("content")) for m in got["messages"]]
+    assert roles == [
+        ("user", "record this"),
+        ("assistant", "Recording."),
+        ("tool", "recorded"),
+        ("assistant", "done: record this"),
+    ]
+    # Answered already, the same resume again is refused in AG-UI's terms by the client
+    # (no interrupt pends), and in the gateway's if sent anyway with another answer.
+    again = alice.http.post(
+        "/v1/ag-ui",
+        json={
+            "threadId": "thread-ask",
+            "runId": "r",
+            "messages": [],
+            "resume": [{"interruptId": interrupt["id"], "status": "cancelled"}],
+        },
+    )
+    assert again.status_code == 409, again.text
+
+
 def test_agui_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: Tenant) -> None:
     # The stock client with no user message: its run rejects with the 422.
     got = node("agui.mjs", agui(gateway, alice, "thread-bad", None))
@@ -483,6 +562,7 @@ def test_agui_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: 
             422,
         ),
         ({**base, "messages": [user], "resume": [{"interruptId": "i", "status": "resolved"}]}, 422),
+        ({**base, "messages": [user], "resume": [{"interruptId": "i", "status": "maybe"}]}, 422),
     ]:
         response = alice.http.post("/v1/ag-ui", json=body)
         assert response.status_code == status, (body, response.text)
@@ -603,6 +683,56 @@ def test_chat_a_failed_turn_is_an_error_chunk(gateway: Gateway, alice: Tenant) -
     assert "the model is down" in failed["error"]["message"]
     assert [c["type"] for c in failed["chunks"]][-2:] == ["error", "finish"]
     assert failed["chunks"][-1]["finishReason"] == "error"
+
+
+@pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])
+def test_chat_an_approval_request_and_the_apps_answer(
+    gateway: Gateway, alice: Tenant, approved: bool, tmp_path: Path
+) -> None:
+    alice.control.policy(**ASK)
+    scenario = chat_scenario(
+        gateway,
+        alice,
+        f"chat-ask-{approved}",
+        {"send": "record this"},
+        {"answer": {"approved": approved, "reason": "not today"}, "askBefore": "asked"},
+    )
+    scenario["rendezvous"] = str(tmp_path)
+    running = NodeRun("aisdk.mjs", scenario)
+    when_asked(tmp_path, "asked")
+    assert alice.control.recorded_calls() == []  # nothing of the waiting step ran
+    stream = alice.http.get(f"/v1/chat/chat-ask-{approved}/stream")  # reconnect meanwhile
+    assert stream.status_code == 200
+    assert '"type":"tool-approval-request"' in stream.text
+    assert '"finishReason":"tool-calls"' in stream.text
+    go_on(tmp_path, "asked")
+    got = running.answer()
+    assert got["warnings"] == []
+    asked, responded = got["results"]
+    waiting = asked["message"]
+    assert part_types(waiting) == ["step-start", "text", "tool-record_call"]
+    tool = waiting["parts"][2]
+    assert tool["state"] == "approval-requested"
+    assert tool["input"] == {"note": "a"}
+    assert asked["chunks"][-1]["finishReason"] == "tool-calls"
+    assert waiting["metadata"]["parley"]["outcome"] == "waiting"
+    # The SDK would send the answer on its own (sendAutomaticallyWhen).
+    assert responded["complete"] and responded["error"] is None
+    message = responded["message"]
+    assert message["id"] == waiting["id"]  # the same message goes on
+    done = [p for p in message["parts"] if p["type"] == "tool-record_call"]
+    assert len(done) == 1
+    texts = [p["text"] for p in message["parts"] if p["type"] == "text"]
+    assert texts == ["Recording.", "done: record this"]
+    assert message["metadata"]["parley"]["outcome"] == "finished"
+    if approved:
+        assert (done[0]["state"], done[0]["output"]) == ("output-available", "recorded")
+        assert len(alice.control.recorded_calls()) == 1
+    else:
+        assert done[0]["state"] == "output-denied"
+        assert alice.control.recorded_calls() == []
+        denial = alice.control.requests()[-1]["messages"]
+        assert any("not today" in str(m) for m in denial if m["role"] == "tool")
 
 
 def test_chat_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: Tenant) -> None:
