@@ -22,6 +22,12 @@ first event of step *k*       ``start-step``
 ``steer``                     a ``data-parley-steer`` part
 ``refusal``                   a ``data-parley-refusal`` part
 ``check``                     a ``data-parley-check`` part
+``approval_requested``        ``tool-input-available`` (once: not again when the call
+                              runs), ``tool-approval-request``; once every call the turn
+                              waits on is shown, the route ends the message:
+                              ``finish`` with ``tool-calls`` (:meth:`UiMessageStream.interrupt`)
+``approval_answered``         ``tool-output-denied`` for a denial (the denial's tool result
+                              is not shown again)
 ``end``                       closes what is open; the last ``end`` becomes, at close:
                               ``finish`` (``finishReason`` ``stop`` for ``finished`` and
                               ``succeeded``, ``length`` for ``budget_exceeded``, ``other``
