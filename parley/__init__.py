@@ -8,14 +8,24 @@ steers and interrupts, and survive the process that started them.
 from parley import errors, models, tools
 from parley.client import Client, Session, TurnHandle, connect
 from parley.host import Host, load_host
-from parley.policy import ApproveAll, Policy
+from parley.policy import ApproveAll, AskAlways, Policy
 from parley.tools.decorator import tool
 from schemas.events import Event, EventKind
-from schemas.records import IfBusy, TaskContract, TurnRecord, TurnResult, TurnStatus, Usage
+from schemas.records import (
+    Approval,
+    Decision,
+    IfBusy,
+    TaskContract,
+    TurnRecord,
+    TurnResult,
+    TurnStatus,
+    Usage,
+)
 from workers.budget import ContextBudget, estimate_tokens
 from workers.host_ports import (
     Access,
     ApprovalRequest,
+    Ask,
     CommitReceipt,
     ModelReply,
     ModelRequest,
@@ -32,11 +42,15 @@ from workers.host_ports import (
 
 __all__ = [
     "Access",
+    "Approval",
     "ApprovalRequest",
     "ApproveAll",
+    "Ask",
+    "AskAlways",
     "Client",
     "CommitReceipt",
     "ContextBudget",
+    "Decision",
     "Event",
     "EventKind",
     "Host",

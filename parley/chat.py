@@ -1,7 +1,8 @@
 """``parley chat``: an interactive conversation in the terminal.
 
 The main thread reads lines; a follower thread prints the running turn's events as they
-arrive.  A line typed while a turn runs is a steer (``say``) for its next step boundary;
+arrive.  A line typed while a turn runs is a steer (``say``) for its next step boundary,
+or, while one of its calls waits for a person, the answer (``y``, ``n`` or a reason);
 Ctrl-C interrupts the running turn, and a second Ctrl-C (or one with nothing running)
 quits.  Slash commands work at any time: ``/history``, ``/tree``, ``/branch N``,
 ``/resume``, ``/help``, ``/quit``.  Every turn is durable: ``parley chat SESSION_ID``
@@ -19,6 +20,7 @@ from rich.text import Text
 import parley
 from parley.errors import ParleyError, TurnEnded
 from parley.render import EventPrinter, error_line, tree_of, turn_line
+from schemas.events import EventKind
 
 HELP = (
     "type a message and press Enter; while the agent works, a line steers it.\n"
@@ -95,6 +97,8 @@ class Chat:
             return self._command(line)
         handle = self._running()
         try:
+            if handle is not None and self._answered(handle, line):
+                return True
             if handle is not None:
                 try:
                     handle.say(line)
@@ -111,6 +115,33 @@ class Chat:
             if self._running() is None:
                 self._prompt()
         return True
+
+    def _answered(self, handle: parley.TurnHandle, line: str) -> bool:
+        """While a call of the turn waits for an answer, a line answers the oldest: ``y``
+        approves it, ``n`` denies it, anything else denies it with that reason."""
+        waiting = handle.approvals()
+        if not waiting:
+            return False
+        approval = waiting[0]
+        if line.lower() in ("y", "yes"):
+            handle.approve(approval.approval_id)
+            self.console.print(Text(f"✓ approved {approval.tool}", style="green"))
+        else:
+            reason = None if line.lower() in ("n", "no") else line
+            handle.deny(approval.approval_id, reason=reason)
+            self.console.print(Text(f"✗ denied {approval.tool}", style="red"))
+        if len(waiting) > 1:
+            self._ask(waiting[1])
+        return True
+
+    def _ask(self, approval: parley.Approval) -> None:
+        self.console.print(
+            Text.assemble(
+                ("? ", "bold yellow"),
+                (f"{approval.tool}({approval.arguments})", "yellow"),
+                ("  y approves · n denies · or type why you deny it", "dim"),
+            )
+        )
 
     # ------------------------------------------------------------------ commands
 
@@ -200,8 +231,17 @@ class Chat:
     def _follow(self, handle: parley.TurnHandle, after: int) -> None:
         printer = EventPrinter(self.console)
         try:
+            asked = False
             for event in handle.events(after=after):
                 printer(event)
+                if event.kind is EventKind.APPROVAL_REQUESTED and not asked:
+                    # The step's first waiting call is asked about; the next ones after it.
+                    asked = True
+                    waiting = handle.approvals()
+                    if waiting:
+                        self._ask(waiting[0])
+                elif event.kind is EventKind.STEP:
+                    asked = False
         except ParleyError as exc:
             self.console.print()
             self.console.print(error_line(exc))

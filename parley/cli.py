@@ -21,7 +21,7 @@ import parley
 from parley.client import DEFAULT_DATABASE_URL, database_url_of
 from parley.errors import ParleyError
 from parley.host import host_from_environment
-from parley.render import EventPrinter, error_line, tree_of, turn_line
+from parley.render import EventPrinter, approval_line, error_line, tree_of, turn_line
 from workers.database import create_database_engine, migrate, sqlite_file
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
@@ -131,6 +131,16 @@ def _parser() -> argparse.ArgumentParser:
         "from OPENAI_API_KEY / ANTHROPIC_API_KEY",
     )
     chat.set_defaults(command=_chat)
+
+    approve = commands.add_parser(
+        "approve", help="answer a tool call that waits for a person (default: approve it)"
+    )
+    approve.add_argument("turn_id")
+    approve.add_argument(
+        "approval_id", nargs="?", help="the call to answer (default: list the waiting ones)"
+    )
+    approve.add_argument("--deny", metavar="REASON", help="deny it, telling the model why")
+    approve.set_defaults(command=_approve)
 
     gateway = commands.add_parser(
         "gateway",
@@ -341,6 +351,44 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
         return Chat(client, session, console).run()
 
 
+def _approve(args: argparse.Namespace, console: Console) -> int:
+    # Embedded, the process that answers the last call drives the turn on, if it has the
+    # host (--host, PARLEY_HOST, PARLEY_MODEL); on a fleet a worker does.
+    runs_turns = bool(args.host or _environment_names_a_host())
+    with _client(args, runs_turns=runs_turns) as client:
+        handle = client.attach(args.turn_id)
+        if args.approval_id is None:
+            if args.deny is not None:
+                raise parley.errors.InvalidRequest("--deny needs the APPROVAL_ID it answers")
+            waiting = handle.approvals()
+            for approval in waiting:
+                console.print(approval_line(approval), soft_wrap=True)
+            if not waiting:
+                console.print(Text("no call of this turn waits for an answer", "dim"))
+            return 0
+        if args.deny is not None:
+            answered = handle.deny(args.approval_id, reason=args.deny or None)
+        else:
+            answered = handle.approve(args.approval_id)
+        console.print(approval_line(answered), soft_wrap=True)
+        if handle.approvals() or client.fleet:
+            return 0  # more answers to come, or a worker goes on with it
+        if not runs_turns:
+            console.print(
+                Text(
+                    f"every answer is in: `parley resume {handle.turn_id}` (with the host) "
+                    "goes on with the turn",
+                    "dim",
+                ),
+                soft_wrap=True,
+            )
+            return 0
+        printer = EventPrinter(console)
+        for event in handle.events(after=handle.latest_seq()):
+            printer(event)
+    return 0
+
+
 def _gateway(args: argparse.Namespace, console: Console) -> int:
     from parley.gateway.server import Bind, serve
     from parley.gateway.settings import GatewaySettings
@@ -395,7 +443,7 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-NAMES_STORED = (_follow, _history, _tree, _submit, _resume)
+NAMES_STORED = (_follow, _history, _tree, _submit, _resume, _approve)
 """Commands about a session or turn already stored: they refuse a SQLite database that is
 not there (as does ``chat SESSION``)."""
 

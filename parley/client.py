@@ -210,7 +210,16 @@ class Client:
         """Committed answers: publish their events, and get a driver to a turn that is
         runnable again."""
         self.coordinator.publish(list(answered.events))
-        if answered.runnable and self.coordinator.mark_work(answered.session_id):
+        if not answered.runnable:
+            return
+        try:
+            self._kicker.ready()
+        except InvalidRequest:
+            # Embedded without a host: the answers are committed, and the turn goes on
+            # when a client with the host resumes it (or its session gets a turn).
+            log.info("turn %s is runnable again; no host here to run it", answered.turn_id)
+            return
+        if self.coordinator.mark_work(answered.session_id):
             self._kicker.kick(answered.session_id)
 
     def _check_open(self) -> None:
@@ -483,22 +492,23 @@ class TurnHandle:
         """The calls of this turn that wait for a person's answer, oldest first."""
         return [a for a in self._client.store.approvals(self.turn_id) if a.pending]
 
-    def approve(self, approval_id: str) -> Approval:
-        """Approve a waiting call, from any process: it runs once the step's last answer
-        is in.  :class:`Conflict` if it has its answer already (naming it),
-        :class:`InvalidRequest` if the turn has no such call."""
-        return self._answer(approval_id, Decision.APPROVED, None)
+    def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Approve a waiting call, from any process (``reason``: a note kept with the
+        answer): it runs once the step's last answer is in.  :class:`Conflict` if it has
+        its answer already (naming it), :class:`InvalidRequest` if the turn has no such
+        call."""
+        return self._answer(approval_id, Decision.APPROVED, reason)
 
     def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         """Deny a waiting call: the model gets a result saying the operator denied it,
         and why (``reason``).  Errors as :meth:`approve`."""
-        if reason is not None:
-            reason = _check_text(reason, "reason", MAX_STEER_BYTES)
         return self._answer(approval_id, Decision.DENIED, reason)
 
     def _answer(self, approval_id: str, decision: Decision, reason: str | None) -> Approval:
         if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
             raise InvalidRequest(f"not an approval id: {approval_id!r}")
+        if reason is not None:
+            reason = _check_text(reason, "reason", MAX_STEER_BYTES)
         client = self._client
         client._check_open()
         answered = client.store.answer_approval(self.turn_id, approval_id, decision, reason)

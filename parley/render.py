@@ -9,6 +9,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from schemas.events import (
+    ApprovalAnswered,
+    ApprovalRequested,
     Checked,
     Ended,
     Event,
@@ -21,7 +23,7 @@ from schemas.events import (
     ToolAnswered,
     ToolCalled,
 )
-from schemas.records import TurnRecord, TurnStatus
+from schemas.records import Approval, TurnRecord, TurnStatus
 
 OUTCOME_STYLE = {
     TurnStatus.FINISHED: "green",
@@ -32,6 +34,7 @@ OUTCOME_STYLE = {
     TurnStatus.FAILED: "red",
     TurnStatus.QUEUED: "dim",
     TurnStatus.RUNNING: "cyan",
+    TurnStatus.WAITING: "yellow",
 }
 
 
@@ -97,6 +100,17 @@ class EventPrinter:
                 return Text.assemble(
                     (seq, "dim"), ("✎ steer delivered: ", "bold yellow"), (text, "yellow")
                 )
+            case ApprovalRequested(approval_id=approval_id, tool=tool, arguments=arguments):
+                return Text.assemble(
+                    (seq, "dim"),
+                    ("? waiting for an answer: ", "bold yellow"),
+                    (f"{tool}({arguments})", "yellow"),
+                    (f"  parley approve TURN {approval_id}", "dim"),
+                )
+            case ApprovalAnswered(decision=decision, reason=reason):
+                style = "green" if decision == "approved" else "red"
+                why = f": {reason}" if reason else ""
+                return Text.assemble((seq, "dim"), (f"✓ {decision}{why}", style))
             case StepRestarted(step=step):
                 return Text.assemble((seq, "dim"), (f"↺ step {step} restarted", "magenta"))
             case Checked(passed=passed):
@@ -111,6 +125,22 @@ class EventPrinter:
                 )
             case _:
                 return None
+
+
+def approval_line(approval: Approval) -> Text:
+    """One call that asked for an answer: its id (whole, to copy), the call, the answer."""
+    answer = approval.decision.value if approval.decision else "waiting"
+    style = {"approved": "green", "denied": "red"}.get(answer, "yellow")
+    text = Text.assemble(
+        (approval.approval_id, "dim"),
+        " ",
+        (f"[{answer}]", style),
+        " ",
+        f"{approval.tool}({approval.arguments})",
+    )
+    if approval.reason:
+        text.append(f"  {approval.reason}", style="italic")
+    return text
 
 
 def error_line(exc: BaseException) -> Text:

@@ -167,9 +167,10 @@ class TurnEngine:
         *,
         holding: Callable[[], bool] = _always,
         claim_next: Callable[[], bool] = _never,
-    ) -> tuple[TurnStatus, FinishReceipt]:
+    ) -> tuple[TurnStatus, FinishReceipt | None]:
         """Run a claimed turn to its end; returns its outcome and what its final
-        transaction committed.  Raises :class:`Fenced` if another driver took
+        transaction committed (``waiting`` and None: a step waits for answers, and the
+        turn holds no driver until they are in).  Raises :class:`Fenced` if another driver took
         over (nothing of this attempt after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
         driver that lost it stops before paying for another model call.  While
@@ -232,7 +233,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ turn
 
-    def run(self) -> tuple[TurnStatus, FinishReceipt]:
+    def run(self) -> tuple[TurnStatus, FinishReceipt | None]:
         claimed = self.claimed
         state = _TurnState(
             steps=list(claimed.steps),
@@ -753,16 +754,13 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, FinishReceipt]:
+    def _finish(
+        self, state: _TurnState, ending: _Ending
+    ) -> tuple[TurnStatus, FinishReceipt | None]:
         if ending.status is TurnStatus.WAITING:
-            # Held, not ended: no end, no hooks; the driver lets the session go (the turn
-            # holds its session's line, so nothing after it is claimed).
-            return ending.status, FinishReceipt(
-                end_event=Event.of(self.turn.turn_id, 0, StepRestarted(step=0, reason="")),
-                undelivered=(),
-                head_turn_id=self.claimed.session.head_turn_id,
-                prefix_generation=self.claimed.prefix_generation,
-            )
+            # Held, not ended: no end, no hooks, no receipt; the driver lets the session
+            # go (the turn holds its session's line, so nothing after it is claimed).
+            return ending.status, None
         outcome = self._outcome(state, ending)
         hooks = self.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)

@@ -438,7 +438,12 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
             status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one()
-            raise TurnEnded(f"the turn has ended ({status}); the steer was not delivered")
+            what = (
+                "interrupt has nothing to stop"
+                if kind is SteerKind.INTERRUPT
+                else ("message was not delivered")
+            )
+            raise TurnEnded(f"the turn has ended ({status}); the {what}")
         db.execute(
             q.INSERT_STEER,
             {

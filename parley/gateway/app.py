@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
@@ -96,15 +97,39 @@ def _health_routes(app: FastAPI, client: Client) -> None:
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
+# The page loads nothing but its own files and talks to nothing but this gateway: a
+# script injected through a rendering bug could not send the token anywhere else.
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+PAGE_HEADERS = {
+    # Revalidated on every load: an upgrade never pairs a new page with an old script.
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": PAGE_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class PageFiles(StaticFiles):
+    """The page's static files, with the page's headers."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(PAGE_HEADERS)
+        return response
+
+
 def _page_routes(app: FastAPI) -> None:
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def page() -> FileResponse:
         """The web page (it reads its token from the URL the gateway printed)."""
         with package_files.as_file(STATIC / "index.html") as path:
-            return FileResponse(path, headers={"Cache-Control": "no-cache"})
+            return FileResponse(path, headers=PAGE_HEADERS)
 
     with package_files.as_file(STATIC) as directory:
-        app.mount("/static", StaticFiles(directory=directory), name="static")
+        app.mount("/static", PageFiles(directory=directory), name="static")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

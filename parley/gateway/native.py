@@ -179,7 +179,9 @@ def get_turn(turn_id: str, request: Request, owner: Tenant) -> r.TurnDetails:
 
 def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
     record = owned_turn(client, turn_id, owner)
-    return r.TurnDetails.of_run(record, client.store.run_state(turn_id))
+    run = client.store.run_state(turn_id)
+    approvals = client.store.approvals(turn_id) if run.approval_count else ()
+    return r.TurnDetails.of_run(record, run, approvals)
 
 
 @router.get(
@@ -304,6 +306,24 @@ def resume(turn_id: str, request: Request, owner: Tenant) -> r.Turn:
     record = owned_turn(client, turn_id, owner)
     handle = client.session(record.session_id).resume(turn_id)
     return r.Turn.of(handle.record())
+
+
+@router.post(
+    "/turns/{turn_id}/approvals/{approval_id}",
+    response_model=r.Approval,
+    tags=["turns"],
+)
+def answer_approval(
+    turn_id: str, approval_id: str, body: r.ApprovalDecision, request: Request, owner: Tenant
+) -> r.Approval:
+    """Answer a call that waits for a person: ``approve`` runs it once the step's last
+    answer is in, ``deny`` gives the model a result saying so (with ``reason``).  ``409
+    Conflict`` if it has its answer already (the message names it), ``422`` if the turn
+    has no such call."""
+    handle = _handle(request, turn_id, owner)
+    if body.decision == "approve":
+        return r.Approval.of(handle.approve(approval_id, reason=body.reason))
+    return r.Approval.of(handle.deny(approval_id, reason=body.reason))
 
 
 def _handle(request: Request, turn_id: str, owner: str) -> TurnHandle:

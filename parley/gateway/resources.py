@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
+from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
 
 MAX_LIST = 200
@@ -148,12 +149,40 @@ class Usage(BaseModel):
     output_tokens: int
 
 
-class PendingApproval(BaseModel):
-    """A tool call waiting for a person's answer (SPEC §6a)."""
+class Approval(BaseModel):
+    """A tool call that asked for a person's answer (SPEC §6a), and the answer once given
+    (``decision`` null while it waits)."""
 
     approval_id: str
+    turn_id: str
+    step: int
+    call_id: str
     tool: str
     arguments: dict[str, Any]
+    accesses: list[dict[str, str]]
+    requested_at: datetime
+    expires_at: datetime | None
+    decision: Literal["approved", "denied"] | None
+    reason: str | None
+    decided_at: datetime | None
+
+    @classmethod
+    def of(cls, record: ApprovalRecord) -> Approval:
+        """The wire form of a stored approval."""
+        return cls(
+            approval_id=record.approval_id,
+            turn_id=record.turn_id,
+            step=record.step,
+            call_id=record.call_id,
+            tool=record.tool,
+            arguments=record.arguments,
+            accesses=[dict(a) for a in record.accesses],
+            requested_at=record.requested_at,
+            expires_at=record.expires_at,
+            decision=record.decision.value if record.decision else None,
+            reason=record.reason,
+            decided_at=record.decided_at,
+        )
 
 
 class TurnDetails(Turn):
@@ -165,18 +194,22 @@ class TurnDetails(Turn):
     undelivered: list[str] = Field(
         description="say texts accepted but never delivered: the turn stopped first"
     )
-    pending_approvals: list[PendingApproval]
+    pending_approvals: list[Approval] = Field(
+        description="The calls waiting for an answer (the turn's status is then waiting)"
+    )
 
     @classmethod
-    def of_run(cls, record: TurnRecord, run: RunState) -> TurnDetails:
-        """The wire form of a stored turn and its run."""
+    def of_run(
+        cls, record: TurnRecord, run: RunState, approvals: tuple[ApprovalRecord, ...] = ()
+    ) -> TurnDetails:
+        """The wire form of a stored turn, its run and its approvals."""
         return cls(
             **Turn.of(record).model_dump(),
             steps=run.steps,
             usage=Usage(input_tokens=run.usage.input_tokens, output_tokens=run.usage.output_tokens),
             error=run.error,
             undelivered=list(run.undelivered),
-            pending_approvals=[],
+            pending_approvals=[Approval.of(a) for a in approvals if a.pending],
         )
 
 

@@ -195,3 +195,61 @@ def test_submit_with_no_worker_says_once_that_the_turn_waits_for_one(tmp_path: P
         f"turn {turn.turn_id} is queued and no worker has taken it in "
         f"{UNCLAIMED_NOTICE_SECONDS:g} s: is `parley worker` running?"
     )
+
+
+def test_approve_lists_and_answers_a_waiting_call_from_another_process(tmp_path: Path) -> None:
+    """``parley submit`` waits while its turn's call waits for a person; ``parley approve``
+    lists the call in another process, answers it, and (embedded, with the host) runs the
+    turn on: the write happens once and the first process sees the end."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    write = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hi\n"}}
+    script = {"rules": [{"when": ".*", "steps": [{"tool_calls": [write]}, {"text": "written"}]}]}
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    (tmp_path / "asking.py").write_text(
+        "import parley\n"
+        f"host = parley.Host(model=parley.models.ScriptedModel({str(tmp_path / 'script.json')!r}),"
+        " policy=parley.Policy(ask_write=['**']))\n"
+    )
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "PARLEY_HOST": "asking:host",
+        "PYTHONPATH": path,
+    }
+    session_id = parley("new", str(workspace), env=env).stdout.strip()
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "parley", "submit", session_id, "write the notes"],
+        env={**os.environ, "COLUMNS": "200", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with connect(env["PARLEY_DATABASE_URL"]) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                tree = client.session(session_id).tree()
+                if tree and tree[0].status is TurnStatus.WAITING:
+                    break
+                assert time.monotonic() < deadline, "the turn never waited"
+                time.sleep(0.1)
+        turn_id = tree[0].turn_id
+        assert not (workspace / "notes.md").exists()
+        listed = parley("approve", turn_id, env=env)
+        assert listed.returncode == 0, listed.stderr
+        approval_id = listed.stdout.split()[0]
+        assert "[waiting]" in listed.stdout and "write_file" in listed.stdout
+        approved = parley("approve", turn_id, approval_id, env=env)
+        assert approved.returncode == 0, approved.stderr
+        assert "[approved]" in approved.stdout and "finished" in approved.stdout
+        again = parley("approve", turn_id, approval_id, "--deny", "too late", env=env)
+        assert again.returncode == 2 and again.stderr.startswith("Conflict:")
+        out, err = submit.communicate(timeout=60)
+        assert submit.returncode == 0, err
+        assert "waiting for an answer" in out and "written" in out
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
+    assert (workspace / "notes.md").read_text() == "hi\n"
