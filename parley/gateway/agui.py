@@ -29,15 +29,17 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse
 
-from parley.errors import InvalidRequest
+from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway.agui_projection import AgUiRun
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
 from parley.gateway.tenants import tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
+    NOT_BLANK,
     ApprovalAnswer,
     answer_approvals,
     check_prompt,
@@ -57,20 +59,68 @@ AG_UI_STREAM: dict[int | str, dict[str, Any]] = {
         "RUN_STARTED, STEP_*, TEXT_MESSAGE_*, TOOL_CALL_*, CUSTOM (parley.steer, "
         "parley.refusal, parley.check, parley.step_restarted), MESSAGES_SNAPSHOT after a "
         "restarted step, then RUN_FINISHED or RUN_ERROR.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event.
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "contentSchema": {
+                                "type": "object",
+                                "required": ["type"],
+                                "properties": {"type": {"type": "string"}},
+                            },
+                        }
+                    },
+                }
+            }
+        },
     }
 }
 
 
-class AgUiMessage(BaseModel):
-    """A message of a ``RunAgentInput`` (AG-UI's ``Message``; fields parley does not read
-    are kept as given)."""
+class AgUiTextPart(BaseModel):
+    """A text part of a user message (parley takes text: a media part is refused)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"]
+    text: str = Field(json_schema_extra={"pattern": NOT_BLANK})
+
+
+class AgUiUserMessage(BaseModel):
+    """A user message of a ``RunAgentInput``: its text is a prompt (fields parley does not
+    read are kept as given)."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(min_length=1, max_length=1000)
-    role: Literal["developer", "system", "assistant", "user", "tool", "activity", "reasoning"]
+    role: Literal["user"]
+    content: (
+        Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})]
+        | Annotated[list[AgUiTextPart], Field(min_length=1)]
+    )
+
+
+class AgUiOtherMessage(BaseModel):
+    """Any other message of a ``RunAgentInput`` (AG-UI's ``Message``), kept as given:
+    the stored history is what the model sees."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=1000)
+    role: Literal["developer", "system", "assistant", "tool", "activity", "reasoning"]
     content: Any = None
+
+
+AgUiMessage = Annotated[AgUiUserMessage | AgUiOtherMessage, Field(discriminator="role")]
+HAS_USER_MESSAGE: JsonDict = {
+    "contains": {"type": "object", "properties": {"role": {"const": "user"}}, "required": ["role"]}
+}
 
 
 class ResumeEntry(BaseModel):
@@ -102,7 +152,17 @@ class RunAgentInput(BaseModel):
     """AG-UI's ``RunAgentInput`` (``@ag-ui/core`` 1.0).  Only ``threadId``, ``runId`` and
     ``messages`` are required, as there."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # A run has a user message (its newest one is the prompt), or answers interrupts.
+    model_config = ConfigDict(
+        extra="allow",
+        populate_by_name=True,
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"messages": HAS_USER_MESSAGE}},
+                {"required": ["resume"], "properties": {"resume": {"minItems": 1}}},
+            ]
+        },
+    )
 
     thread_id: str = Field(alias="threadId", min_length=1, max_length=MAX_EXTERNAL_ID)
     run_id: str = Field(alias="runId", min_length=1, max_length=MAX_EXTERNAL_ID)
@@ -116,27 +176,17 @@ class RunAgentInput(BaseModel):
     resume: list[ResumeEntry] | None = None
 
 
-def newest_user_message(messages: list[AgUiMessage]) -> tuple[AgUiMessage, str]:
+def newest_user_message(messages: list[AgUiMessage]) -> tuple[AgUiUserMessage, str]:
     """The newest user message and its text (text parts joined by newlines), or
-    :class:`InvalidRequest`: none, no text, or a media part parley cannot take."""
+    :class:`InvalidRequest`: none, or no text."""
     for message in reversed(messages):
-        if message.role == "user":
+        if isinstance(message, AgUiUserMessage):
             return message, check_prompt(_text_of(message.content))
     raise InvalidRequest("the RunAgentInput has no user message: its newest one is the prompt")
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequest("a user message's content is a string or a list of parts")
-    texts: list[str] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"parley takes text: the user message has a {kind!r} part")
-        texts.append(part["text"])
-    return "\n".join(texts)
+def _text_of(content: str | list[AgUiTextPart]) -> str:
+    return content if isinstance(content, str) else "\n".join(part.text for part in content)
 
 
 @router.post(
@@ -159,7 +209,7 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
         if user is None:
             session = find_thread(client, owner, body.thread_id)
             if session is None:
-                raise InvalidRequest("this thread has no run waiting for an answer")
+                raise SessionNotFound(f"no thread {body.thread_id!r} to resume")
             return session.id, answer_approvals(client, session, answers)
         message, prompt = user
         thread = open_thread(

@@ -36,10 +36,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.client import Client
-from parley.errors import InvalidRequest
+from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway.aisdk_projection import UiMessageStream
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
@@ -47,6 +48,7 @@ from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
+    NOT_BLANK,
     ApprovalAnswer,
     answer_approvals,
     check_prompt,
@@ -68,19 +70,69 @@ UI_MESSAGE_STREAM: dict[int | str, dict[str, Any]] = {
         "v1`): `data: CHUNK-JSON` lines (start, start-step, text-*, tool-input-available, "
         "tool-output-*, data-parley-*, finish-step, finish | abort | error), then "
         "`data: [DONE]`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event:
+        # its data a chunk's JSON object, or the closing [DONE].
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {
+                        "data": {"type": "string", "pattern": "^(\\[DONE\\]|\\{.*\\})$"}
+                    },
+                }
+            }
+        },
     }
 }
 
 
-class UiMessageIn(BaseModel):
-    """A ``UIMessage`` of the request (fields parley does not read are kept as given)."""
+class UiTextPart(BaseModel):
+    """A text part of a user ``UIMessage``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"]
+    text: str = Field(json_schema_extra={"pattern": NOT_BLANK})
+
+
+class UiDataPart(BaseModel):
+    """An app's data part (``data-*``) of a user ``UIMessage``: it carries no prompt."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(pattern="^data-")
+
+
+IS_TEXT: JsonDict = {"contains": {"type": "object", "properties": {"type": {"const": "text"}}}}
+HAS_USER_MESSAGE: JsonDict = {
+    "contains": {"type": "object", "properties": {"role": {"const": "user"}}, "required": ["role"]}
+}
+
+
+class UiUserMessage(BaseModel):
+    """A user ``UIMessage``: its text parts are a prompt (parley takes text: a file part is
+    refused); fields parley does not read are kept as given."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(min_length=1, max_length=1000)
-    role: Literal["system", "user", "assistant"]
+    role: Literal["user"]
+    parts: list[UiTextPart | UiDataPart] = Field(min_length=1, json_schema_extra=IS_TEXT)
+
+
+class UiOtherMessage(BaseModel):
+    """A system or assistant ``UIMessage`` (an assistant message's parts may carry the
+    app's approval responses)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=1000)
+    role: Literal["system", "assistant"]
     parts: list[dict[str, Any]]
+
+
+UiMessageIn = Annotated[UiUserMessage | UiOtherMessage, Field(discriminator="role")]
 
 
 class ChatRequest(BaseModel):
@@ -90,27 +142,18 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     id: str = Field(min_length=1, max_length=MAX_EXTERNAL_ID, description="The chat's id")
-    messages: list[UiMessageIn] = Field(min_length=1)
+    messages: list[UiMessageIn] = Field(min_length=1, json_schema_extra=HAS_USER_MESSAGE)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     message_id: str | None = Field(None, alias="messageId")
 
 
-def newest_user_message(messages: list[UiMessageIn]) -> tuple[UiMessageIn, str]:
+def newest_user_message(messages: list[UiMessageIn]) -> tuple[UiUserMessage, str]:
     """The newest user message and its text (text parts joined by newlines), or
-    :class:`InvalidRequest`: none, no text, or a file part parley cannot take."""
+    :class:`InvalidRequest`: none, or no text."""
     for message in reversed(messages):
-        if message.role != "user":
-            continue
-        texts: list[str] = []
-        for part in message.parts:
-            kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif not (isinstance(kind, str) and kind.startswith("data-")):
-                # An app's data parts carry no prompt; anything else (a file) would be
-                # dropped silently.
-                raise InvalidRequest(f"parley takes text: the user message has a {kind!r} part")
-        return message, check_prompt("\n".join(texts))
+        if isinstance(message, UiUserMessage):
+            texts = [part.text for part in message.parts if isinstance(part, UiTextPart)]
+            return message, check_prompt("\n".join(texts))
     raise InvalidRequest("the chat request has no user message: its newest one is the prompt")
 
 
@@ -118,7 +161,7 @@ def approval_responses(messages: list[UiMessageIn]) -> list[ApprovalAnswer]:
     """The answers ``addToolApprovalResponse`` put in the last (assistant) message: its
     tool parts in state ``approval-responded``."""
     last = messages[-1]
-    if last.role != "assistant":
+    if not isinstance(last, UiOtherMessage) or last.role != "assistant":
         return []
     answers = []
     for part in last.parts:
@@ -127,7 +170,7 @@ def approval_responses(messages: list[UiMessageIn]) -> list[ApprovalAnswer]:
             continue
         approval_id, approved = approval.get("id"), approval.get("approved")
         if not isinstance(approval_id, str) or not isinstance(approved, bool):
-            raise InvalidRequest("an approval response needs its approval's id and approved")
+            continue  # not a response the SDK makes: no answer
         reason = approval.get("reason")
         reason = reason if isinstance(reason, str) and reason.strip() else None
         answers.append(ApprovalAnswer(approval_id=approval_id, approved=approved, reason=reason))
@@ -154,7 +197,7 @@ def _continue(
 ) -> _Continuation:
     session = find_thread(client, owner, chat_id)
     if session is None:
-        raise InvalidRequest("this chat has no turn waiting for an answer")
+        raise SessionNotFound(f"no chat {chat_id!r} with calls to answer")
     turn_id = answer_approvals(client, session, answers)
     approvals = client.store.approvals(turn_id)
     ids = {answer.approval_id for answer in answers}

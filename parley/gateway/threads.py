@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, Client, Session, _check_text
-from parley.errors import Conflict, InvalidRequest, SessionNotFound
+from parley.errors import Conflict, InvalidRequest, SessionNotFound, TurnNotFound
 from parley.gateway.native import workspace_root
 from parley.gateway.tenants import owned_session
 from schemas.records import Decision
@@ -34,6 +34,13 @@ every thread and chat a client has open."""
 
 MAX_EXTERNAL_ID = 256
 """The longest thread or chat id accepted (it is hashed, so only a sanity bound)."""
+
+NOT_BLANK = "[^{}]".format(
+    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
+)
+"""A pattern a prompt's text matches somewhere: a character ``str.strip`` keeps (spelt
+out, since regex engines differ on what ``\\s`` is), so the OpenAPI document says which
+texts :func:`check_prompt` refuses as empty."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +124,7 @@ class ApprovalAnswer:
 def answer_approvals(client: Client, session: Session, answers: Sequence[ApprovalAnswer]) -> str:
     """Answer calls that a turn of ``session`` waits on (an AG-UI ``resume``, the AI SDK's
     approval responses); the turn's id.  An answer given already is taken again as it was
-    (a retried request).  :class:`InvalidRequest` if no turn of the session asked them
+    (a retried request).  :class:`TurnNotFound` if no turn of the session asked them
     all, :class:`Conflict` if one has another answer already: either way nothing is
     answered."""
     if not answers:
@@ -128,7 +135,7 @@ def answer_approvals(client: Client, session: Session, answers: Sequence[Approva
         if ids <= asked.keys():
             break
     else:
-        raise InvalidRequest(f"no turn of this thread waits for {sorted(ids)}")
+        raise TurnNotFound(f"no turn of this thread asked about {sorted(ids)}")
     fresh = []
     for answer in answers:
         given = asked[answer.approval_id]
@@ -167,6 +174,7 @@ def message_request_id(protocol: str, message_id: str, text: str) -> str:
 __all__ = [
     "MAX_EXTERNAL_ID",
     "NAMESPACE",
+    "NOT_BLANK",
     "ApprovalAnswer",
     "Thread",
     "answer_approvals",

@@ -561,12 +561,14 @@ def test_agui_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: 
             },
             422,
         ),
-        ({**base, "messages": [user], "resume": [{"interruptId": "i", "status": "resolved"}]}, 422),
         ({**base, "messages": [user], "resume": [{"interruptId": "i", "status": "maybe"}]}, 422),
+        # A resume for a thread that never ran: nothing to answer.
+        ({**base, "messages": [user], "resume": [{"interruptId": "i", "status": "resolved"}]}, 404),
     ]:
         response = alice.http.post("/v1/ag-ui", json=body)
         assert response.status_code == status, (body, response.text)
-        assert response.json()["error"]["type"] == "InvalidRequest"
+        named = "InvalidRequest" if status == 422 else "SessionNotFound"
+        assert response.json()["error"]["type"] == named
     malformed = alice.http.post(
         "/v1/ag-ui", content=b"{not json", headers={"Content-Type": "application/json"}
     )
