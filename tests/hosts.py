@@ -50,6 +50,7 @@ class WorkspaceScriptedModel:
         with (control / "requests.jsonl").open("a") as log:
             seen = {
                 "turn_id": request.context.turn_id,
+                "host_context": dict(request.context.host_context),
                 "system_prompt": request.prefix.system_prompt,
                 "messages": [message_to_json(m) for m in request.messages],
             }
@@ -101,6 +102,19 @@ def _record_call(_arguments: dict[str, Any], context: ToolContext) -> str:
     return "recorded"
 
 
+def _whoami(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """The host context the turn's submission carried, as a tool sees it."""
+    return json.dumps(dict(context.host_context), sort_keys=True)
+
+
+WHOAMI = FunctionTool(
+    name="whoami",
+    description="Says who is asking: the turn's host context.",
+    parameters={"type": "object", "properties": {}},
+    function=_whoami,
+)
+
+
 RECORD_CALL = FunctionTool(
     name="record_call",
     description="Records that it ran, in any process (a side effect a test counts).",
@@ -135,7 +149,7 @@ def workspace_host() -> parley.Host:
     """The host of the acceptance suite, embedded and fleet alike."""
     return parley.Host(
         model=WorkspaceScriptedModel(),
-        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL],
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL, WHOAMI],
         policy=WorkspacePolicy(),
         approver=WorkspaceApprover(),
     )

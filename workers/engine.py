@@ -68,6 +68,7 @@ from workers.host_ports import (
     StreamAborted,
     Tool,
     ToolContext,
+    TurnOptions,
     TurnOutcome,
     TurnPreparation,
     TurnRequest,
@@ -214,7 +215,20 @@ class _TurnRun:
         self.answered = TurnStatus.SUCCEEDED if self.contract_checks else TurnStatus.FINISHED
         self.root = claimed.session.root
         self.context = ToolContext(
-            root=self.root, session_id=claimed.session.session_id, turn_id=claimed.turn.turn_id
+            root=self.root,
+            session_id=claimed.session.session_id,
+            turn_id=claimed.turn.turn_id,
+            host_context=claimed.run.host_context,
+        )
+        self.options = TurnOptions(
+            request_id=claimed.turn.request_id,
+            session_id=claimed.session.session_id,
+            turn_id=claimed.turn.turn_id,
+            run_id=claimed.run.run_id,
+            attempt=claimed.run.attempts + 1,
+            resume=_resume_kind(claimed),
+            host_context=claimed.run.host_context,
+            cancelled=self._interrupt_accepted,
         )
         self.tools: dict[str, Tool] = {}
         self.tool_runner: ToolRunner  # once the tools are settled (_prepare)
@@ -230,6 +244,13 @@ class _TurnRun:
         self.held: HeldStep | None = HeldStep.from_json(held) if held else None
         # Whether any call of the turn ever asked (its end then lists the answers).
         self.asked = claimed.run.approval_count > 0
+
+    def _interrupt_accepted(self) -> bool:
+        """Whether an interrupt was accepted for this turn (the options' cancellation
+        check): the turn's steer list, past the steers this attempt has consumed."""
+        coordinator = self.engine.coordinator
+        cursor = self.claimed.run.steer_cursor  # those before it were obeyed already
+        return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
 
     # ------------------------------------------------------------------ turn
 
@@ -357,7 +378,7 @@ class _TurnRun:
             history=tuple(p.turn for p in claimed.history),
         )
         try:
-            result = hook(request, {"attempt": claimed.run.attempts + 1}, view)
+            result = hook(request, self.options, view)
         except ParleyError:
             raise
         except Exception as exc:
@@ -791,6 +812,8 @@ class _TurnRun:
                     head_turn_id=receipt.head_turn_id,
                     prefix_generation=receipt.prefix_generation,
                     committed_at=datetime.now(UTC),
+                    options=self.options,
+                    host_context=self.options.host_context,
                 ),
             )
         _observe(hooks.on_terminal, outcome)
@@ -854,6 +877,17 @@ class _TurnRun:
 def _failed_check_feedback(failed: CheckResult) -> list[StepInput]:
     """What the model hears of a failed check, with its next request."""
     return [StepInput(origin="check", text=failed.feedback())]
+
+
+def _resume_kind(claimed: ClaimedTurn) -> str | None:
+    """How this attempt continues its turn (TurnOptions.resume), if it does."""
+    if claimed.run.attempts == 0:
+        return None
+    if claimed.previous_status == TurnStatus.RUNNING:
+        return "takeover"
+    if claimed.run.held_step is not None:
+        return "answers"
+    return "resume"
 
 
 def _arguments_of(text: str) -> dict[str, Any]:

@@ -159,9 +159,13 @@ class Feeds:
         reader's own error if it failed."""
         feed = await self._acquire(turn_id)
         try:
-            index = feed.index_after(after)
+            index = 0
             while True:
                 signal = feed.signal
+                # A feed just started holds nothing yet: the position is found again once
+                # it has caught up past ``after`` (its events are in seq order).
+                if index < len(feed.events) and feed.events[index].seq <= after:
+                    index = feed.index_after(after)
                 while index < len(feed.events):
                     if len(feed.events) - index > MAX_LAG:
                         raise FellBehind(f"more than {MAX_LAG} events behind on {turn_id}")

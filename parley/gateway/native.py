@@ -16,16 +16,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, TurnHandle
-from parley.errors import InvalidRequest
+from parley.client import MAX_SEQ, Client, TurnHandle, check_metadata
+from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_session, owned_turn, tenant
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id, tenant
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store import new_id
@@ -47,9 +47,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events: each `id: SEQ`, `event: KIND`, `data: Event` "
-        "(see the Event and *Payload schemas); `: keep-alive` comments while idle; the "
-        "stream closes after `end`.",
-        "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+        "(see the ServerSentEvent, Event and *Payload schemas); `: keep-alive` comments "
+        "while idle; the stream closes after `end`.",
+        # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event.
+        "content": {
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/ServerSentEvent"}}
+        },
     }
 }
 
@@ -79,11 +82,18 @@ def feeds_of(request: Request) -> Feeds:
 
 @router.post("/sessions", status_code=201, response_model=r.Session, tags=["sessions"])
 def create_session(
-    body: r.SessionCreate, request: Request, owner: Tenant, response: Response
+    request: Request,
+    owner: Tenant,
+    response: Response,
+    body: Annotated[r.SessionCreate | None, Body()] = None,
 ) -> r.Session:
-    """Open a session about a workspace of the tenant's (made if missing)."""
+    """Open a session about a workspace of the tenant's (made if missing).  Every field
+    is optional, and so is the body."""
+    body = body or r.SessionCreate(workspace=None, metadata=None)
     client = client_of(request)
     session_id = new_id()
+    if body.metadata is not None:
+        check_metadata(body.metadata)  # refused before the workspace directory is made
     root = workspace_root(settings_of(request).workspaces, owner, body.workspace or session_id)
     session = client.open_session(root, metadata=body.metadata, tenant=owner, session_id=session_id)
     response.headers["Location"] = f"/v1/sessions/{session.id}"
@@ -98,6 +108,8 @@ def list_sessions(
     before: Annotated[str | None, Query(min_length=1, max_length=36)] = None,
 ) -> r.Sessions:
     """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
+    if before is not None and not plausible_id(before):
+        raise SessionNotFound(f"no session {before!r}")
     records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
     return r.Sessions(sessions=[r.Session.of(record) for record in records])
 
@@ -134,7 +146,11 @@ def submit_turn(
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
     handle = client.session(session_id).submit(
-        body.prompt, contract=contract, request_id=request_id, if_busy=body.if_busy
+        body.prompt,
+        contract=contract,
+        request_id=request_id,
+        if_busy=body.if_busy,
+        context=body.context,
     )
     if not handle.created:
         response.status_code = 200
@@ -195,7 +211,10 @@ async def events(
     request: Request,
     owner: Tenant,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(max_length=20, pattern=r"^\s*[0-9]*\s*$", description="The last seq seen"),
+    ] = None,
 ) -> EventSourceResponse:
     """The turn's events after ``?after=`` or ``Last-Event-ID`` (0 if neither), each once
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
@@ -215,15 +234,17 @@ async def events(
 
 
 def _last_event_id(value: str | None) -> int:
+    """The seq a ``Last-Event-ID`` names (digits, as its pattern says).  No seq is above
+    :data:`MAX_SEQ`, so a larger one asks for what :data:`MAX_SEQ` does: nothing more."""
     if value is None or not value.strip():
         return 0
     try:
         seq = int(value)
     except ValueError:
         raise InvalidRequest("Last-Event-ID must be a seq (a whole number)") from None
-    if not 0 <= seq <= MAX_SEQ:
-        raise InvalidRequest(f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}")
-    return seq
+    if seq < 0:
+        raise InvalidRequest("Last-Event-ID must be a seq (a whole number)")
+    return min(seq, MAX_SEQ)
 
 
 def sse_of(event: Event) -> ServerSentEvent:
@@ -242,7 +263,7 @@ def event_stream(
     idle; lines end in LF (the form every SSE parser takes)."""
     return EventSourceResponse(
         frames,
-        ping=max(1, round(settings.keepalive_seconds)),
+        ping=settings.keepalive_seconds,
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
         sep="\n",
         headers={"Cache-Control": "no-cache", **headers},
