@@ -44,11 +44,11 @@ from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway.aisdk_projection import UiMessageStream
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
+from parley.gateway.resources import NOT_BLANK
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
-    NOT_BLANK,
     ApprovalAnswer,
     answer_approvals,
     check_prompt,

@@ -35,13 +35,6 @@ every thread and chat a client has open."""
 MAX_EXTERNAL_ID = 256
 """The longest thread or chat id accepted (it is hashed, so only a sanity bound)."""
 
-NOT_BLANK = "[^{}]".format(
-    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
-)
-"""A pattern a prompt's text matches somewhere: a character ``str.strip`` keeps (spelt
-out, since regex engines differ on what ``\\s`` is), so the OpenAPI document says which
-texts :func:`check_prompt` refuses as empty."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Thread:
@@ -174,7 +167,6 @@ def message_request_id(protocol: str, message_id: str, text: str) -> str:
 __all__ = [
     "MAX_EXTERNAL_ID",
     "NAMESPACE",
-    "NOT_BLANK",
     "ApprovalAnswer",
     "Thread",
     "answer_approvals",
