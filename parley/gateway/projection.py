@@ -99,7 +99,7 @@ def data_stream(
     least every ``PARLEY_GATEWAY_KEEPALIVE`` seconds while idle, every line ending in LF."""
     return EventSourceResponse(
         frames,
-        ping=max(1, round(settings.keepalive_seconds)),
+        ping=settings.keepalive_seconds,
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
         sep="\n",
         headers={"Cache-Control": "no-cache", **headers},
