@@ -256,12 +256,16 @@ ASKING: dict[str, Any] = {
     ],
 }
 RULES: list[dict[str, Any]] = [TOOL, STEERED, GATED, ASKING, ECHO]
+KEEPALIVE_SECONDS = 0.3
 ASK = {"ask_tools": ["record_call"]}
 
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(tmp_path_factory.mktemp("ui-gateways"))
+    pool = Gateways(
+        tmp_path_factory.mktemp("ui-gateways"),
+        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
+    )
     yield pool
     pool.stop()
 
@@ -533,6 +537,36 @@ def test_agui_an_approval_is_an_interrupt_and_a_resume_answers_it(
         },
     )
     assert again.status_code == 409, again.text
+
+
+@pytest.mark.parametrize("path", ["/v1/ag-ui", "/v1/chat"])
+def test_an_idle_protocol_stream_keeps_alive_in_lf_lines(
+    gateway: Gateway, alice: Tenant, path: str
+) -> None:
+    user = {"id": "m", "role": "user"}
+    body = (
+        {"threadId": "idle", "runId": "r", "messages": [{**user, "content": "gated idle"}]}
+        if path == "/v1/ag-ui"
+        else {"id": "idle", "messages": [{**user, "parts": [{"type": "text", "text": "gated"}]}]}
+    )
+    raw = b""
+    with alice.http.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for chunk in response.iter_bytes():
+            raw += chunk
+            if b": keep-alive" in raw and not alice.control.dir.joinpath("gate-open").exists():
+                alice.control.open_gate()  # idle at the gate, kept alive: now let it end
+    # AG-UI's client splits events on "\n\n" only: no line may end in CR.
+    assert b"\r" not in raw
+    frames = [f for f in raw.decode().split("\n\n") if f]
+    assert frames[0].startswith("data: ")
+    assert ": keep-alive" in frames
+    last = [f for f in frames if f.startswith("data: ")][-1]
+    if path == "/v1/chat":
+        assert last == "data: [DONE]"
+    else:
+        assert '"type":"RUN_FINISHED"' in last
 
 
 def test_agui_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: Tenant) -> None:
