@@ -56,6 +56,9 @@ class WorkspaceScriptedModel:
             }
             log.write(json.dumps(seen) + "\n")
         if "fail" in script:
+            # Text streamed first (``fail_after``) is provisional: the failed step retracts it.
+            if script.get("fail_after"):
+                on_delta(script["fail_after"])
             raise RuntimeError(script["fail"])
         reply: ModelReply = parley.models.ScriptedModel(script).stream(request, on_delta)
         return reply

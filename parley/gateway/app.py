@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
-from parley.gateway import native, responses
+from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
 from parley.gateway.errors import BodyLimit, install_error_handlers
 from parley.gateway.feeds import Feeds
@@ -56,6 +56,8 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.state.feeds = feeds
     install_error_handlers(app)
     app.include_router(native.router)
+    app.include_router(agui.router)
+    app.include_router(aisdk.router)
     app.include_router(responses.router)
     _health_routes(app, client)
     _page_routes(app)

@@ -41,12 +41,16 @@ AnyCase = Case[APIOperation[Any, Any, Any, Any]]
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 MAX_EXAMPLES = 40
 # test_gateway.py's routes, the approvals route (tested with approvals themselves) and
-# the OpenAI Responses routes (test_protocol_responses.py).
+# the OpenAI Responses routes (test_protocol_responses.py) and the UI protocols'
+# (test_protocols_ui.py drives them with their stock clients).
 OPERATIONS = [(method.upper(), path) for method, path in ROUTES] + [
     ("POST", "/v1/turns/{turn_id}/approvals/{approval_id}"),
     ("POST", "/v1/responses"),
     ("GET", "/v1/responses/{response_id}"),
     ("POST", "/v1/responses/{response_id}/cancel"),
+    ("POST", "/v1/ag-ui"),
+    ("POST", "/v1/chat"),
+    ("GET", "/v1/chat/{chat_id}/stream"),
 ]
 # The approvals route answers an approval id the turn does not have with 422 (its
 # docstring says so), where the document's other routes say 404 for what is not there;
