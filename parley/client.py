@@ -499,6 +499,8 @@ class TurnHandle:
         self.created = created
         """Whether the call that returned this handle created the turn (False for a
         repeated ``request_id``, an attach or a resume)."""
+        self.submitted = record
+        """The turn as it was when this handle was made (``record()`` reads it anew)."""
 
     def __repr__(self) -> str:
         return f"<parley.TurnHandle {self.turn_id}>"

@@ -335,7 +335,11 @@ class Gateways:
         if backend not in self.running:
             where = self.directory / backend
             env = deployment_env(backend, request, f"sqlite:///{where / 'parley.db'}")
-            names = [f"t{n:03d}" for n in range(self.TENANTS)]
+            # Names of this gateway's own: on the fleet every module's gateway shares one
+            # database, where another module's tenant of the same name would see these
+            # tenants' sessions.
+            tag = secrets.token_hex(3)
+            names = [f"t{tag}-{n:03d}" for n in range(self.TENANTS)]
             self.running[backend] = start_gateway(
                 env, where, tokens=make_tokens(names), extra=self.extra
             )

@@ -179,6 +179,14 @@ TURN_COLUMNS = select(
 
 TURN = TURN_COLUMNS.where(t.turns.c.id == b("turn_id"))
 
+# A turn and the tenant of its session, in one round trip (the gateway's check on every
+# route about a turn).
+TURN_AND_TENANT = (
+    TURN_COLUMNS.add_columns(t.sessions.c.tenant)
+    .join(t.sessions, t.sessions.c.id == t.turns.c.session_id)
+    .where(t.turns.c.id == b("turn_id"))
+)
+
 TURN_BY_REQUEST = TURN_COLUMNS.where(
     t.turns.c.session_id == b("session_id"), t.turns.c.request_id == b("request_id")
 )

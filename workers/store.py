@@ -345,6 +345,15 @@ class SqlStore(ApprovalStore, DriverStore, Store):
 
     # ------------------------------------------------------------------ turns
 
+    def turn_and_tenant(self, turn_id: str) -> tuple[TurnRecord, str | None]:
+        """One turn and its session's tenant; :class:`TurnNotFound` if unknown."""
+        row = self._reading(
+            lambda db: db.execute(q.TURN_AND_TENANT, {"b_turn_id": turn_id}).one_or_none()
+        )
+        if row is None:
+            raise TurnNotFound(f"no turn {turn_id!r}")
+        return turn_record(row), row.tenant
+
     def get_turn(self, turn_id: str) -> TurnRecord:
         """One turn; :class:`TurnNotFound` if unknown."""
         return self._reading(lambda db: read_turn(db, turn_id))

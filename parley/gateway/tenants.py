@@ -70,8 +70,8 @@ def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     """The turn if ``owner`` owns its session; another tenant's answers as an unknown one."""
     if not plausible_id(turn_id):
         raise TurnNotFound(f"no turn {turn_id!r}")
-    turn = client.store.get_turn(turn_id)
-    if client.store.get_session(turn.session_id).tenant != owner:
+    turn, tenant = client.store.turn_and_tenant(turn_id)
+    if tenant != owner:
         raise TurnNotFound(f"no turn {turn_id!r}")
     return turn
 
