@@ -54,7 +54,7 @@ def record(note: str) -> dict[str, Any]:
 
 def asking(chaos: Chaos, *notes: str) -> None:
     """``record_call`` asks; a prompt ``ask …`` calls it once per note in one step, then
-    answers; any other prompt is answered at once."""
+    answers with the last thing it heard; any other prompt is answered at once."""
     chaos.control.policy(ask_tools=["record_call"])
     chaos.control.script(
         [
@@ -62,7 +62,7 @@ def asking(chaos: Chaos, *notes: str) -> None:
                 "when": "^ask",
                 "steps": [
                     {"text": "asking ", "tool_calls": [record(n) for n in notes]},
-                    {"text": "done: {prompt}"},
+                    {"text": "done: {last_message}"},
                 ],
             },
             {"when": ".*", "steps": [{"text": "plain: {prompt}"}]},
@@ -125,8 +125,9 @@ def test_waiting_turns_survive_every_worker_killed_and_redis_emptied(
     chaos = start_fleet()
     asking(chaos, "first", "second")
     handles = waiting_turns(chaos, 6)
+    handles[0].say("heard after it all")  # a steer while waiting, from the store alone
     chaos.kill_workers()
-    flush_redis(CHAOS_REDIS_URL)  # locks, buffers, kicks, the queue's binding: all gone
+    flush_redis(CHAOS_REDIS_URL)  # locks, buffers, steer lists, kicks, bindings: all gone
 
     # Answered with no worker alive, in no particular order: every first call approved,
     # every other second one too, the rest denied.
@@ -143,7 +144,9 @@ def test_waiting_turns_survive_every_worker_killed_and_redis_emptied(
     chaos.start_worker()
     results = [handle.wait(60) for handle in handles]
     assert [r.outcome for r in results] == [TurnStatus.FINISHED] * 6
-    assert [r.reply for r in results] == [f"done: ask {n}" for n in range(6)]
+    assert [r.reply for r in results] == ["done: heard after it all"] + [
+        f"done: ask {n}" for n in range(1, 6)
+    ]
     # Each approved call ran once, and no denied one.
     assert Counter(chaos.control.recorded_notes()) == {"first": 6, "second": 3}
     for number, (handle, result) in enumerate(zip(handles, results, strict=True)):
