@@ -23,6 +23,7 @@ from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
 from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, wait_until
 from tests.fleet import flush_redis
+from tests.helpers import displayed_text
 from tests.providers.servers import (
     Reply,
     openai_message_faults,
@@ -191,7 +192,15 @@ def test_an_approved_call_whose_worker_died_while_it_ran_is_not_run_again(
     chaos = start_fleet()
     chaos.control.policy(ask_tools=["wait_for_gate"])
     chaos.control.script(
-        [{"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
+        [
+            {
+                "when": "gate",
+                "steps": [
+                    {"text": "Opening the gate. ", "tool_calls": [{"name": "wait_for_gate"}]},
+                    {"text": "ok"},
+                ],
+            }
+        ]
     )
     handle = chaos.client.open_session(chaos.workspace).submit("gate, approved")
     wait_until(lambda: handle.record().status is TurnStatus.WAITING, what="the turn to wait")
@@ -211,6 +220,14 @@ def test_an_approved_call_whose_worker_died_while_it_ran_is_not_run_again(
     [stored] = chaos.client.store.steps_of(handle.turn_id)[0].payload.tool_results
     assert "effect is unknown" in stored.content
     assert [(a.decision, a.reason) for a in result.approvals] == [(Decision.APPROVED, None)]
+    # The next worker announced the step as restarted (readers drop what they showed of
+    # it): its kept text streams again, though the model was not asked again.
+    events = list(handle.events())
+    assert [e.data for e in events if e.kind is EventKind.STEP_RESTARTED] == [
+        {"index": 0, "reason": "resumed"}
+    ]
+    assert displayed_text(events) == "Opening the gate. ok"
+    assert len([r for r in chaos.control.requests() if r["turn_id"] == handle.turn_id]) == 2
 
 
 def test_the_sweeper_times_out_an_unanswered_call_with_no_worker_alive(

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 import parley
 from parley.errors import StoreError, TurnEnded, WaitTimeout
+from schemas.events import EventKind
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from schemas.records import Decision, TurnStatus
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest, ToolContext
@@ -414,6 +415,7 @@ def test_approvals_run_each_approved_call_at_most_once_and_leave_no_incomplete_r
                     assert [r.call_id for r in payload.tool_results] == [
                         c.id for c in payload.tool_calls
                     ]
+                verify_streamed(client.attach(turn.turn_id), steps)
                 approvals = store.approvals(turn.turn_id)
                 assert len({a.call_id for a in approvals}) == len(approvals)  # one each
                 for approval in approvals:
@@ -422,6 +424,20 @@ def test_approvals_run_each_approved_call_at_most_once_and_leave_no_incomplete_r
             event(f"{asked} calls asked" if asked < 3 else "3 or more calls asked")
             for crash in sorted({e for _t, _s, e in conversation.fired if e in CRASHES}):
                 event(f"{crash} happened")
+
+
+def verify_streamed(handle: parley.TurnHandle, steps: dict[int, Any]) -> None:
+    """A reader that drops a step's text at each ``step_restarted`` of it is left with
+    exactly the step's committed text (a held step too, whose driver died going on)."""
+    shown: dict[int, str] = {}
+    for item in handle.events():
+        if item.kind is EventKind.STEP_RESTARTED:
+            shown[item.data["index"]] = ""
+        elif item.kind is EventKind.TOKEN:
+            index = item.data["step"]
+            shown[index] = shown.get(index, "") + item.data["text"]
+    for index, payload in steps.items():
+        assert shown.get(index, "") == payload.text, f"step {index} shows {shown.get(index)!r}"
 
 
 def verify_answered(
