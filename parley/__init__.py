@@ -5,7 +5,7 @@ turns (blocking, observed, bounded, or submitted for later) that stream events, 
 steers and interrupts, and survive the process that started them.
 """
 
-from parley import errors, models, tools
+from parley import errors, models, tools, transcript
 from parley.client import Client, Session, TurnHandle, connect
 from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
@@ -35,6 +35,7 @@ from workers.host_ports import (
     SessionStateView,
     StreamAborted,
     ToolContext,
+    TurnOptions,
     TurnOutcome,
     TurnPreparation,
     TurnRequest,
@@ -67,6 +68,7 @@ __all__ = [
     "TaskContract",
     "ToolContext",
     "TurnHandle",
+    "TurnOptions",
     "TurnOutcome",
     "TurnPreparation",
     "TurnRecord",
@@ -81,4 +83,5 @@ __all__ = [
     "models",
     "tool",
     "tools",
+    "transcript",
 ]

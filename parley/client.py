@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
+from parley import transcript
 from parley.errors import (
     ForeignTurn,
     InvalidRequest,
@@ -33,6 +34,7 @@ from parley.errors import (
 from parley.host import Host, host_from_environment
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.mcp.spec import McpServer
+from parley.seeding import seeded_turns
 from parley.streaming import follow
 from schemas.events import Event
 from schemas.records import (
@@ -46,7 +48,7 @@ from schemas.records import (
     TurnResult,
 )
 from workers.backend_ports import Coordinator
-from workers.constants import TURN_QUEUE
+from workers.constants import SEEDED, TURN_QUEUE
 from workers.database import (
     create_database_engine,
     current_revision,
@@ -57,7 +59,7 @@ from workers.database import (
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore, validate_ids
+from workers.store import SqlStore, storable, validate_ids
 from workers.store_approvals import Answered
 
 log = logging.getLogger("parley.client")
@@ -67,6 +69,7 @@ MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
 MAX_METADATA_BYTES = 100_000
+MAX_CONTEXT_BYTES = 64_000
 MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
@@ -255,7 +258,7 @@ class Client:
         if not os.path.isdir(root_path):
             raise InvalidRequest(f"root {given!r} is not a directory")
         if metadata is not None:
-            _check_metadata(metadata)
+            check_metadata(metadata)
         if token_ceiling is not None and (
             not isinstance(token_ceiling, int)
             or isinstance(token_ceiling, bool)
@@ -332,12 +335,15 @@ class Session:
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
         timeout: float | None = None,
+        context: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
         if on_event is not None and not callable(on_event):
             raise InvalidRequest("on_event must be a callable taking an Event")
         _check_timeout(timeout)
-        handle = self.submit(prompt, contract=contract, request_id=request_id, if_busy=if_busy)
+        handle = self.submit(
+            prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
+        )
         if on_event is not None:
             for event in handle.events():
                 on_event(event)
@@ -350,9 +356,18 @@ class Session:
         contract: TaskContract | None = None,
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
+        context: dict[str, Any] | None = None,
     ) -> TurnHandle:
-        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn."""
+        """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn.
+
+        ``context`` is the host context of this turn: a JSON object (at most
+        ``MAX_CONTEXT_BYTES``) stored with its run, which reaches ``before_turn`` (in
+        ``TurnOptions``), every tool (``ToolContext.host_context``), the model request's
+        context (never the conversation) and ``after_commit``'s receipt, on whichever
+        worker runs the turn; a resume keeps it."""
         text = _check_text(prompt, "prompt", MAX_PROMPT_BYTES)
+        if context is not None:
+            check_json_object(context, "context", MAX_CONTEXT_BYTES)
         busy = _check_if_busy(if_busy)
         if contract is not None and not isinstance(contract, TaskContract):
             raise InvalidRequest("contract must be a parley.TaskContract")
@@ -360,10 +375,14 @@ class Session:
             for server in contract.mcp_servers:
                 McpServer.from_json(server)  # a malformed server is refused before any write
         if request_id is not None and (
-            not isinstance(request_id, str) or not request_id or len(request_id) > MAX_REQUEST_ID
+            not isinstance(request_id, str)
+            or not request_id
+            or len(request_id) > MAX_REQUEST_ID
+            or not storable(request_id)
         ):
             raise InvalidRequest(
-                f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters"
+                f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters "
+                "(UTF-8, no NUL)"
             )
         client = self._client
         client._check_open()
@@ -374,6 +393,7 @@ class Session:
             request_id=request_id,
             contract=contract,
             if_busy=busy,
+            host_context=dict(context) if context else None,
         )
         for turn_id, steer in receipt.interrupted:
             client.coordinator.push_steer(turn_id, steer)
@@ -391,6 +411,51 @@ class Session:
         client = self._client
         if queued is None or client.coordinator.mark_work(self.id, [queued]):
             client._kicker.kick(self.id)
+
+    def seed_history(
+        self, messages: list[dict[str, Any]], raw_rows: list[Any] | None = None
+    ) -> list[TurnRecord]:
+        """Import an existing conversation before the session's first turn: ``messages``
+        in the OpenAI chat format (``role`` user, assistant or tool; ``content``;
+        ``tool_calls``; ``tool_call_id``), which become the session's first turns and
+        replay like any others, checked like any others (:class:`CodecError` for a tool
+        call without its result); ``raw_rows``, the host's lossless form of the same
+        conversation, kept beside them (:meth:`seeded`).  :class:`Conflict` once the
+        session has a turn."""
+        turns = seeded_turns(messages)
+        if raw_rows is not None:
+            if not isinstance(raw_rows, list):
+                raise InvalidRequest("raw_rows must be a list (of JSON values) or None")
+            check_json_object({"raw_rows": raw_rows}, "raw_rows", MAX_PROMPT_BYTES * 10)
+        check_json_object({"messages": list(messages)}, "messages", MAX_PROMPT_BYTES * 10)
+        self._client._check_open()
+        return self._client.store.seed_history(
+            self.id,
+            [(t.prompt, t.steps) for t in turns],
+            messages=list(messages),
+            raw_rows=raw_rows,
+        )
+
+    def transcript(self) -> list[transcript.Row]:
+        """The history path's rows (root → head), typed: see :mod:`parley.transcript`."""
+        store = self._client.store
+        found: list[transcript.Row] = []
+        for turn in store.history(self.id):
+            state = store.run_state(turn.turn_id)
+            found.extend(
+                transcript.rows(
+                    turn.turn_id,
+                    turn.prompt,
+                    store.steps_of(turn.turn_id),
+                    partial=state.partial,
+                    seeded=state.worker == SEEDED,
+                )
+            )
+        return found
+
+    def seeded(self) -> tuple[list[dict[str, Any]], list[Any] | None] | None:
+        """The seeded messages and raw rows as they were given (None: not seeded)."""
+        return self._client.store.seeded(self.id)
 
     def branch_from(self, turn_id: str) -> None:
         """Make ``turn_id`` the head: the next turn hangs under it.  One write."""
@@ -505,7 +570,12 @@ class TurnHandle:
         return self._answer(approval_id, Decision.DENIED, reason)
 
     def _answer(self, approval_id: str, decision: Decision, reason: str | None) -> Approval:
-        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
+        if (
+            not isinstance(approval_id, str)
+            or not approval_id
+            or len(approval_id) > 36
+            or not storable(approval_id)
+        ):
             raise InvalidRequest(f"not an approval id: {approval_id!r}")
         if reason is not None:
             reason = _check_text(reason, "reason", MAX_STEER_BYTES)
@@ -554,18 +624,42 @@ def _check_timeout(timeout: Any) -> None:
         raise InvalidRequest(f"timeout must be a number of seconds or None, not {timeout!r}")
 
 
-def _check_metadata(metadata: Any) -> None:
-    """JSON that comes back as it went in: string keys, no sets, NaN or infinity."""
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
+def check_metadata(metadata: Any) -> None:
+    """:class:`InvalidRequest` unless ``metadata`` is session metadata ``open_session``
+    takes: JSON that comes back as it went in (string keys, no sets, NaN or infinity), at
+    most :data:`MAX_METADATA_BYTES` of it."""
+    check_json_object(metadata, "metadata", MAX_METADATA_BYTES)
+
+
+def check_json_object(value: Any, what: str, limit: int) -> None:
+    """:class:`InvalidRequest` unless ``value`` is a JSON object that comes back as it
+    went in (string keys, no sets, NaN or infinity, no NUL or lone surrogate in any
+    string), of at most ``limit`` bytes."""
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{what} must be a dict")
     try:
-        text = json.dumps(metadata, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"metadata must be JSON: {exc}") from exc
-    if json.loads(text) != metadata:
-        raise InvalidRequest("metadata must be JSON: string keys, and lists rather than tuples")
-    if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise InvalidRequest(f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")
+        raise InvalidRequest(f"{what} must be JSON: {exc}") from exc
+    if json.loads(text) != value:
+        raise InvalidRequest(f"{what} must be JSON: string keys, and lists rather than tuples")
+    if not all(storable(item) for item in _strings(value)):
+        raise InvalidRequest(f"{what} must be JSON text without NUL characters or lone surrogates")
+    if len(text.encode("utf-8")) > limit:
+        raise InvalidRequest(f"{what} must be at most {limit} bytes of JSON")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _check_id(value: Any, missing: type[ParleyError] = InvalidRequest) -> None:

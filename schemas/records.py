@@ -342,3 +342,5 @@ class RunState:
     held_step: dict[str, Any] | None = None
     # How many of its calls asked for an answer, over all its steps.
     approval_count: int = 0
+    # The JSON object the submission carried for the host (SPEC §4 "Host seams").
+    host_context: dict[str, Any] = field(default_factory=dict)

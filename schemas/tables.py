@@ -103,6 +103,8 @@ runs = Table(
     # and by a resume: a long turn taken over many times is not stuck while it moves.
     Column("stalled_attempts", Integer, nullable=False, default=0, server_default=text("0")),
     Column("contract", Json, nullable=True),
+    # The host context the submission carried for this turn (None: none).
+    Column("host_context", Json, nullable=True),
     Column("steps", Integer, nullable=False, default=0),
     Column("input_tokens", BigInteger, nullable=False, default=0),
     Column("output_tokens", BigInteger, nullable=False, default=0),
@@ -200,4 +202,15 @@ approvals = Table(
         postgresql_where=text("decision IS NULL AND expires_at IS NOT NULL"),
         sqlite_where=text("decision IS NULL AND expires_at IS NOT NULL"),
     ),
+)
+
+# A session's imported history as it was given (``Session.seed_history``): the turns it
+# became are ordinary turns; this keeps the messages and the host's raw rows beside them.
+seeds = Table(
+    "seeds",
+    metadata,
+    Column("session_id", Id, ForeignKey("sessions.id"), primary_key=True),
+    Column("messages", Json, nullable=False),
+    Column("raw_rows", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
 )

@@ -28,9 +28,10 @@ class Control:
         """The rules the model answers with."""
         (self.dir / "script.json").write_text(json.dumps({"rules": rules}))
 
-    def fail_model(self, message: str) -> None:
-        """Make every model call raise."""
-        (self.dir / "script.json").write_text(json.dumps({"fail": message, "rules": []}))
+    def fail_model(self, message: str, *, after: str = "") -> None:
+        """Make every model call raise (having streamed ``after`` first, if given)."""
+        script = {"fail": message, "fail_after": after, "rules": []}
+        (self.dir / "script.json").write_text(json.dumps(script))
 
     def policy(self, **options: Any) -> None:
         """``parley.Policy`` arguments for every later check."""

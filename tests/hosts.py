@@ -50,6 +50,7 @@ class WorkspaceScriptedModel:
         with (control / "requests.jsonl").open("a") as log:
             seen = {
                 "turn_id": request.context.turn_id,
+                "host_context": dict(request.context.host_context),
                 "system_prompt": request.prefix.system_prompt,
                 "messages": [message_to_json(m) for m in request.messages],
             }
@@ -69,6 +70,9 @@ class WorkspaceScriptedModel:
             return served.stream(request, on_delta)
         script = json.loads((control / "script.json").read_text())
         if "fail" in script:
+            # Text streamed first (``fail_after``) is provisional: the failed step retracts it.
+            if script.get("fail_after"):
+                on_delta(script["fail_after"])
             raise RuntimeError(script["fail"])
         reply: ModelReply = parley.models.ScriptedModel(script).stream(request, on_delta)
         return reply
@@ -118,6 +122,19 @@ def _record_call(arguments: dict[str, Any], context: ToolContext) -> str:
     return "recorded"
 
 
+def _whoami(_arguments: dict[str, Any], context: ToolContext) -> str:
+    """The host context the turn's submission carried, as a tool sees it."""
+    return json.dumps(dict(context.host_context), sort_keys=True)
+
+
+WHOAMI = FunctionTool(
+    name="whoami",
+    description="Says who is asking: the turn's host context.",
+    parameters={"type": "object", "properties": {}},
+    function=_whoami,
+)
+
+
 RECORD_CALL = FunctionTool(
     name="record_call",
     description="Records that it ran, in any process (a side effect a test counts).",
@@ -153,7 +170,7 @@ def workspace_host(**options: Any) -> parley.Host:
     ``parley.Host`` arguments)."""
     return parley.Host(
         model=WorkspaceScriptedModel(),
-        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL],
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL, WHOAMI],
         policy=WorkspacePolicy(),
         approver=WorkspaceApprover(),
         **options,

@@ -125,3 +125,6 @@ def steers_key(turn_id: str) -> str:
 STEER_TAIL = 64
 """How many of a steer list's newest entries a boundary reads: more steers than that
 pending at one boundary (a flood) are read from the store instead."""
+
+SEEDED = "seeded"
+"""The ``worker`` of a run ``Session.seed_history`` stored (no driver ran it)."""

@@ -81,7 +81,12 @@ class SessionDriver:
                     _status, receipt = self.engine.run_claimed(
                         claim, fence, holding=lock.held, claim_next=going_on
                     )
-                    claim, later_turns = receipt.next_claim, receipt.later_turns
+                    if receipt is None:
+                        # The turn waits for answers and holds its session's line: nothing
+                        # after it is runnable until they are in (their kick drives it).
+                        claim, later_turns = None, False
+                    else:
+                        claim, later_turns = receipt.next_claim, receipt.later_turns
                     ran += 1
                 handing_over = not going_on()
             except Fenced:

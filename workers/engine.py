@@ -68,6 +68,7 @@ from workers.host_ports import (
     StreamAborted,
     Tool,
     ToolContext,
+    TurnOptions,
     TurnOutcome,
     TurnPreparation,
     TurnRequest,
@@ -167,9 +168,10 @@ class TurnEngine:
         *,
         holding: Callable[[], bool] = _always,
         claim_next: Callable[[], bool] = _never,
-    ) -> tuple[TurnStatus, FinishReceipt]:
+    ) -> tuple[TurnStatus, FinishReceipt | None]:
         """Run a claimed turn to its end; returns its outcome and what its final
-        transaction committed.  Raises :class:`Fenced` if another driver took
+        transaction committed (``waiting`` and None: a step waits for answers, and the
+        turn holds no driver until they are in).  Raises :class:`Fenced` if another driver took
         over (nothing of this attempt after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
         driver that lost it stops before paying for another model call.  While
@@ -213,7 +215,20 @@ class _TurnRun:
         self.answered = TurnStatus.SUCCEEDED if self.contract_checks else TurnStatus.FINISHED
         self.root = claimed.session.root
         self.context = ToolContext(
-            root=self.root, session_id=claimed.session.session_id, turn_id=claimed.turn.turn_id
+            root=self.root,
+            session_id=claimed.session.session_id,
+            turn_id=claimed.turn.turn_id,
+            host_context=claimed.run.host_context,
+        )
+        self.options = TurnOptions(
+            request_id=claimed.turn.request_id,
+            session_id=claimed.session.session_id,
+            turn_id=claimed.turn.turn_id,
+            run_id=claimed.run.run_id,
+            attempt=claimed.run.attempts + 1,
+            resume=_resume_kind(claimed),
+            host_context=claimed.run.host_context,
+            cancelled=self._interrupt_accepted,
         )
         self.tools: dict[str, Tool] = {}
         self.tool_runner: ToolRunner  # once the tools are settled (_prepare)
@@ -230,9 +245,16 @@ class _TurnRun:
         # Whether any call of the turn ever asked (its end then lists the answers).
         self.asked = claimed.run.approval_count > 0
 
+    def _interrupt_accepted(self) -> bool:
+        """Whether an interrupt was accepted for this turn (the options' cancellation
+        check): the turn's steer list, past the steers this attempt has consumed."""
+        coordinator = self.engine.coordinator
+        cursor = self.claimed.run.steer_cursor  # those before it were obeyed already
+        return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
+
     # ------------------------------------------------------------------ turn
 
-    def run(self) -> tuple[TurnStatus, FinishReceipt]:
+    def run(self) -> tuple[TurnStatus, FinishReceipt | None]:
         claimed = self.claimed
         state = _TurnState(
             steps=list(claimed.steps),
@@ -360,7 +382,7 @@ class _TurnRun:
             history=tuple(p.turn for p in claimed.history),
         )
         try:
-            result = hook(request, {"attempt": claimed.run.attempts + 1}, view)
+            result = hook(request, self.options, view)
         except ParleyError:
             raise
         except Exception as exc:
@@ -757,16 +779,13 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(self, state: _TurnState, ending: _Ending) -> tuple[TurnStatus, FinishReceipt]:
+    def _finish(
+        self, state: _TurnState, ending: _Ending
+    ) -> tuple[TurnStatus, FinishReceipt | None]:
         if ending.status is TurnStatus.WAITING:
-            # Held, not ended: no end, no hooks; the driver lets the session go (the turn
-            # holds its session's line, so nothing after it is claimed).
-            return ending.status, FinishReceipt(
-                end_event=Event.of(self.turn.turn_id, 0, StepRestarted(step=0, reason="")),
-                undelivered=(),
-                head_turn_id=self.claimed.session.head_turn_id,
-                prefix_generation=self.claimed.prefix_generation,
-            )
+            # Held, not ended: no end, no hooks, no receipt; the driver lets the session
+            # go (the turn holds its session's line, so nothing after it is claimed).
+            return ending.status, None
         outcome = self._outcome(state, ending)
         hooks = self.hooks
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
@@ -797,6 +816,8 @@ class _TurnRun:
                     head_turn_id=receipt.head_turn_id,
                     prefix_generation=receipt.prefix_generation,
                     committed_at=datetime.now(UTC),
+                    options=self.options,
+                    host_context=self.options.host_context,
                 ),
             )
         _observe(hooks.on_terminal, outcome)
@@ -860,6 +881,17 @@ class _TurnRun:
 def _failed_check_feedback(failed: CheckResult) -> list[StepInput]:
     """What the model hears of a failed check, with its next request."""
     return [StepInput(origin="check", text=failed.feedback())]
+
+
+def _resume_kind(claimed: ClaimedTurn) -> str | None:
+    """How this attempt continues its turn (TurnOptions.resume), if it does."""
+    if claimed.run.attempts == 0:
+        return None
+    if claimed.previous_status == TurnStatus.RUNNING:
+        return "takeover"
+    if claimed.run.held_step is not None:
+        return "answers"
+    return "resume"
 
 
 def _arguments_of(text: str) -> dict[str, Any]:

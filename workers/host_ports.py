@@ -6,7 +6,7 @@ the coordinator, is in :mod:`workers.backend_ports`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -21,11 +21,40 @@ from workers.budget import ContextBudget
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
-    """What a model or a tool may know about the turn calling it."""
+    """What a model or a tool may know about the turn calling it: where, which turn, and
+    the host context its submission carried (``submit(context=...)``: the caller's user,
+    tenant, request metadata; never part of the conversation)."""
 
     root: str
     session_id: str
     turn_id: str
+    host_context: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnOptions:
+    """What ``before_turn`` (and a driver) is told about the call running a turn.
+
+    ``resume`` says whether this attempt continues the turn, and why: ``None`` for its
+    first attempt, ``"takeover"`` when a driver died mid-turn, ``"resume"`` for an
+    explicit ``resume`` of a cancelled or failed turn, ``"answers"`` when it goes on after
+    its waiting calls were answered.  ``streaming``: the turn's deltas are published to
+    its readers (always, in parley).  ``cancelled()`` says whether an interrupt has been
+    accepted for the turn (the next boundary stops it)."""
+
+    request_id: str | None
+    session_id: str
+    turn_id: str
+    run_id: str
+    attempt: int
+    resume: str | None
+    host_context: Mapping[str, Any]
+    streaming: bool = True
+    cancelled: Callable[[], bool] = field(default=lambda: False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        """The options as the mapping ``before_turn`` once received (``options["attempt"]``)."""
+        return getattr(self, key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,6 +285,9 @@ class CommitReceipt:
     head_turn_id: str | None
     prefix_generation: int
     committed_at: datetime
+    options: TurnOptions | None = None
+    """The options the turn ran with (its host context among them), as a snapshot."""
+    host_context: Mapping[str, Any] = field(default_factory=dict)
 
 
 HOOK_NAMES = ("before_turn", "before_commit", "after_commit", "on_terminal")
@@ -268,7 +300,7 @@ class SessionHooks:
     methods serves as well."""
 
     def before_turn(
-        self, request: TurnRequest, options: dict[str, Any], state: SessionStateView
+        self, request: TurnRequest, options: TurnOptions, state: SessionStateView
     ) -> TurnPreparation | None:
         """Before a turn's first step: may set the initial or a refreshing prefix and a
         tool snapshot for this call (return None to change nothing)."""
@@ -286,7 +318,7 @@ class SessionHooks:
         """After every end, cancelled and failed ones included.  Errors are logged."""
 
 
-BeforeTurn = Callable[[TurnRequest, dict[str, Any], SessionStateView], "TurnPreparation | None"]
+BeforeTurn = Callable[[TurnRequest, TurnOptions, SessionStateView], "TurnPreparation | None"]
 
 
 @dataclass(frozen=True, kw_only=True)

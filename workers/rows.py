@@ -110,6 +110,7 @@ def run_state_of(run: Any) -> RunState:
         stalled_attempts=run.stalled_attempts,
         held_step=getattr(run, "held_step", None),
         approval_count=getattr(run, "approval_count", 0),
+        host_context=dict(getattr(run, "host_context", None) or {}),
     )
 
 

@@ -266,6 +266,7 @@ INSERT_RUN = insert(t.runs).values(
     attempts=0,
     stalled_attempts=0,
     contract=b("contract"),
+    host_context=b("host_context", type_=t.Json),
     steps=0,
     input_tokens=0,
     output_tokens=0,
@@ -647,4 +648,15 @@ CONSUME_APPROVAL = (
 
 EXPIRED_APPROVALS = select(t.approvals.c.id, t.approvals.c.turn_id).where(
     t.approvals.c.decision.is_(None), t.approvals.c.expires_at <= b("now")
+)
+
+
+# ------------------------------------------------------------------ seeded history
+
+SEED_TURN = insert(t.turns)
+SEED_RUN = insert(t.runs)
+INSERT_SEED = insert(t.seeds)
+SEED_OF_SESSION = select(t.seeds).where(t.seeds.c.session_id == b("session_id"))
+SET_TURN_COUNT = (
+    update(t.sessions).where(t.sessions.c.id == b("session_id")).values(turn_count=b("count"))
 )

@@ -17,6 +17,7 @@ transaction plumbing (:mod:`workers.store_connection`).  Concurrency rules:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,7 @@ from schemas.errors import (
     TurnNotFound,
 )
 from schemas.events import Event, EventKind, Queued
+from schemas.messages import StepPayload
 from schemas.records import (
     IfBusy,
     RunState,
@@ -46,6 +48,7 @@ from schemas.records import (
     TurnResult,
     TurnStatus,
 )
+from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import CommittedStep, Store
 from workers.database import create_database_engine
@@ -64,7 +67,7 @@ from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
 
-__all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "validate_ids"]
+__all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "storable", "validate_ids"]
 
 
 def _now() -> datetime:
@@ -77,10 +80,23 @@ def new_id() -> str:
 
 
 def validate_ids(*ids: str | None) -> None:
-    """Reject ids that cannot be parley ids before any query runs."""
+    """Reject ids that cannot be parley ids before any query runs (PostgreSQL cannot
+    even compare text with a NUL or a lone surrogate in it: it fails the query)."""
     for value in ids:
-        if not isinstance(value, str) or not value or len(value) > 36:
+        if not isinstance(value, str) or not value or len(value) > 36 or not storable(value):
             raise InvalidRequest(f"not a parley id: {value!r}")
+
+
+def storable(text: str) -> bool:
+    """Whether both databases keep ``text`` as it is: no NUL (PostgreSQL refuses it in
+    text and JSON) and no lone surrogate (not UTF-8, so neither driver can send it)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +203,110 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         """The stored session; :class:`SessionNotFound` if unknown."""
         return self._reading(lambda db: read_session(db, session_id))
 
+    def seed_history(
+        self,
+        session_id: str,
+        turns: Sequence[tuple[str, tuple[StepPayload, ...]]],
+        *,
+        messages: list[Any],
+        raw_rows: list[Any] | None,
+    ) -> list[TurnRecord]:
+        """Store an imported conversation as the session's first turns (each a prompt
+        and its committed steps, ended ``finished``), the last one the head, and keep
+        ``messages`` and ``raw_rows`` beside them; one transaction.  :class:`Conflict`
+        once the session has a turn (or a seeded history) already."""
+        now = _now()
+        with self._tx() as db:
+            # Counting locks the session row: a submission racing this one waits, then
+            # counts a turn after the seeded ones.
+            ordinal = db.execute(
+                q.BUMP_TURN_COUNT, {"b_session_id": session_id}
+            ).scalar_one_or_none()
+            if ordinal is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            if ordinal != 1:
+                raise Conflict(
+                    f"session {session_id!r} has turns already: a history is seeded before "
+                    "its first turn"
+                )
+            parent: str | None = None
+            records = []
+            for position, (prompt, steps) in enumerate(turns, start=1):
+                turn_id, run_id = new_id(), new_id()
+                reply = steps[-1].text if steps else None
+                db.execute(
+                    q.SEED_TURN,
+                    {
+                        "id": turn_id,
+                        "session_id": session_id,
+                        "parent_id": parent,
+                        "ordinal": position,
+                        "prompt": prompt,
+                        "request_id": None,
+                        "created_at": now,
+                    },
+                )
+                db.execute(
+                    q.SEED_RUN,
+                    {
+                        "id": run_id,
+                        "turn_id": turn_id,
+                        "session_id": session_id,
+                        "status": TurnStatus.FINISHED.value,
+                        "attempts": 1,
+                        "stalled_attempts": 0,
+                        "steps": len(steps),
+                        "input_tokens": 0,
+                        "output_tokens": 0,
+                        "cached_tokens": 0,
+                        "steer_count": 0,
+                        "steer_cursor": 0,
+                        "inbox_open": False,
+                        "last_seq": 0,
+                        "reply": reply,
+                        "worker": c.SEEDED,
+                        "queued_at": now,
+                        "queue_position": position,
+                        "started_at": now,
+                        "ended_at": now,
+                    },
+                )
+                for index, payload in enumerate(steps):
+                    self._insert_step(db, run_id, index, payload, now)
+                records.append(
+                    TurnRecord(
+                        turn_id=turn_id,
+                        session_id=session_id,
+                        parent_id=parent,
+                        prompt=prompt,
+                        status=TurnStatus.FINISHED,
+                        reply=reply,
+                        run_id=run_id,
+                        request_id=None,
+                        created_at=now,
+                    )
+                )
+                parent = turn_id
+            db.execute(q.SET_TURN_COUNT, {"b_session_id": session_id, "b_count": len(turns)})
+            db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": parent})
+            db.execute(
+                q.INSERT_SEED,
+                {
+                    "session_id": session_id,
+                    "messages": messages,
+                    "raw_rows": raw_rows,
+                    "created_at": now,
+                },
+            )
+        return records
+
+    def seeded(self, session_id: str) -> tuple[list[Any], list[Any] | None] | None:
+        """A session's seeded messages and raw rows, as given (None: not seeded)."""
+        row = self._reading(
+            lambda db: db.execute(q.SEED_OF_SESSION, {"b_session_id": session_id}).one_or_none()
+        )
+        return None if row is None else (list(row.messages), row.raw_rows)
+
     def branch(self, session_id: str, turn_id: str) -> None:
         """Move the session's head to ``turn_id`` (one write; nothing else changes).
 
@@ -237,6 +357,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None = None,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
@@ -245,7 +366,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         or broker behind it) cannot hold up a running turn.  The caller publishes the
         receipt's ``queued`` event and kicks after the commit."""
         try:
-            return self._submit(session_id, prompt, request_id, contract, if_busy)
+            return self._submit(session_id, prompt, request_id, contract, if_busy, host_context)
         except IntegrityConflict:
             # Two submissions raced on one request_id: the loser returns the winner's turn.
             if request_id is None:
@@ -263,6 +384,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         request_id: str | None,
         contract: TaskContract | None,
         if_busy: IfBusy,
+        host_context: dict[str, Any] | None,
     ) -> SubmitReceipt:
         now = _now()
         with self._tx() as db:
@@ -322,6 +444,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                 "b_prompt": prompt,
                 "b_request_id": request_id,
                 "b_contract": contract.to_json() if contract else None,
+                "b_host_context": host_context,
                 "b_data": queued.data,
                 "b_now": now,
             }

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
-from parley.gateway import native
+from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
 from parley.gateway.errors import BodyLimit, install_error_handlers
 from parley.gateway.feeds import Feeds
@@ -56,6 +56,9 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.state.feeds = feeds
     install_error_handlers(app)
     app.include_router(native.router)
+    app.include_router(agui.router)
+    app.include_router(aisdk.router)
+    app.include_router(responses.router)
     _health_routes(app, client)
     _page_routes(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -168,8 +171,38 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         "oneOf": variants,
         "discriminator": {"propertyName": "kind"},
     }
+    schemas["ServerSentEvent"] = {
+        "description": "One event of a turn's event stream: `id` its seq, `event` its "
+        "kind, `data` the Event as JSON.",
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+            "event": {"type": "string", "enum": [kind.value for kind in PAYLOADS]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/Event"},
+            },
+        },
+    }
+    _parameters_are_never_null(document)
     app.openapi_schema = document
     return document
+
+
+def _parameters_are_never_null(document: dict[str, Any]) -> None:
+    """An optional query or header parameter is absent or a value: FastAPI declares one
+    typed ``X | None`` as ``anyOf: [X, null]``, which a client reads as 'send null' and
+    the gateway refuses (``after=null`` is not a seq).  Such a schema becomes ``X``."""
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", ()):
+                schema = parameter.get("schema", {})
+                options = [o for o in schema.get("anyOf", ()) if o != {"type": "null"}]
+                if "anyOf" in schema and len(options) == 1:
+                    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+                    parameter["schema"] = {**rest, **options[0]}
 
 
 class AccessLog:

@@ -107,13 +107,15 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status, exc.type_name, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         if any(item.get("type") == "json_invalid" for item in exc.errors()):
-            return error_response(400, "InvalidRequest", "the body is not valid JSON")
+            return _malformed(request)
         return error_response(422, "InvalidRequest", describe_validation(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8, say)
+            return _malformed(request)
         type_name = TYPE_OF_STATUS.get(exc.status_code, "HTTPError")
         message = exc.detail if isinstance(exc.detail, str) else type_name
         return error_response(exc.status_code, type_name, message, dict(exc.headers or {}))
@@ -122,6 +124,27 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", exc_info=exc)
         return error_response(500, "InternalError", "the gateway failed; retry later")
+
+
+def _malformed(request: Request) -> JSONResponse:
+    """400 for a body that is not JSON.  FastAPI parses a body before it resolves the
+    route's dependencies, the bearer check among them: a caller without a known token
+    hears 401 first, as from every other /v1 request, not how its body was malformed."""
+    refusal = _unauthenticated(request)
+    if refusal is not None:
+        return error_response(401, refusal.type_name, refusal.message, refusal.headers)
+    return error_response(400, "InvalidRequest", "the body is not valid JSON")
+
+
+def _unauthenticated(request: Request) -> GatewayError | None:
+    """The 401 of a request without a bearer token the gateway knows, if it is one (the
+    check the ``tenant`` dependency makes, for a refusal made before that could run)."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials:
+        return unauthorized("this needs an Authorization: Bearer token")
+    if request.app.state.tokens.tenant_of(credentials) is None:
+        return unauthorized("the bearer token is not one this gateway knows")
+    return None
 
 
 class BodyLimit:
@@ -139,6 +162,13 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        if b"content-type" not in headers and scope["method"] in ("POST", "PUT", "PATCH"):
+            # A body sent without saying what it is (curl -d with -H dropped, a bare
+            # fetch) is read as the JSON every route takes, not refused as "not a dict".
+            scope = {
+                **scope,
+                "headers": [*scope["headers"], (b"content-type", b"application/json")],
+            }
         kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if kind and not (kind == b"application/json" or kind.endswith(b"+json")):
             await self._refuse(

@@ -5,9 +5,10 @@ A :class:`TurnFeed` follows its turn once, on one thread, with the same reader a
 ``TurnHandle.events`` (replay buffer, then the store, then live: SPEC §2.8), and keeps the
 turn's events in one list.  Subscribers are asynchronous: each holds an index into that
 list and waits on the feed's signal, so a thousand browsers on one turn cost one Redis
-reader, one list and a thousand small cursors.  A slow subscriber only falls behind in
-the list (its socket's send blocks it alone); one more than :data:`MAX_LAG` events behind
-is dropped, and reconnects with ``Last-Event-ID``.
+reader, one list and a thousand small cursors.  Each event is encoded for the wire once
+per feed, and what a subscriber is behind by goes out in one chunk.  A slow subscriber
+only falls behind in the list (its socket's send blocks it alone); one more than
+:data:`MAX_LAG` events behind is dropped, and reconnects with ``Last-Event-ID``.
 
 A feed nobody follows any more stops after :data:`LINGER_SECONDS` (a reconnecting reader
 finds it still there); one whose turn has ended is reused only while the store agrees the
@@ -20,14 +21,17 @@ import asyncio
 import bisect
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 
-from parley.client import Client
+from parley.client import Client, TurnHandle
 from schemas.events import Event
+from schemas.records import TurnRecord
 
 log = logging.getLogger("parley.gateway.feeds")
 
 MAX_LAG = 10_000
+CHUNK_EVENTS = 256
 LINGER_SECONDS = 10.0
 
 
@@ -38,9 +42,17 @@ class FellBehind(Exception):
 class TurnFeed:
     """One turn's events, read once for every subscriber of this process."""
 
-    def __init__(self, client: Client, turn_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        client: Client,
+        turn_id: str,
+        loop: asyncio.AbstractEventLoop,
+        record: TurnRecord | None = None,
+    ) -> None:
         self.turn_id = turn_id
+        self._record = record
         self.events: list[Event] = []
+        self._frames: list[bytes] = []  # events[i] encoded, for as many as were asked
         self.done = False
         self.failure: BaseException | None = None
         self.subscribers = 0
@@ -76,6 +88,14 @@ class TurnFeed:
         """Set when the feed next changes (take it before looking at the feed)."""
         return self._signal
 
+    def encoded(self, start: int, stop: int, encode: Callable[[Event], bytes]) -> bytes:
+        """``events[start:stop]`` as ``encode`` makes them, joined; each event is encoded
+        once, for every subscriber (the encoder must be the same for all)."""
+        frames = self._frames
+        while len(frames) < stop:
+            frames.append(encode(self.events[len(frames)]))
+        return frames[start] if stop - start == 1 else b"".join(frames[start:stop])
+
     def index_after(self, seq: int) -> int:
         """The position of the first event with a seq above ``seq``."""
         return bisect.bisect_right(self.events, seq, key=lambda event: event.seq)
@@ -85,7 +105,13 @@ class TurnFeed:
     def _follow(self) -> None:
         failure: BaseException | None = None
         try:
-            handle = self._client.attach(self.turn_id)
+            # A subscriber that read the turn already hands it over: one read less
+            # before the feed reads Redis (on the way to a new turn's first token).
+            record = self._record
+            if record is None:
+                handle = self._client.attach(self.turn_id)
+            else:
+                handle = TurnHandle(self._client, record)
             for event in handle.events(after=0, stop=self._stop):
                 with self._inbox_lock:
                     self._inbox.append(event)
@@ -153,35 +179,75 @@ class Feeds:
         """Subscribers across every feed."""
         return sum(feed.subscribers for feed in self._feeds.values())
 
-    async def subscribe(self, turn_id: str, after: int) -> AsyncIterator[Event]:
+    async def subscribe(
+        self, turn_id: str, after: int, *, record: TurnRecord | None = None
+    ) -> AsyncIterator[Event]:
         """The turn's events with seq > ``after``, once each and in order, ending after the
         turn's ``end``; :class:`FellBehind` if this subscriber falls too far behind, and the
-        reader's own error if it failed."""
-        feed = await self._acquire(turn_id)
+        reader's own error if it failed.  ``record``: the turn, if the caller has read it
+        (a feed made for this subscriber then need not read it again)."""
+        async with aclosing(self._spans(turn_id, after, record)) as spans:
+            async for feed, start, stop in spans:
+                for event in feed.events[start:stop]:
+                    yield event
+
+    async def frames(
+        self,
+        turn_id: str,
+        after: int,
+        encode: Callable[[Event], bytes],
+        *,
+        record: TurnRecord | None = None,
+    ) -> AsyncIterator[bytes]:
+        """The same events as :meth:`subscribe`, as ``encode`` makes them bytes: each
+        event is encoded once per feed, for every subscriber of the turn, and the events a
+        subscriber is behind by go out joined, in one chunk of up to :data:`CHUNK_EVENTS`
+        (so the further behind it is, the less each event costs it)."""
+        async with aclosing(self._spans(turn_id, after, record)) as spans:
+            async for feed, start, stop in spans:
+                for first in range(start, stop, CHUNK_EVENTS):
+                    yield feed.encoded(first, min(stop, first + CHUNK_EVENTS), encode)
+
+    async def _spans(
+        self, turn_id: str, after: int, record: TurnRecord | None
+    ) -> AsyncGenerator[tuple[TurnFeed, int, int], None]:
+        """Spans ``feed.events[start:stop]`` of the turn's events with seq > ``after``,
+        in order, each new to this subscriber, until the turn's end."""
+        feed = await self._acquire(turn_id, record)
         try:
-            index = feed.index_after(after)
+            index = 0
+            # A subscriber may start far behind (a long turn read from its start): the
+            # lag only counts once it has caught up, as a measure of falling behind.
+            caught_up = False
             while True:
                 signal = feed.signal
-                while index < len(feed.events):
-                    if len(feed.events) - index > MAX_LAG:
+                if index < len(feed.events) and feed.events[index].seq <= after:
+                    # The feed began with this subscriber (a reconnect to another process,
+                    # or after the feed retired) and reads the turn from its start: what
+                    # it has read so far may still end before ``after``.
+                    index = feed.index_after(after)
+                stop = len(feed.events)
+                if stop > index:
+                    if caught_up and stop - index > MAX_LAG:
                         raise FellBehind(f"more than {MAX_LAG} events behind on {turn_id}")
-                    event = feed.events[index]
-                    index += 1
-                    yield event
+                    yield feed, index, stop
+                    index = stop
+                    continue  # the feed may have grown while the span was sent
                 if feed.done:
                     if feed.failure is not None:
                         raise feed.failure
                     return
+                caught_up = True
                 await signal.wait()
         finally:
             self._release(feed)
 
-    async def _acquire(self, turn_id: str) -> TurnFeed:
+    async def _acquire(self, turn_id: str, record: TurnRecord | None) -> TurnFeed:
         feed = self._feeds.get(turn_id)
         if feed is not None and feed.done and not await self._still_current(feed):
             feed = None
         if feed is None:
-            feed = TurnFeed(self._client, turn_id, asyncio.get_running_loop())
+            feed = TurnFeed(self._client, turn_id, asyncio.get_running_loop(), record)
             self._feeds[turn_id] = feed
             feed.start()
         feed.cancel_linger()

@@ -16,16 +16,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, TurnHandle
-from parley.errors import InvalidRequest
+from parley.client import MAX_SEQ, Client, Session, TurnHandle, check_metadata
+from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_session, owned_turn, tenant
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id, tenant
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store import new_id
@@ -47,9 +47,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events: each `id: SEQ`, `event: KIND`, `data: Event` "
-        "(see the Event and *Payload schemas); `: keep-alive` comments while idle; the "
-        "stream closes after `end`.",
-        "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+        "(see the ServerSentEvent, Event and *Payload schemas); `: keep-alive` comments "
+        "while idle; the stream closes after `end`.",
+        # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event.
+        "content": {
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/ServerSentEvent"}}
+        },
     }
 }
 
@@ -79,11 +82,18 @@ def feeds_of(request: Request) -> Feeds:
 
 @router.post("/sessions", status_code=201, response_model=r.Session, tags=["sessions"])
 def create_session(
-    body: r.SessionCreate, request: Request, owner: Tenant, response: Response
+    request: Request,
+    owner: Tenant,
+    response: Response,
+    body: Annotated[r.SessionCreate | None, Body()] = None,
 ) -> r.Session:
-    """Open a session about a workspace of the tenant's (made if missing)."""
+    """Open a session about a workspace of the tenant's (made if missing).  Every field
+    is optional, and so is the body."""
+    body = body or r.SessionCreate(workspace=None, metadata=None)
     client = client_of(request)
     session_id = new_id()
+    if body.metadata is not None:
+        check_metadata(body.metadata)  # refused before the workspace directory is made
     root = workspace_root(settings_of(request).workspaces, owner, body.workspace or session_id)
     session = client.open_session(root, metadata=body.metadata, tenant=owner, session_id=session_id)
     response.headers["Location"] = f"/v1/sessions/{session.id}"
@@ -98,6 +108,8 @@ def list_sessions(
     before: Annotated[str | None, Query(min_length=1, max_length=36)] = None,
 ) -> r.Sessions:
     """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
+    if before is not None and not plausible_id(before):
+        raise SessionNotFound(f"no session {before!r}")
     records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
     return r.Sessions(sessions=[r.Session.of(record) for record in records])
 
@@ -126,15 +138,20 @@ def submit_turn(
     """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
     answers the turn it made (``200``) and queues nothing."""
     client = client_of(request)
-    owned_session(client, session_id, owner)
+    record = owned_session(client, session_id, owner)
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise InvalidRequest("request_id and the Idempotency-Key header differ")
     request_id = body.request_id or idempotency_key or None
     contract = None
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
-    handle = client.session(session_id).submit(
-        body.prompt, contract=contract, request_id=request_id, if_busy=body.if_busy
+    # The session as owned_session just read it (client.session would read it again).
+    handle = Session(client, record).submit(
+        body.prompt,
+        contract=contract,
+        request_id=request_id,
+        if_busy=body.if_busy,
+        context=body.context,
     )
     if not handle.created:
         response.status_code = 200
@@ -195,19 +212,22 @@ async def events(
     request: Request,
     owner: Tenant,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(max_length=20, pattern=r"^\s*[0-9]*\s*$", description="The last seq seen"),
+    ] = None,
 ) -> EventSourceResponse:
     """The turn's events after ``?after=`` or ``Last-Event-ID`` (0 if neither), each once
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
     start = after if after is not None else _last_event_id(last_event_id)
     client = client_of(request)
-    await asyncio.to_thread(owned_turn, client, turn_id, owner)
+    record = await asyncio.to_thread(owned_turn, client, turn_id, owner)
     feeds = feeds_of(request)
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[bytes]:
         try:
-            async for event in feeds.subscribe(turn_id, start):
-                yield sse_of(event)
+            async for frames in feeds.frames(turn_id, start, encode=sse_bytes, record=record):
+                yield frames
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
@@ -215,15 +235,22 @@ async def events(
 
 
 def _last_event_id(value: str | None) -> int:
+    """The seq a ``Last-Event-ID`` names (digits, as its pattern says).  No seq is above
+    :data:`MAX_SEQ`, so a larger one asks for what :data:`MAX_SEQ` does: nothing more."""
     if value is None or not value.strip():
         return 0
     try:
         seq = int(value)
     except ValueError:
         raise InvalidRequest("Last-Event-ID must be a seq (a whole number)") from None
-    if not 0 <= seq <= MAX_SEQ:
-        raise InvalidRequest(f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}")
-    return seq
+    if seq < 0:
+        raise InvalidRequest("Last-Event-ID must be a seq (a whole number)")
+    return min(seq, MAX_SEQ)
+
+
+SSE_LINE_END = "\n"
+"""What ends an SSE line here.  sse_starlette's response takes a ``sep`` for what it
+encodes itself, but a ``ServerSentEvent`` keeps its own (CRLF unless told)."""
 
 
 def sse_of(event: Event) -> ServerSentEvent:
@@ -232,19 +259,27 @@ def sse_of(event: Event) -> ServerSentEvent:
         data=json.dumps(event.to_json(), separators=(",", ":")),
         event=str(event.kind),
         id=str(event.seq),
+        sep=SSE_LINE_END,
     )
 
 
+def sse_bytes(event: Event) -> bytes:
+    """An event's SSE frame, encoded (what :func:`sse_of` makes, as bytes)."""
+    return sse_of(event).encode()
+
+
 def event_stream(
-    frames: AsyncIterator[ServerSentEvent], settings: GatewaySettings, **headers: str
+    frames: AsyncIterator[ServerSentEvent] | AsyncIterator[bytes],
+    settings: GatewaySettings,
+    **headers: str,
 ) -> EventSourceResponse:
     """A ``text/event-stream`` response of ``frames`` with ``: keep-alive`` comments while
     idle; lines end in LF (the form every SSE parser takes)."""
     return EventSourceResponse(
         frames,
-        ping=max(1, round(settings.keepalive_seconds)),
-        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
-        sep="\n",
+        ping=settings.keepalive_seconds,
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep=SSE_LINE_END),
+        sep=SSE_LINE_END,
         headers={"Cache-Control": "no-cache", **headers},
     )
 
@@ -266,16 +301,19 @@ async def result(
     client = client_of(request)
     details = await asyncio.to_thread(_details, client, turn_id, owner)
     if not details.status.terminal and wait > 0:
+        ended = False
         try:
             async with asyncio.timeout(wait):
                 async for event in feeds_of(request).subscribe(turn_id, 0):
                     if event.kind is EventKind.END:
                         details = await asyncio.to_thread(_details, client, turn_id, owner)
                         if details.status.terminal:
+                            ended = True
                             break
         except TimeoutError:
             pass
-        details = await asyncio.to_thread(_details, client, turn_id, owner)
+        if not ended:  # (an end just read is the turn as it stands)
+            details = await asyncio.to_thread(_details, client, turn_id, owner)
     status = 200 if details.status.terminal else 202
     return JSONResponse(details.model_dump(mode="json"), status_code=status)
 

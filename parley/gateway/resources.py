@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
+from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
@@ -19,6 +19,12 @@ from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnSta
 
 MAX_LIST = 200
 MAX_WAIT_SECONDS = 60
+# A prompt or a steer must have a character that is not white space: the client refuses
+# one that strip() empties ("the prompt is empty"), and the document says so with this
+# pattern (spelt out, since regex engines differ on what \s is).
+NOT_BLANK = "[^{}]".format(
+    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
+)
 
 
 class Body(BaseModel):
@@ -42,7 +48,9 @@ class TurnCreate(Body):
     """``POST /v1/sessions/{id}/turns``.  Budgets only: a ``check`` command is never
     accepted over HTTP."""
 
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_BYTES)
+    prompt: str = Field(
+        min_length=1, max_length=MAX_PROMPT_BYTES, json_schema_extra={"pattern": NOT_BLANK}
+    )
     request_id: str | None = Field(
         None,
         min_length=1,
@@ -52,14 +60,22 @@ class TurnCreate(Body):
     if_busy: IfBusy = IfBusy.ENQUEUE
     max_steps: int | None = Field(None, ge=1, le=10_000)
     max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    context: dict[str, Any] | None = Field(
+        None,
+        description="The host context of this turn (a JSON object of at most "
+        f"{MAX_CONTEXT_BYTES} bytes): it reaches the host's hooks, tools and model "
+        "request, never the conversation.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _no_check(cls, data: Any) -> Any:
         if isinstance(data, dict) and "check" in data:
             raise ValueError("a check command is never accepted over HTTP: budgets only")
-        if isinstance(data, dict) and "context" in data:
-            raise ValueError("context (host context for a turn) is not supported by this version")
+        for name in ("max_steps", "max_tokens"):
+            # ``true`` is no budget of one (JSON Schema's integers include 2.0, though).
+            if isinstance(data, dict) and isinstance(data.get(name), bool):
+                raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
 
 
@@ -72,7 +88,9 @@ class BranchRequest(Body):
 class SayRequest(Body):
     """``POST /v1/turns/{id}/say``."""
 
-    text: str = Field(min_length=1, max_length=MAX_STEER_BYTES)
+    text: str = Field(
+        min_length=1, max_length=MAX_STEER_BYTES, json_schema_extra={"pattern": NOT_BLANK}
+    )
 
 
 class ApprovalDecision(Body):

@@ -7,7 +7,6 @@ with the token it generated; it refuses any other address, so a forgotten
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import os
@@ -126,5 +125,7 @@ def serve(
         timeout_keep_alive=30,
     )
     server = _Server(config, announce)
-    asyncio.run(server.serve())
+    # run(), not asyncio.run(serve()): run() takes the event loop uvicorn's config names
+    # (uvloop, installed with uvicorn's standard extra); asyncio.run would take asyncio's.
+    server.run()
     return 0 if server.started else 1

@@ -58,7 +58,7 @@ def tenant(
 
 def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
     """The session if ``owner`` owns it; another tenant's answers as an unknown one."""
-    if not _plausible_id(session_id):
+    if not plausible_id(session_id):
         raise SessionNotFound(f"no session {session_id!r}")
     record = client.store.get_session(session_id)
     if record.tenant != owner:
@@ -68,7 +68,7 @@ def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
 
 def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     """The turn if ``owner`` owns its session; another tenant's answers as an unknown one."""
-    if not _plausible_id(turn_id):
+    if not plausible_id(turn_id):
         raise TurnNotFound(f"no turn {turn_id!r}")
     turn = client.store.get_turn(turn_id)
     if client.store.get_session(turn.session_id).tenant != owner:
@@ -76,7 +76,7 @@ def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     return turn
 
 
-def _plausible_id(value: str) -> bool:
+def plausible_id(value: str) -> bool:
     """Whether ``value`` could be a parley id at all (else it is unknown, without a query)."""
     try:
         validate_ids(value)

@@ -82,6 +82,7 @@ EXPECTED = [
     ("README.md", "session = client.open_session(root=str(root))", "finished Heard: "),
     ("README.md", ".venv/bin/parley beat &", "heard: hello"),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "event: end"),
+    ("transcript.md", "def to_host", "['user', 'agent', 'tool_result', 'agent']"),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
 ]
 

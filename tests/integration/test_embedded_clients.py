@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -73,7 +74,8 @@ def test_a_kick_that_meets_a_failing_driver_gets_a_driver_of_its_own(
                 raise RuntimeError("the database went away")
             second_drive.set()
 
-    kicker = EmbeddedKicker(lambda: cast(TurnEngine, object()))
+    engine = SimpleNamespace(host=SimpleNamespace(approval_timeout=None))
+    kicker = EmbeddedKicker(lambda: cast(TurnEngine, engine))
 
     class SubmissionDuringTheFailure:
         """The log line the failing driver writes, with a submission landing meanwhile."""
@@ -100,7 +102,8 @@ def test_no_driver_starts_after_close(monkeypatch: pytest.MonkeyPatch) -> None:
             drives.append(session_id)
 
     monkeypatch.setattr(kickers, "SessionDriver", Records)
-    kicker = EmbeddedKicker(lambda: cast(TurnEngine, object()))
+    engine = SimpleNamespace(host=SimpleNamespace(approval_timeout=None))
+    kicker = EmbeddedKicker(lambda: cast(TurnEngine, engine))
     ready = kicker.ready
 
     def closed_right_after_the_check() -> None:

@@ -44,6 +44,9 @@ class EndedHandle:
     def say(self, text: str) -> None:
         raise TurnEnded("the turn has ended")
 
+    def approvals(self) -> list[parley.Approval]:
+        return []  # none of its calls waited for an answer
+
 
 def test_a_line_typed_as_the_turn_ends_starts_the_next_turn(
     client: parley.Client, tmp_path: Path

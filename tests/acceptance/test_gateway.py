@@ -1,0 +1,1194 @@
+"""The HTTP gateway (SPEC §6) through a real ``parley gateway`` process, on every
+deployment: embedded on SQLite, embedded on PostgreSQL, and a fleet producer in front of
+real workers.  Route by route and status by status: the resources, the event stream, the
+error form, tenants, workspaces and tokens.
+
+One gateway per deployment serves the module (``tests/gateway.py``); each test takes
+fresh tenants from it, so its scripted model's rules and its sessions are its own.  The
+approval and protocol routes (AG-UI, chat, responses) are tested with their features.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from schemas.events import EventKind
+from tests.gateway import (
+    Gateway,
+    Gateways,
+    SseMessage,
+    Tenant,
+    deployment_env,
+    make_tokens,
+    start_gateway,
+)
+
+KEEPALIVE_SECONDS = 0.5
+
+SESSION_FIELDS = {"id", "workspace", "metadata", "head_turn_id", "created_at"}
+TURN_FIELDS = {
+    "turn_id",
+    "session_id",
+    "parent_id",
+    "run_id",
+    "prompt",
+    "status",
+    "reply",
+    "created_at",
+}
+DETAIL_FIELDS = TURN_FIELDS | {"steps", "usage", "error", "undelivered", "pending_approvals"}
+EVENT_FIELDS = {"turn_id", "seq", "kind", "data"}
+STATUSES = {
+    "queued",
+    "running",
+    "waiting",
+    "finished",
+    "succeeded",
+    "check_failed",
+    "budget_exceeded",
+    "cancelled",
+    "failed",
+}
+TERMINAL = STATUSES - {"queued", "running", "waiting"}
+# SPEC §6's routes but approvals and the protocols (tested with their features).
+ROUTES = [
+    ("post", "/v1/sessions"),
+    ("get", "/v1/sessions"),
+    ("get", "/v1/sessions/{session_id}"),
+    ("post", "/v1/sessions/{session_id}/turns"),
+    ("get", "/v1/sessions/{session_id}/history"),
+    ("get", "/v1/sessions/{session_id}/tree"),
+    ("post", "/v1/sessions/{session_id}/branch"),
+    ("get", "/v1/turns/{turn_id}"),
+    ("get", "/v1/turns/{turn_id}/events"),
+    ("get", "/v1/turns/{turn_id}/result"),
+    ("post", "/v1/turns/{turn_id}/say"),
+    ("post", "/v1/turns/{turn_id}/interrupt"),
+    ("post", "/v1/turns/{turn_id}/resume"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+]
+
+ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
+GATED = {
+    "when": "^gated",
+    "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok: {last_message}"}],
+}
+RETRY = {
+    "when": "retry policy",
+    "steps": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "retry.py"}}]},
+        {"text": "It retries 502 and 504.", "chunk_chars": 4},
+    ],
+}
+LOOP = {
+    "when": "^loop",
+    "steps": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "missing.txt"}}]}],
+}
+STREAM_TEXT = "".join(f"word{i} " for i in range(60))
+STREAM = {"when": "^stream", "steps": [{"text": STREAM_TEXT, "chunk_chars": 6, "delay_ms": 25}]}
+
+
+# ------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    pool = Gateways(
+        tmp_path_factory.mktemp("gateways"),
+        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
+    )
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
+    return gateways.get(backend, request)
+
+
+@pytest.fixture
+def alpha(gateway: Gateway) -> Tenant:
+    tenant = gateway.tenant()
+    tenant.control.script([GATED, RETRY, LOOP, STREAM, ECHO])
+    return tenant
+
+
+@pytest.fixture
+def beta(gateway: Gateway) -> Tenant:
+    tenant = gateway.tenant()
+    tenant.control.script([GATED, RETRY, LOOP, STREAM, ECHO])
+    return tenant
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def unknown_id() -> str:
+    return str(uuid.uuid4())
+
+
+def assert_error(response: httpx.Response, status: int, type_name: str) -> dict[str, Any]:
+    """``response`` is the error form with ``status`` and ``type``, and names nothing of
+    the server's insides."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"type", "message"}, body
+    assert body["error"]["type"] == type_name, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    for internal in ("Traceback", 'File "', ".py", "sqlalchemy", "psycopg"):
+        assert internal not in response.text, response.text
+    return body
+
+
+def assert_utc(value: str) -> None:
+    """An ISO 8601 time in UTC."""
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    assert parsed.utcoffset() is not None and parsed.utcoffset() == UTC.utcoffset(None), value
+
+
+def ended_events(tenant: Tenant, turn_id: str) -> list[dict[str, Any]]:
+    """The durable events of an ended turn (tokens may age out of the replay buffer)."""
+    return [e for e in tenant.event_json(turn_id) if e["kind"] != "token"]
+
+
+def snapshot(tenant: Tenant) -> dict[str, Any]:
+    """What a refused request must not change: the tenant's sessions, each session's
+    tree, every ended turn's durable events, and the tenant's workspace directories."""
+    listing = tenant.http.get("/v1/sessions", params={"limit": 200})
+    assert listing.status_code == 200, listing.text
+    sessions = listing.json()["sessions"]
+    state: dict[str, Any] = {
+        "sessions": sessions,
+        "workspaces": sorted(p.name for p in tenant.workspaces.iterdir()),
+    }
+    for session in sessions:
+        tree = tenant.http.get(f"/v1/sessions/{session['id']}/tree").json()["turns"]
+        state[session["id"]] = tree
+        for turn in tree:
+            if turn["status"] in TERMINAL:
+                state[turn["turn_id"]] = ended_events(tenant, turn["turn_id"])
+    return state
+
+
+def tree_of(tenant: Tenant, session_id: str) -> list[dict[str, Any]]:
+    response = tenant.http.get(f"/v1/sessions/{session_id}/tree")
+    assert response.status_code == 200, response.text
+    turns: list[dict[str, Any]] = response.json()["turns"]
+    return turns
+
+
+def history_of(tenant: Tenant, session_id: str) -> list[dict[str, Any]]:
+    response = tenant.http.get(f"/v1/sessions/{session_id}/history")
+    assert response.status_code == 200, response.text
+    turns: list[dict[str, Any]] = response.json()["turns"]
+    return turns
+
+
+def session_of(tenant: Tenant, session_id: str) -> dict[str, Any]:
+    response = tenant.http.get(f"/v1/sessions/{session_id}")
+    assert response.status_code == 200, response.text
+    session: dict[str, Any] = response.json()
+    return session
+
+
+def requests_of(tenant: Tenant, turn_id: str) -> list[dict[str, Any]]:
+    """What the scripted model was sent for the turn."""
+    return [r for r in tenant.control.requests() if r["turn_id"] == turn_id]
+
+
+def gated_turn(tenant: Tenant, session_id: str, prompt: str = "gated job") -> dict[str, Any]:
+    """A turn held inside its first step's tool call until the test opens the gate."""
+    turn = tenant.submit(session_id, prompt)
+    tenant.control.wait_entered()
+    return turn
+
+
+def check_frames(messages: list[SseMessage]) -> list[dict[str, Any]]:
+    """Each frame is ``id: SEQ``, ``event: KIND``, ``data: Event JSON``; the events."""
+    events = []
+    for message in messages:
+        event = message.json()
+        assert set(event) == EVENT_FIELDS, event
+        assert message.id == str(event["seq"]), message
+        assert message.event == event["kind"], message
+        events.append(event)
+    return events
+
+
+# ------------------------------------------------------------------------ sessions
+
+
+def test_sessions_are_created_read_and_listed_newest_first_in_pages(alpha: Tenant) -> None:
+    response = alpha.http.post(
+        "/v1/sessions", json={"workspace": "project-1", "metadata": {"team": ["a", 1]}}
+    )
+    assert response.status_code == 201, response.text
+    named = response.json()
+    assert set(named) == SESSION_FIELDS
+    assert named["workspace"] == "project-1"
+    assert named["metadata"] == {"team": ["a", 1]}
+    assert named["head_turn_id"] is None
+    assert_utc(named["created_at"])
+    assert response.headers["location"] == f"/v1/sessions/{named['id']}"
+    assert (alpha.workspaces / "project-1").is_dir()
+    assert session_of(alpha, named["id"]) == named
+
+    plain = alpha.new_session()  # no workspace: it is named after the session
+    assert plain["workspace"] == plain["id"] and plain["metadata"] == {}
+    assert (alpha.workspaces / plain["id"]).is_dir()
+    bodiless = alpha.http.post("/v1/sessions")  # every field is optional, so is the body
+    assert bodiless.status_code == 201, bodiless.text
+    assert bodiless.json()["workspace"] == bodiless.json()["id"]
+    shared = alpha.new_session(workspace="project-1")  # sessions may share one
+    assert shared["workspace"] == "project-1" and shared["id"] != named["id"]
+    longest = alpha.new_session(workspace="W" * 64)
+    assert longest["workspace"] == "W" * 64
+
+    ids = [named["id"], plain["id"], bodiless.json()["id"], shared["id"], longest["id"]]
+    ids += [alpha.new_session()["id"] for _ in range(47)]  # 52 in all
+    newest_first = ids[::-1]
+
+    listing = alpha.http.get("/v1/sessions")
+    assert listing.status_code == 200
+    assert set(listing.json()) == {"sessions"}
+    sessions = listing.json()["sessions"]
+    assert [s["id"] for s in sessions] == newest_first[:50]  # the default limit
+    assert sessions[-1] == session_of(alpha, newest_first[49])
+
+    pages: list[str] = []
+    before: str | None = None
+    while True:
+        params: dict[str, Any] = (
+            {"limit": 20} if before is None else {"limit": 20, "before": before}
+        )
+        page = alpha.http.get("/v1/sessions", params=params).json()["sessions"]
+        assert len(page) <= 20
+        pages += [s["id"] for s in page]
+        if len(page) < 20:
+            break
+        before = page[-1]["id"]
+    assert pages == newest_first
+    everything = alpha.http.get("/v1/sessions", params={"limit": 200}).json()["sessions"]
+    assert [s["id"] for s in everything] == newest_first
+    last = alpha.http.get("/v1/sessions", params={"before": ids[0]}).json()["sessions"]
+    assert last == []
+
+
+def test_listing_refuses_bad_limits_and_unknown_pages(alpha: Tenant) -> None:
+    alpha.new_session()
+    for limit in ("0", "-1", "many", "1.5"):
+        assert_error(alpha.http.get("/v1/sessions", params={"limit": limit}), 422, "InvalidRequest")
+    for before in (unknown_id(), "a\x00b", "x" * 36):
+        missing = alpha.http.get("/v1/sessions", params={"before": before})
+        assert_error(missing, 404, "SessionNotFound")
+
+
+# ------------------------------------------------------------------------ turns
+
+
+def test_a_turn_is_accepted_runs_and_reads_back_in_history_and_tree(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    response = alpha.http.post(f"/v1/sessions/{session['id']}/turns", json={"prompt": "hello"})
+    assert response.status_code == 202, response.text
+    turn = response.json()
+    assert set(turn) == TURN_FIELDS
+    assert turn["session_id"] == session["id"] and turn["prompt"] == "hello"
+    assert turn["parent_id"] is None and turn["status"] in STATUSES
+    assert_utc(turn["created_at"])
+    assert response.headers["location"] == f"/v1/turns/{turn['turn_id']}"
+
+    done = alpha.result(turn["turn_id"])
+    assert set(done) == DETAIL_FIELDS
+    assert (done["turn_id"], done["run_id"]) == (turn["turn_id"], turn["run_id"])
+    assert done["status"] == "finished" and done["reply"] == "heard: hello"
+    assert done["steps"] == 1 and done["error"] is None
+    assert set(done["usage"]) == {"input_tokens", "output_tokens"}
+    assert done["usage"]["input_tokens"] > 0 and done["usage"]["output_tokens"] > 0
+    assert done["undelivered"] == [] and done["pending_approvals"] == []
+    details = alpha.http.get(f"/v1/turns/{turn['turn_id']}")
+    assert details.status_code == 200 and details.json() == done
+
+    second = alpha.submit(session["id"], "and again")
+    assert alpha.result(second["turn_id"])["reply"] == "heard: and again"
+    history = history_of(alpha, session["id"])
+    assert [t["turn_id"] for t in history] == [turn["turn_id"], second["turn_id"]]
+    assert all(set(t) == TURN_FIELDS for t in history)
+    assert history[1]["parent_id"] == turn["turn_id"]
+    assert history[0] == {k: done[k] for k in TURN_FIELDS}
+    assert tree_of(alpha, session["id"]) == history
+    assert session_of(alpha, session["id"])["head_turn_id"] == second["turn_id"]
+
+
+def test_a_failed_turn_says_why_in_its_details(alpha: Tenant) -> None:
+    alpha.control.fail_model("the model is down")
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    done = alpha.result(turn["turn_id"], wait=60)
+    assert done["status"] == "failed" and done["reply"] is None
+    assert "the model is down" in done["error"]
+    end = alpha.event_json(turn["turn_id"])[-1]
+    assert end["kind"] == "end" and end["data"]["outcome"] == "failed"
+
+
+def test_a_repeated_request_id_or_idempotency_key_answers_the_same_turn(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turns = f"/v1/sessions/{session['id']}/turns"
+    first = alpha.http.post(turns, json={"prompt": "do it once", "request_id": "req-42"})
+    assert first.status_code == 202, first.text
+    again = alpha.http.post(turns, json={"prompt": "do it once", "request_id": "req-42"})
+    assert again.status_code == 200, again.text
+    assert set(again.json()) == TURN_FIELDS
+    assert (again.json()["turn_id"], again.json()["run_id"]) == (
+        first.json()["turn_id"],
+        first.json()["run_id"],
+    )
+
+    key = {"Idempotency-Key": "key-7"}
+    keyed = alpha.http.post(turns, json={"prompt": "keyed"}, headers=key)
+    assert keyed.status_code == 202, keyed.text
+    keyed_again = alpha.http.post(turns, json={"prompt": "keyed"}, headers=key)
+    assert keyed_again.status_code == 200, keyed_again.text
+    assert keyed_again.json()["turn_id"] == keyed.json()["turn_id"]
+    both = alpha.http.post(turns, json={"prompt": "keyed", "request_id": "key-7"}, headers=key)
+    assert both.status_code == 200 and both.json()["turn_id"] == keyed.json()["turn_id"]
+
+    alpha.result(first.json()["turn_id"])
+    alpha.result(keyed.json()["turn_id"])
+    after_end = alpha.http.post(turns, json={"prompt": "do it once", "request_id": "req-42"})
+    assert after_end.status_code == 200
+    assert after_end.json()["turn_id"] == first.json()["turn_id"]
+    assert after_end.json()["status"] == "finished"
+
+    before = snapshot(alpha)
+    other_prompt = alpha.http.post(turns, json={"prompt": "something else", "request_id": "req-42"})
+    assert_error(other_prompt, 409, "Conflict")
+    differing = alpha.http.post(turns, json={"prompt": "x", "request_id": "a"}, headers=key)
+    assert_error(differing, 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+    tree = tree_of(alpha, session["id"])
+    assert [t["turn_id"] for t in tree] == [first.json()["turn_id"], keyed.json()["turn_id"]]
+
+
+def test_budgets_from_http_end_the_turn_budget_exceeded(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    steps = alpha.submit(session["id"], "loop forever", max_steps=2)
+    done = alpha.result(steps["turn_id"])
+    assert done["status"] == "budget_exceeded" and done["reply"] is None
+    assert done["steps"] == 2
+    tokens = alpha.submit(session["id"], "loop again", max_tokens=10)
+    done = alpha.result(tokens["turn_id"])
+    assert done["status"] == "budget_exceeded" and done["reply"] is None
+    unbounded = alpha.submit(session["id"], "no budget this time")
+    assert alpha.result(unbounded["turn_id"])["status"] == "finished"
+
+
+def test_if_busy_reject_is_409_session_busy_and_queues_nothing(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    gated = gated_turn(alpha, session["id"])
+    before = snapshot(alpha)
+    rejected = alpha.http.post(
+        f"/v1/sessions/{session['id']}/turns", json={"prompt": "rejected", "if_busy": "reject"}
+    )
+    assert_error(rejected, 409, "SessionBusy")
+    assert snapshot(alpha) == before
+    queued = alpha.submit(session["id"], "queued behind", if_busy="enqueue")
+    alpha.control.open_gate()
+    assert alpha.result(gated["turn_id"])["status"] == "finished"
+    assert alpha.result(queued["turn_id"])["reply"] == "heard: queued behind"
+    assert [t["prompt"] for t in tree_of(alpha, session["id"])] == ["gated job", "queued behind"]
+
+
+def test_a_turn_with_a_check_or_an_unknown_field_is_refused_and_changes_nothing(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session()
+    alpha.result(alpha.submit(session["id"], "first")["turn_id"])
+    turns = f"/v1/sessions/{session['id']}/turns"
+    before = snapshot(alpha)
+    bodies: list[Any] = [
+        {"prompt": "run the tests", "check": "pytest -q"},
+        {"prompt": "run the tests", "check": None},
+        {"prompt": "x", "promt": "typo"},
+        {},
+        {"prompt": ""},
+        {"prompt": 5},
+        {"prompt": None},
+        {"prompt": "x", "if_busy": "sometimes"},
+        {"prompt": "x", "max_steps": 0},
+        {"prompt": "x", "max_tokens": -1},
+        {"prompt": "x", "max_steps": "many"},
+        {"prompt": "x", "request_id": ""},
+        {"prompt": "x", "request_id": "r" * 201},
+        {"prompt": "x", "request_id": "nul\x00"},
+        {"prompt": "nul\x00"},
+        {"prompt": "   "},
+        [],
+        "a prompt",
+        None,
+    ]
+    for body in bodies:
+        response = alpha.http.post(turns, content=json.dumps(body), headers=JSON)
+        assert_error(response, 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+# ------------------------------------------------------------------------ branch
+
+
+def test_branch_moves_the_head_and_refuses_foreign_unknown_and_unstarted_turns(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session()
+    one = alpha.submit(session["id"], "one")
+    alpha.result(one["turn_id"])
+    two = alpha.submit(session["id"], "two")
+    alpha.result(two["turn_id"])
+
+    branch = f"/v1/sessions/{session['id']}/branch"
+    moved = alpha.http.post(branch, json={"turn_id": one["turn_id"]})
+    assert moved.status_code == 200, moved.text
+    assert set(moved.json()) == SESSION_FIELDS
+    assert moved.json()["head_turn_id"] == one["turn_id"]
+    assert moved.json() == session_of(alpha, session["id"])
+    three = alpha.submit(session["id"], "three")
+    assert alpha.result(three["turn_id"])["parent_id"] == one["turn_id"]
+    assert [t["prompt"] for t in history_of(alpha, session["id"])] == ["one", "three"]
+    assert [t["prompt"] for t in tree_of(alpha, session["id"])] == ["one", "two", "three"]
+
+    other = alpha.new_session()
+    elsewhere = alpha.submit(other["id"], "elsewhere")
+    alpha.result(elsewhere["turn_id"])
+    gated = gated_turn(alpha, session["id"])
+    waiting = alpha.submit(session["id"], "not started yet")
+
+    before = snapshot(alpha)
+    assert_error(
+        alpha.http.post(branch, json={"turn_id": elsewhere["turn_id"]}), 409, "ForeignTurn"
+    )
+    assert_error(alpha.http.post(branch, json={"turn_id": unknown_id()}), 404, "TurnNotFound")
+    assert_error(alpha.http.post(branch, json={"turn_id": waiting["turn_id"]}), 409, "Conflict")
+    nowhere = f"/v1/sessions/{unknown_id()}/branch"
+    assert_error(alpha.http.post(nowhere, json={"turn_id": one["turn_id"]}), 404, "SessionNotFound")
+    for body in ({}, {"turn_id": ""}, {"turn_id": one["turn_id"], "also": 1}, {"turn_id": 7}):
+        assert_error(alpha.http.post(branch, json=body), 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+
+    alpha.control.open_gate()
+    alpha.result(gated["turn_id"])
+    alpha.result(waiting["turn_id"])
+
+
+# ------------------------------------------------------------------------ events
+
+
+def test_the_event_stream_sends_every_event_once_in_order_and_closes_after_end(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session(workspace="repo")
+    (alpha.workspaces / "repo" / "retry.py").write_text("RETRY_ON = (502, 504)\n")
+    turn = alpha.submit(session["id"], "what does the retry policy retry?")
+    with alpha.stream(turn["turn_id"]) as stream:
+        assert stream.response.status_code == 200
+        assert stream.response.headers["content-type"].startswith("text/event-stream")
+        messages = list(stream.events())  # returns: the gateway closed the stream
+    events = check_frames(messages)
+    assert {e["turn_id"] for e in events} == {turn["turn_id"]}
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    kinds = [e["kind"] for e in events]
+    assert kinds[:2] == ["queued", "started"] and kinds[-1] == "end"
+    assert kinds.count("end") == 1
+    assert {"tool_call", "tool_result", "step", "token"} <= set(kinds)
+    result = next(e for e in events if e["kind"] == "tool_result")
+    assert result["data"]["content"] == "RETRY_ON = (502, 504)\n"
+    for step in (e for e in events if e["kind"] == "step"):
+        tokens = [
+            e for e in events if e["kind"] == "token" and e["data"]["step"] == step["data"]["index"]
+        ]
+        assert "".join(t["data"]["text"] for t in tokens) == step["data"]["text"]
+    end = events[-1]["data"]
+    assert end["outcome"] == "finished" and end["reply"] == "It retries 502 and 504."
+    assert alpha.result(turn["turn_id"])["reply"] == end["reply"]
+
+
+def test_a_reader_resumes_with_after_or_last_event_id_exactly_once(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "stream an essay")
+    turn_id = turn["turn_id"]
+    seen: list[dict[str, Any]] = []
+    with alpha.stream(turn_id) as stream:
+        for message in stream.events():
+            seen.append(message.json())
+            if len(seen) == 5:
+                break
+    assert alpha.http.get(f"/v1/turns/{turn_id}").json()["status"] == "running"
+    with alpha.stream(turn_id, headers={"Last-Event-ID": str(seen[-1]["seq"])}) as stream:
+        for message in stream.events():
+            seen.append(message.json())
+            if len(seen) == 12:
+                break
+    assert alpha.http.get(f"/v1/turns/{turn_id}").json()["status"] == "running"
+    seen += alpha.event_json(turn_id, after=seen[-1]["seq"])
+
+    assert [e["seq"] for e in seen] == list(range(1, len(seen) + 1))  # no gap, no repeat
+    assert seen[-1]["kind"] == "end"
+    text = "".join(e["data"]["text"] for e in seen if e["kind"] == "token")
+    assert text == STREAM_TEXT  # and every token of the one step, in order
+
+    whole = alpha.event_json(turn_id)
+    assert [e for e in whole if e["kind"] != "token"] == [e for e in seen if e["kind"] != "token"]
+    for k in (0, 3, len(seen) - 1, len(seen)):
+        later = [e for e in alpha.event_json(turn_id, after=k) if e["kind"] != "token"]
+        assert later == [e for e in seen if e["seq"] > k and e["kind"] != "token"]
+    by_header = alpha.events(turn_id, headers={"Last-Event-ID": str(len(seen) - 1)})
+    assert [m.json() for m in by_header] == [seen[-1]]
+
+
+def test_a_turn_read_again_after_its_end_gives_every_durable_event_with_its_seq(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session(workspace="repo")
+    (alpha.workspaces / "repo" / "retry.py").write_text("RETRY_ON = (502, 504)\n")
+    turn = alpha.submit(session["id"], "what does the retry policy retry?")
+    live = alpha.event_json(turn["turn_id"])
+    alpha.result(turn["turn_id"])
+    durable = [e for e in live if e["kind"] != "token"]
+    assert {"queued", "started", "tool_call", "tool_result", "step", "end"} <= {
+        e["kind"] for e in durable
+    }
+    for _ in range(2):
+        again = alpha.event_json(turn["turn_id"])
+        assert [e for e in again if e["kind"] != "token"] == durable
+        assert [e["seq"] for e in again] == sorted({e["seq"] for e in again})
+
+
+def test_a_first_reader_from_a_later_seq_starts_there(alpha: Tenant) -> None:
+    """No reader of this gateway has followed the turn before: it reads from ``after``."""
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    deadline = time.monotonic() + 30
+    while alpha.http.get(f"/v1/turns/{turn['turn_id']}").json()["status"] not in TERMINAL:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    later = alpha.event_json(turn["turn_id"], after=2)
+    assert later and later[0]["seq"] == 3, later
+    assert [e["seq"] for e in later] == list(range(3, len(later) + 3))
+    assert later[-1]["kind"] == "end"
+
+
+@pytest.mark.postgres
+def test_a_reader_reconnects_to_another_gateway_of_the_fleet(
+    gateways: Gateways, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """(The fleet only: embedded gateways each run their own turns, and a second one
+    sees another's tokens only from the store, after they commit.)"""
+    first = gateways.get("fleet-postgres", request)
+    env = deployment_env("fleet-postgres", request, "")
+    second = start_gateway(
+        env,
+        tmp_path,
+        tokens=first.tokens,
+        extra={"PARLEY_WORKSPACES": str(first.workspaces)},
+    )
+    try:
+        alpha = first.tenant()
+        alpha.control.script([STREAM])
+        also_alpha = second.tenant(alpha.name)
+        session = alpha.new_session()
+        turn_id = alpha.submit(session["id"], "stream an essay")["turn_id"]
+        seen: list[dict[str, Any]] = []
+        with alpha.stream(turn_id) as stream:
+            for message in stream.events():
+                seen.append(message.json())
+                if len(seen) == 6:
+                    break
+        assert also_alpha.http.get(f"/v1/turns/{turn_id}").json()["status"] == "running"
+        seen += [
+            m.json()
+            for m in also_alpha.events(turn_id, headers={"Last-Event-ID": str(seen[-1]["seq"])})
+        ]
+        assert [e["seq"] for e in seen] == list(range(1, len(seen) + 1))
+        assert seen[-1]["kind"] == "end"
+        assert "".join(e["data"]["text"] for e in seen if e["kind"] == "token") == STREAM_TEXT
+    finally:
+        second.stop()
+
+
+def test_a_queued_turns_stream_follows_it_from_queued_to_its_end(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    gated = gated_turn(alpha, session["id"])
+    queued = alpha.submit(session["id"], "wait your turn")
+    with alpha.stream(queued["turn_id"]) as stream:
+        events = stream.events()
+        first = next(events).json()
+        assert (first["seq"], first["kind"]) == (1, "queued")
+        status = alpha.http.get(f"/v1/turns/{queued['turn_id']}").json()["status"]
+        assert status == "queued"
+        alpha.control.open_gate()
+        rest = [m.json() for m in events]
+    assert [e["seq"] for e in rest] == list(range(2, len(rest) + 2))
+    assert rest[-1]["kind"] == "end" and rest[-1]["data"]["reply"] == "heard: wait your turn"
+    assert alpha.result(gated["turn_id"])["status"] == "finished"
+
+
+def test_an_idle_stream_gets_keep_alive_comments(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "gated and quiet")
+    comments: list[float] = []
+    events: list[dict[str, Any]] = []
+    entered = alpha.control.dir / "gate-entered"
+    with alpha.stream(turn["turn_id"]) as stream:
+        for message in stream.messages:
+            if message.comment is not None:
+                assert message.comment == "keep-alive"
+                if entered.exists():
+                    comments.append(time.monotonic())
+                if len(comments) == 6:
+                    alpha.control.open_gate()
+            else:
+                events.append(message.json())
+    assert events[-1]["kind"] == "end"
+    assert len(comments) >= 6
+    gaps = [b - a for a, b in itertools.pairwise(comments[:6])]
+    # At least every PARLEY_GATEWAY_KEEPALIVE seconds while nothing else is sent.
+    assert statistics.median(gaps) <= KEEPALIVE_SECONDS * 1.5, gaps
+    assert max(gaps) <= KEEPALIVE_SECONDS * 3, gaps
+
+
+def test_a_stream_refuses_bad_positions(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    alpha.result(turn["turn_id"])
+    events = f"/v1/turns/{turn['turn_id']}/events"
+    for params in ({"after": "-1"}, {"after": "x"}, {"after": str(2**31)}):
+        assert_error(alpha.http.get(events, params=params), 422, "InvalidRequest")
+    for header in ("-1", "seven", "1.5"):
+        response = alpha.http.get(events, headers={"Last-Event-ID": header})
+        assert_error(response, 422, "InvalidRequest")
+    # No seq is above 2**31-1: after a larger one there is nothing, as after that one.
+    assert alpha.events(turn["turn_id"], headers={"Last-Event-ID": "9" * 20}) == []
+    assert alpha.events(turn["turn_id"], after=2**31 - 1) == []
+
+
+# ------------------------------------------------------------------------ result
+
+
+def test_result_waits_for_the_end_and_answers_202_while_running(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = gated_turn(alpha, session["id"])
+    result = f"/v1/turns/{turn['turn_id']}/result"
+    running = alpha.http.get(result)
+    assert running.status_code == 202, running.text
+    assert set(running.json()) == DETAIL_FIELDS and running.json()["status"] == "running"
+    started = time.monotonic()
+    waited = alpha.http.get(result, params={"wait": 0.6})
+    assert waited.status_code == 202 and time.monotonic() - started >= 0.6
+    for wait in ("61", "-1", "soon"):
+        assert_error(alpha.http.get(result, params={"wait": wait}), 422, "InvalidRequest")
+
+    threading.Timer(0.5, alpha.control.open_gate).start()
+    started = time.monotonic()
+    done = alpha.http.get(result, params={"wait": 60})
+    assert done.status_code == 200, done.text
+    assert time.monotonic() - started < 30
+    assert done.json()["status"] == "finished" and done.json()["reply"] == "ok: gated job"
+    again = alpha.http.get(result)
+    assert again.status_code == 200 and again.json() == done.json()
+
+
+# ------------------------------------------------------------------------ steering
+
+
+def test_say_reaches_the_model_at_the_next_step_and_after_the_end_is_turn_ended(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session()
+    turn = gated_turn(alpha, session["id"], "gated: bring the docs up to date")
+    said = alpha.http.post(f"/v1/turns/{turn['turn_id']}/say", json={"text": "only the docs"})
+    assert said.status_code == 202, said.text
+    assert said.json() == {"turn_id": turn["turn_id"], "accepted": "say"}
+    alpha.control.open_gate()
+    done = alpha.result(turn["turn_id"])
+    assert done["reply"] == "ok: only the docs" and done["undelivered"] == []
+
+    requests = requests_of(alpha, turn["turn_id"])
+    assert len(requests) == 2
+    assert alpha.control.user_texts(requests[0], "steer") == []
+    assert alpha.control.user_texts(requests[1], "steer") == ["only the docs"]
+    events = alpha.event_json(turn["turn_id"])
+    steers = [e for e in events if e["kind"] == "steer"]
+    assert len(steers) == 1 and steers[0]["data"]["text"] == "only the docs"
+
+    before = snapshot(alpha)
+    late = alpha.http.post(f"/v1/turns/{turn['turn_id']}/say", json={"text": "too late"})
+    assert_error(late, 409, "TurnEnded")
+    stop = alpha.http.post(f"/v1/turns/{turn['turn_id']}/interrupt")
+    assert_error(stop, 409, "TurnEnded")
+    for body in ({}, {"text": ""}, {"text": "x", "loud": True}, {"text": 3}):
+        response = alpha.http.post(f"/v1/turns/{turn['turn_id']}/say", json=body)
+        assert_error(response, 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+    assert len(requests_of(alpha, turn["turn_id"])) == 2
+
+
+def test_interrupt_cancels_and_resume_continues_the_same_turn_and_run(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = gated_turn(alpha, session["id"], "gated long job")
+    stopped = alpha.http.post(f"/v1/turns/{turn['turn_id']}/interrupt")
+    assert stopped.status_code == 202, stopped.text
+    assert stopped.json() == {"turn_id": turn["turn_id"], "accepted": "interrupt"}
+    alpha.control.open_gate()
+    cancelled = alpha.result(turn["turn_id"])
+    assert cancelled["status"] == "cancelled" and cancelled["reply"] is None
+    assert cancelled["steps"] == 1  # the step in flight committed whole
+    seen = alpha.event_json(turn["turn_id"])
+    assert seen[-1]["kind"] == "end" and seen[-1]["data"]["outcome"] == "cancelled"
+
+    resumed = alpha.http.post(f"/v1/turns/{turn['turn_id']}/resume")
+    assert resumed.status_code == 202, resumed.text
+    assert set(resumed.json()) == TURN_FIELDS
+    assert (resumed.json()["turn_id"], resumed.json()["run_id"]) == (
+        turn["turn_id"],
+        turn["run_id"],
+    )
+    later = alpha.event_json(turn["turn_id"], after=seen[-1]["seq"])
+    assert later[0]["seq"] == seen[-1]["seq"] + 1 and later[0]["kind"] == "queued"
+    assert [e["seq"] for e in later] == list(range(later[0]["seq"], later[-1]["seq"] + 1))
+    assert later[-1]["kind"] == "end" and later[-1]["data"]["outcome"] == "finished"
+    finished = alpha.result(turn["turn_id"])
+    assert finished["status"] == "finished" and finished["reply"] == "ok: gated long job"
+    assert finished["steps"] == 2 and alpha.control.gate_calls == 1
+    assert [t["turn_id"] for t in tree_of(alpha, session["id"])] == [turn["turn_id"]]
+    assert session_of(alpha, session["id"])["head_turn_id"] == turn["turn_id"]
+
+    before = snapshot(alpha)
+    assert_error(alpha.http.post(f"/v1/turns/{turn['turn_id']}/resume"), 409, "Conflict")
+    assert_error(alpha.http.post(f"/v1/turns/{turn['turn_id']}/interrupt"), 409, "TurnEnded")
+    assert snapshot(alpha) == before
+
+
+# ------------------------------------------------------------------------ operations
+
+
+def test_health_readiness_and_the_openapi_document(gateway: Gateway, backend: str) -> None:
+    anonymous = gateway.anonymous()
+    health = anonymous.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    ready = anonymous.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["status"] == "ok" and ready.json()["checks"]["database"] == "ok"
+    if backend.startswith("fleet"):
+        assert ready.json()["checks"]["redis"] == "ok"
+
+    document = anonymous.get("/openapi.json")
+    assert document.status_code == 200
+    spec = document.json()
+    assert spec["openapi"].startswith("3.")
+    for method, path in ROUTES:
+        assert method in spec["paths"].get(path, {}), (method, path)
+    schemas = spec["components"]["schemas"]
+    event = schemas["Event"]
+    kinds = {variant["properties"]["kind"]["const"] for variant in event["oneOf"]}
+    assert kinds == {kind.value for kind in EventKind}
+    for variant in event["oneOf"]:
+        payload = variant["properties"]["data"]["$ref"].rsplit("/", 1)[1]
+        assert schemas[payload]["type"] == "object", payload
+    stream = spec["paths"]["/v1/turns/{turn_id}/events"]["get"]["responses"]["200"]["content"]
+    # Each SSE event (before OpenAPI 3.2's itemSchema, the stream's schema is an event's).
+    assert stream["text/event-stream"]["schema"] == {"$ref": "#/components/schemas/ServerSentEvent"}
+    frame = schemas["ServerSentEvent"]["properties"]
+    assert set(frame) == {"id", "event", "data"}
+    assert frame["data"]["contentMediaType"] == "application/json"
+    assert frame["data"]["contentSchema"] == {"$ref": "#/components/schemas/Event"}
+    for item in spec["paths"].values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", ()):
+                assert "null" not in json.dumps(parameter["schema"]), parameter
+    for name in ("Session", "Turn", "TurnDetails", "ErrorBody"):
+        assert name in schemas, name
+
+
+@pytest.mark.postgres
+def test_readiness_is_503_while_redis_does_not_answer(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """(The fleet only: an embedded gateway has no Redis.)  Nothing listens on port 9."""
+    env = deployment_env("fleet-postgres", request, "")
+    dead = start_gateway(
+        env,
+        tmp_path,
+        tokens=make_tokens(["a"]),
+        extra={"PARLEY_REDIS_URL": "redis://127.0.0.1:9/0"},
+        ready=False,
+    )
+    try:
+        anonymous = dead.anonymous()
+        assert anonymous.get("/healthz").status_code == 200  # alive, not ready
+        ready = anonymous.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.json() == {
+            "status": "unavailable",
+            "checks": {"database": "ok", "redis": "unavailable"},
+        }
+        assert "Traceback" not in ready.text and "127.0.0.1" not in ready.text
+    finally:
+        dead.stop()
+
+
+# ------------------------------------------------------------------------ errors
+
+
+def test_malformed_json_is_400_and_changes_nothing(gateway: Gateway, alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    alpha.result(turn["turn_id"])
+    before = snapshot(alpha)
+    for path in (
+        "/v1/sessions",
+        f"/v1/sessions/{session['id']}/turns",
+        f"/v1/sessions/{session['id']}/branch",
+        f"/v1/turns/{turn['turn_id']}/say",
+    ):
+        for content in (
+            b'{"prompt": ',
+            b"{]",
+            b"not json",
+            b'{"prompt": "x"} trailing',
+            b'{"prompt": "\xff\xfe"}',  # not UTF-8
+        ):
+            response = alpha.http.post(path, content=content, headers=JSON)
+            assert_error(response, 400, "InvalidRequest")
+        # Without a token the answer is 401, whatever the body.
+        for content in (b"{]", b'"\xff"'):
+            anonymous = gateway.anonymous().post(path, content=content, headers=JSON)
+            assert_error(anonymous, 401, "Unauthorized")
+    assert snapshot(alpha) == before
+
+
+def test_every_v1_route_needs_a_known_bearer_token(gateway: Gateway, alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    alpha.result(turn["turn_id"])
+    sid, tid = session["id"], turn["turn_id"]
+    calls: list[tuple[str, str, Any]] = [
+        ("POST", "/v1/sessions", {}),
+        ("GET", "/v1/sessions", None),
+        ("GET", f"/v1/sessions/{sid}", None),
+        ("POST", f"/v1/sessions/{sid}/turns", {"prompt": "sneaky"}),
+        ("GET", f"/v1/sessions/{sid}/history", None),
+        ("GET", f"/v1/sessions/{sid}/tree", None),
+        ("POST", f"/v1/sessions/{sid}/branch", {"turn_id": tid}),
+        ("GET", f"/v1/turns/{tid}", None),
+        ("GET", f"/v1/turns/{tid}/events", None),
+        ("GET", f"/v1/turns/{tid}/result", None),
+        ("POST", f"/v1/turns/{tid}/say", {"text": "hi"}),
+        ("POST", f"/v1/turns/{tid}/interrupt", None),
+        ("POST", f"/v1/turns/{tid}/resume", None),
+        ("GET", f"/v1/sessions/{unknown_id()}", None),  # 401 before 404
+        ("POST", f"/v1/sessions/{sid}/turns", {"prompt": ""}),  # 401 before 422
+    ]
+    refusals: list[dict[str, str]] = [
+        {},
+        {"Authorization": "Bearer tok-nobody-0000000000000000"},
+        {"Authorization": f"Bearer {alpha.token}x"},
+        {"Authorization": f"Bearer {alpha.token[:-1]}"},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Basic {alpha.token}"},
+        {"Authorization": alpha.token},
+    ]
+    anonymous = gateway.anonymous()
+    before = snapshot(alpha)
+    for method, path, body in calls:
+        for headers in refusals:
+            response = anonymous.request(method, path, json=body, headers=headers)
+            assert_error(response, 401, "Unauthorized")
+            assert response.headers["www-authenticate"].startswith("Bearer"), response.headers
+        # The page's ?token= is for the page: the API takes the token from the header.
+        response = anonymous.request(method, path, json=body, params={"token": alpha.token})
+        assert_error(response, 401, "Unauthorized")
+    assert snapshot(alpha) == before
+    lower = anonymous.get("/v1/sessions", headers={"Authorization": f"bearer {alpha.token}"})
+    assert lower.status_code == 200  # the scheme is case-insensitive (RFC 7235)
+
+
+def test_unknown_ids_and_routes_are_404_in_the_error_form(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    alpha.result(turn["turn_id"])
+    before = snapshot(alpha)
+    # NUL cannot be in PostgreSQL text: such an id is unknown, not a failed query.
+    for missing in (unknown_id(), "x" * 40, "not-an-id", "a%00b", "%ED%A0%80"):
+        for method, path, body in (
+            ("GET", f"/v1/sessions/{missing}", None),
+            ("POST", f"/v1/sessions/{missing}/turns", {"prompt": "hello"}),
+            ("GET", f"/v1/sessions/{missing}/history", None),
+            ("GET", f"/v1/sessions/{missing}/tree", None),
+            ("POST", f"/v1/sessions/{missing}/branch", {"turn_id": turn["turn_id"]}),
+        ):
+            assert_error(alpha.http.request(method, path, json=body), 404, "SessionNotFound")
+        for method, path, body in (
+            ("GET", f"/v1/turns/{missing}", None),
+            ("GET", f"/v1/turns/{missing}/events", None),
+            ("GET", f"/v1/turns/{missing}/result", None),
+            ("POST", f"/v1/turns/{missing}/say", {"text": "hello"}),
+            ("POST", f"/v1/turns/{missing}/interrupt", None),
+            ("POST", f"/v1/turns/{missing}/resume", None),
+        ):
+            assert_error(alpha.http.request(method, path, json=body), 404, "TurnNotFound")
+    # The approvals route answers 422 for a call the turn does not have (its feature's
+    # choice), and an id no call can have is refused the same way, not a failed query.
+    for approval in ("nope", "a%00b", "%ED%A0%80"):
+        answer = alpha.http.post(
+            f"/v1/turns/{turn['turn_id']}/approvals/{approval}", json={"decision": "approve"}
+        )
+        assert_error(answer, 422, "InvalidRequest")
+    for path in ("/v1/nothing", "/nothing", f"/v1/sessions/{session['id']}/nothing", "/v1"):
+        assert_error(alpha.http.get(path), 404, "NotFound")
+    wrong_method = alpha.http.delete(f"/v1/sessions/{session['id']}")
+    assert_error(wrong_method, 405, "MethodNotAllowed")
+    assert snapshot(alpha) == before
+
+
+def test_invalid_workspaces_are_422_and_make_nothing(alpha: Tenant, tmp_path: Path) -> None:
+    alpha.new_session(workspace="existing")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (alpha.workspaces / "escape").symlink_to(outside, target_is_directory=True)
+    (alpha.workspaces / "afile").write_text("not a directory\n")
+    before = snapshot(alpha)
+    for name in (
+        "..",
+        ".",
+        "a/b",
+        "/abs",
+        "/tmp",
+        ".hidden",
+        ".parley-test",
+        "a" * 65,
+        "",
+        "a b",
+        "ä",
+        "a\\b",
+        "-dash",
+        "_under",
+        "nul\x00",
+        "../escape",
+        "escape",  # a symbolic link out of the tenant's directory
+        "afile",  # not a directory
+    ):
+        response = alpha.http.post("/v1/sessions", json={"workspace": name})
+        assert_error(response, 422, "InvalidRequest")
+    for body in (
+        {"workspace": 5},
+        {"metadata": [1, 2]},
+        {"metadata": "text"},
+        {"root": "/etc"},
+        {"workspace": "fine", "extra": True},
+        {"workspace": "too-big", "metadata": {"pad": "x" * 150_000}},
+        {"metadata": {"pad": "x" * 150_000}},
+        {"workspace": "nul-value", "metadata": {"a": "\x00"}},
+        {"metadata": {"nul\x00key": 1}},
+        {"metadata": {"deep": [{"a": ["\x00"]}]}},
+    ):
+        response = alpha.http.post("/v1/sessions", json=body)
+        assert_error(response, 422, "InvalidRequest")
+    for raw in (
+        b'{"metadata": {"a": "\\ud800"}}',  # a lone surrogate: not UTF-8
+        b'{"metadata": {"\\udfff": 1}}',
+        b'{"metadata": {"a": NaN}}',  # Python's JSON reader takes it; JSON does not
+        b'{"metadata": {"a": Infinity}}',
+    ):
+        response = alpha.http.post("/v1/sessions", content=raw, headers=JSON)
+        assert_error(response, 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+    assert list(outside.iterdir()) == []
+
+
+def test_a_body_over_the_limit_is_413_and_changes_nothing(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    env = deployment_env(backend, request, f"sqlite:///{tmp_path / 'parley.db'}")
+    tokens = make_tokens(["small"])
+    small = start_gateway(
+        env,
+        tmp_path,
+        tokens=tokens,
+        tokens_in_file=False,
+        extra={"PARLEY_GATEWAY_MAX_BODY": "2048"},
+    )
+    try:
+        tenant = small.tenant("small")
+        tenant.control.script([ECHO])
+        fits = tenant.http.post("/v1/sessions", json={"metadata": {"pad": "x" * 1900}})
+        assert fits.status_code == 201, fits.text
+        session = fits.json()
+        before = snapshot(tenant)
+        over = tenant.http.post("/v1/sessions", json={"metadata": {"pad": "x" * 2100}})
+        assert_error(over, 413, "PayloadTooLarge")
+        prompt = tenant.http.post(
+            f"/v1/sessions/{session['id']}/turns", json={"prompt": "y" * 3000}
+        )
+        assert_error(prompt, 413, "PayloadTooLarge")
+
+        def chunks(size: int) -> Iterator[bytes]:
+            body = json.dumps({"metadata": {"pad": "z" * size}}).encode()
+            for start in range(0, len(body), 500):
+                yield body[start : start + 500]
+
+        chunked = tenant.http.post("/v1/sessions", content=chunks(5000), headers=JSON)
+        assert chunked.request.headers.get("transfer-encoding") == "chunked"
+        assert "content-length" not in chunked.request.headers
+        assert_error(chunked, 413, "PayloadTooLarge")
+        assert snapshot(tenant) == before
+        fits_chunked = tenant.http.post("/v1/sessions", content=chunks(1000), headers=JSON)
+        assert fits_chunked.status_code == 201, fits_chunked.text
+        assert fits_chunked.json()["metadata"] == {"pad": "z" * 1000}
+    finally:
+        small.stop()
+
+
+# ------------------------------------------------------------------------ tenants
+
+
+def test_another_tenants_sessions_and_turns_are_unknown_on_every_route(
+    gateway: Gateway, alpha: Tenant, beta: Tenant
+) -> None:
+    mine = alpha.new_session(workspace="shared")
+    (alpha.workspaces / "shared" / "retry.py").write_text("ALPHA_SECRET = 1\n")
+    ended = alpha.submit(mine["id"], "hello")
+    alpha.result(ended["turn_id"])
+    running = gated_turn(alpha, mine["id"])
+    theirs = beta.new_session(workspace="shared")  # the same name: a directory of its own
+    own_turn = beta.submit(theirs["id"], "hi")
+    beta.result(own_turn["turn_id"])
+    before = snapshot(alpha)
+
+    def same_as_unknown(method: str, path: str, owned: str, body: Any = None) -> None:
+        """Beta's answer about ``owned`` (alpha's id) is byte for byte what an unknown id
+        gets, the id aside."""
+        missing = unknown_id()
+        as_json = None if body is None else json.loads(json.dumps(body).replace("{}", missing))
+        expected = beta.http.request(method, path.replace("{}", missing), json=as_json)
+        as_json = None if body is None else json.loads(json.dumps(body).replace("{}", owned))
+        got = beta.http.request(method, path.replace("{}", owned), json=as_json)
+        assert expected.status_code == 404, (path, expected.text)
+        assert got.status_code == expected.status_code, (path, got.text)
+        assert got.text == expected.text.replace(missing, owned), (path, got.text)
+        assert got.headers["content-type"] == expected.headers["content-type"]
+
+    same_as_unknown("GET", "/v1/sessions/{}", mine["id"])
+    same_as_unknown("POST", "/v1/sessions/{}/turns", mine["id"], {"prompt": "hijack"})
+    same_as_unknown("POST", "/v1/sessions/{}/turns", mine["id"], {"prompt": "x", "request_id": "r"})
+    same_as_unknown("GET", "/v1/sessions/{}/history", mine["id"])
+    same_as_unknown("GET", "/v1/sessions/{}/tree", mine["id"])
+    same_as_unknown("POST", "/v1/sessions/{}/branch", mine["id"], {"turn_id": own_turn["turn_id"]})
+    same_as_unknown(
+        "POST", f"/v1/sessions/{theirs['id']}/branch", ended["turn_id"], {"turn_id": "{}"}
+    )
+    same_as_unknown("GET", "/v1/sessions?before={}", mine["id"])
+    for turn in (ended, running):
+        tid = turn["turn_id"]
+        same_as_unknown("GET", "/v1/turns/{}", tid)
+        same_as_unknown("GET", "/v1/turns/{}/events", tid)
+        same_as_unknown("GET", "/v1/turns/{}/events?after=1", tid)
+        same_as_unknown("GET", "/v1/turns/{}/result", tid)
+        same_as_unknown("GET", "/v1/turns/{}/result?wait=0.2", tid)
+        same_as_unknown("POST", "/v1/turns/{}/say", tid, {"text": "obey beta"})
+        same_as_unknown("POST", "/v1/turns/{}/interrupt", tid)
+        same_as_unknown("POST", "/v1/turns/{}/resume", tid)
+
+    listed = beta.http.get("/v1/sessions", params={"limit": 200}).json()["sessions"]
+    assert [s["id"] for s in listed] == [theirs["id"]]
+    assert mine["id"] in {s["id"] for s in alpha.http.get("/v1/sessions").json()["sessions"]}
+    assert not (beta.workspaces / "shared" / "retry.py").exists()
+    assert snapshot(alpha) == before
+
+    alpha.control.open_gate()
+    done = alpha.result(running["turn_id"])  # beta's steer and interrupt never reached it
+    assert done["status"] == "finished" and done["reply"] == "ok: gated job"
+    assert not [e for e in alpha.event_json(running["turn_id"]) if e["kind"] == "steer"]
+    assert [t["turn_id"] for t in tree_of(beta, theirs["id"])] == [own_turn["turn_id"]]
+
+
+def test_tokens_never_reach_the_logs(gateway: Gateway, alpha: Tenant, beta: Tenant) -> None:
+    assert "token" not in gateway.printed  # configured tokens are not printed
+    anonymous = gateway.anonymous()
+    assert anonymous.get("/", params={"token": alpha.token}).status_code == 200
+    assert anonymous.get("/v1/sessions", params={"token": beta.token}).status_code == 401
+    assert alpha.http.get("/v1/sessions", params={"token": alpha.token}).status_code == 200
+    wrong = anonymous.get("/v1/sessions", headers={"Authorization": "Bearer tok-wrong-1234567890"})
+    assert wrong.status_code == 401
+    session = alpha.new_session()
+    turn = alpha.submit(session["id"], "hello")
+    alpha.events(turn["turn_id"], headers={"Authorization": f"Bearer {alpha.token}"})
+    deadline = time.monotonic() + 10
+    while "GET /v1/sessions 401" not in gateway.logs():  # the access log is written
+        assert time.monotonic() < deadline, gateway.logs()
+        time.sleep(0.1)
+    logs = gateway.logs()
+    for token in [*gateway.tokens.values(), "tok-wrong-1234567890"]:
+        assert token not in logs
+    assert "?token" not in logs and "token=" not in logs
+
+
+# ------------------------------------------------------------------------ binding
+
+
+def test_without_tokens_the_gateway_serves_loopback_only_with_a_printed_token(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """(One deployment: binding and the generated token come before any database.)"""
+    env = deployment_env("embedded-sqlite", request, f"sqlite:///{tmp_path / 'parley.db'}")
+    env = {**env, "PARLEY_WORKSPACES": str(tmp_path / "workspaces")}
+    for bind in ("0.0.0.0:0", "[::]:0", "example.invalid:0"):
+        refused = subprocess.run(
+            [sys.executable, "-m", "parley", "gateway", "--bind", bind],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode != 0, (bind, refused.stdout)
+        assert "refusing to bind" in refused.stderr and "PARLEY_GATEWAY_TOKENS" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert "open http" not in refused.stdout
+
+    local = start_gateway(env, tmp_path / "local")
+    try:
+        url = urlsplit(local.printed)
+        assert url.hostname == "127.0.0.1"
+        (token,) = parse_qs(url.query)["token"]
+        assert len(token) >= 16
+        anonymous = local.anonymous()
+        assert anonymous.get("/", params={"token": token}).status_code == 200
+        assert_error(anonymous.get("/v1/sessions"), 401, "Unauthorized")
+        authorized = {"Authorization": f"Bearer {token}"}
+        created = anonymous.post("/v1/sessions", json={}, headers=authorized)
+        assert created.status_code == 201, created.text
+        assert (local.workspaces / "local" / created.json()["id"]).is_dir()
+        listed = anonymous.get("/v1/sessions", headers=authorized).json()["sessions"]
+        assert [s["id"] for s in listed] == [created.json()["id"]]
+    finally:
+        local.stop()

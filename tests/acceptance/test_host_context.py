@@ -1,0 +1,118 @@
+"""The host context of a turn (SPEC §4 "Host seams"): a JSON object the submission
+carries, stored with the run, reaching the tools and the model request on whichever
+process runs the turn, never the conversation; a resume keeps it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import parley
+from parley.errors import InvalidRequest
+from schemas.events import EventKind
+from tests.acceptance.conftest import ClientFactory
+from tests.helpers import Control, scripted_host
+
+WHO = {
+    "when": "who",
+    "steps": [{"tool_calls": [{"name": "whoami"}]}, {"text": "you are who you say"}],
+}
+GATED = {
+    "when": "gated",
+    "steps": [
+        {"tool_calls": [{"name": "wait_for_gate"}]},
+        {"tool_calls": [{"name": "whoami"}]},
+        {"text": "done"},
+    ],
+}
+CONTEXT = {"user": "ada", "tenant": "acme", "request": {"ip": "10.0.0.7", "tags": ["a", "b"]}}
+
+
+def test_the_host_context_reaches_the_tools_and_the_model_but_not_the_conversation(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    client = make_client([WHO])
+    session = client.open_session(workspace)
+    handle = session.submit("who am I?", context=CONTEXT)
+    result = handle.wait(timeout=30)
+    assert result.reply == "you are who you say"
+    [answer] = [e for e in handle.events() if e.kind is EventKind.TOOL_RESULT]
+    assert json.loads(answer.data["content"]) == CONTEXT
+    requests = control.requests()
+    assert [r["host_context"] for r in requests] == [CONTEXT, CONTEXT]
+    for request in requests:  # never as conversation (but for what the tool answered)
+        said = [m for m in request["messages"] if m["role"] != "tool"]
+        assert "ada" not in json.dumps(said)
+    # The next turn carries its own (none), not the previous one's.
+    session.turn("who am I now?")
+    assert control.requests()[-1]["host_context"] == {}
+
+
+def test_a_resume_keeps_the_host_context(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    client = make_client([GATED])
+    session = client.open_session(workspace)
+    handle = session.submit("gated work", context=CONTEXT)
+    control.wait_entered()
+    handle.interrupt()
+    control.open_gate()
+    assert handle.wait(timeout=30).outcome is parley.TurnStatus.CANCELLED
+    resumed = session.resume(handle.turn_id)
+    assert resumed.wait(timeout=30).reply == "done"
+    assert all(r["host_context"] == CONTEXT for r in control.requests())
+    whoami = [e for e in resumed.events() if e.kind is EventKind.TOOL_RESULT][-1]
+    assert json.loads(whoami.data["content"]) == CONTEXT
+
+
+@pytest.mark.parametrize(
+    "context",
+    [["not", "an", "object"], {"n": float("nan")}, {1: "int key"}, {"big": "x" * 70_000}, "s"],
+)
+def test_a_context_that_is_not_a_small_json_object_is_refused_and_stores_nothing(
+    make_client: ClientFactory, workspace: Path, context: Any
+) -> None:
+    client = make_client([WHO])
+    session = client.open_session(workspace)
+    with pytest.raises(InvalidRequest, match="context"):
+        session.submit("who am I?", context=context)
+    assert session.tree() == []
+
+
+@pytest.mark.embedded_only
+def test_before_turn_and_after_commit_see_the_options_and_the_context(
+    tmp_path: Path, workspace: Path
+) -> None:
+    seen: dict[str, Any] = {}
+
+    class Hooks(parley.SessionHooks):
+        def before_turn(
+            self,
+            request: parley.TurnRequest,
+            options: parley.TurnOptions,
+            state: parley.SessionStateView,
+        ) -> None:
+            seen["options"] = options
+            seen["cancelled"] = options.cancelled()
+
+        def after_commit(self, receipt: parley.CommitReceipt) -> None:
+            seen["receipt"] = receipt
+
+    host = scripted_host([{"when": ".*", "steps": [{"text": "ok"}]}], hooks=Hooks())
+    with parley.connect(f"sqlite:///{tmp_path / 'p.db'}", host=host) as client:
+        session = client.open_session(workspace)
+        result = session.turn("hi", request_id="req-7", context=CONTEXT)
+    options = seen["options"]
+    assert (options.request_id, options.session_id, options.turn_id) == (
+        "req-7",
+        session.id,
+        result.turn_id,
+    )
+    assert (options.attempt, options.resume, options.streaming) == (1, None, True)
+    assert options.host_context == CONTEXT and options["attempt"] == 1
+    assert seen["cancelled"] is False
+    receipt = seen["receipt"]
+    assert receipt.host_context == CONTEXT and receipt.options == options

@@ -1,0 +1,112 @@
+"""``Session.seed_history`` (SPEC §4 "Host seams"): an existing conversation imported
+before the first turn replays like any other, is checked like any other, and keeps the
+host's raw rows beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.errors import CodecError, Conflict, InvalidRequest
+from tests.acceptance.conftest import ClientFactory
+from tests.helpers import Control
+
+ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "user", "content": "what does retry.py retry?"},
+    {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "retry.py"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "RETRY_ON = (502, 504)"},
+    {"role": "assistant", "content": "It retries 502 and 504."},
+    {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+    {"role": "assistant", "content": "You are welcome."},
+]
+RAW = [{"id": 1, "kind": "host-row", "body": "what does retry.py retry?"}]
+
+
+def test_a_seeded_conversation_replays_before_the_next_turn(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    client = make_client([ECHO])
+    session = client.open_session(workspace)
+    seeded = session.seed_history(CONVERSATION, raw_rows=RAW)
+    assert [t.prompt for t in seeded] == ["what does retry.py retry?", "thanks"]
+    assert [t.reply for t in seeded] == ["It retries 502 and 504.", "You are welcome."]
+    assert session.head == seeded[-1].turn_id
+    assert session.seeded() == (CONVERSATION, RAW)
+
+    result = session.turn("and 503?")
+    assert result.reply == "heard: and 503?"
+    messages = control.requests()[-1]["messages"]
+    assert [(m["role"], m.get("text", m.get("content"))) for m in messages] == [
+        ("user", "what does retry.py retry?"),
+        ("assistant", "Let me look."),
+        ("tool", "RETRY_ON = (502, 504)"),
+        ("assistant", "It retries 502 and 504."),
+        ("user", "thanks"),
+        ("assistant", "You are welcome."),
+        ("user", "and 503?"),
+    ]
+    assert messages[1]["tool_calls"] == [
+        {"id": "call_1", "name": "read_file", "arguments": '{"path": "retry.py"}'}
+    ]
+    assert [t.prompt for t in session.history()] == [
+        "what does retry.py retry?",
+        "thanks",
+        "and 503?",
+    ]
+
+    session.branch_from(seeded[0].turn_id)  # a seeded turn is a turn like any other
+    session.turn("another way")
+    assert len(control.requests()[-1]["messages"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("messages", "error"),
+    [
+        (CONVERSATION[:2], CodecError),  # a tool call without its result
+        (CONVERSATION[:2] + CONVERSATION[4:], CodecError),  # goes on past it
+        ([CONVERSATION[0], CONVERSATION[2]], CodecError),  # a result for no call
+        ([CONVERSATION[1]], InvalidRequest),  # no user message first
+        ([{"role": "system", "content": "be nice"}, *CONVERSATION], InvalidRequest),
+        ([{"role": "robot", "content": "?"}], InvalidRequest),
+        ([], InvalidRequest),
+        ("not a list", InvalidRequest),
+    ],
+)
+def test_a_history_that_does_not_replay_is_refused_and_changes_nothing(
+    make_client: ClientFactory, workspace: Path, messages: Any, error: type[Exception]
+) -> None:
+    client = make_client([ECHO])
+    session = client.open_session(workspace)
+    with pytest.raises(error):
+        session.seed_history(messages)
+    assert session.tree() == [] and session.seeded() is None
+    session.seed_history(CONVERSATION)  # still possible: nothing was stored
+    assert len(session.tree()) == 2
+
+
+def test_a_history_is_seeded_only_before_the_first_turn(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    client = make_client([ECHO])
+    session = client.open_session(workspace)
+    session.turn("hello")
+    with pytest.raises(Conflict):
+        session.seed_history(CONVERSATION)
+    other = client.open_session(workspace)
+    other.seed_history(CONVERSATION)
+    with pytest.raises(Conflict):  # once
+        other.seed_history(CONVERSATION)
+    assert len(other.tree()) == 2
