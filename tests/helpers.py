@@ -74,6 +74,16 @@ class Control:
         path = self.dir / "record-calls"
         return [int(line) for line in path.read_text().splitlines()] if path.exists() else []
 
+    def recorded_notes(self) -> list[str]:
+        """The ``note`` of each ``record_call`` that had one, in order."""
+        path = self.dir / "record-notes"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def use_openai(self, base_url: str) -> None:
+        """Send every later model request to the OpenAI-compatible server at
+        ``base_url`` instead of following the script."""
+        (self.dir / "openai.json").write_text(json.dumps({"base_url": base_url}))
+
     def reset_gate(self) -> None:
         """Close the gate again for the next turn."""
         for path in self.dir.glob("gate-*"):

@@ -39,14 +39,14 @@ def control_dir(root: str | Path) -> Path:
 
 class WorkspaceScriptedModel:
     """A scripted model whose script is the test's ``script.json``; it also records each
-    request it was sent in ``requests.jsonl``."""
+    request it was sent in ``requests.jsonl``.  With an ``openai.json`` (``{"base_url":
+    …}``) it asks that OpenAI-compatible server instead, over the real protocol."""
 
     name = "workspace-scripted"
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
         assert request.context is not None
         control = control_dir(request.context.root)
-        script = json.loads((control / "script.json").read_text())
         with (control / "requests.jsonl").open("a") as log:
             seen = {
                 "turn_id": request.context.turn_id,
@@ -55,6 +55,20 @@ class WorkspaceScriptedModel:
                 "messages": [message_to_json(m) for m in request.messages],
             }
             log.write(json.dumps(seen) + "\n")
+        provider = control / "openai.json"
+        if provider.exists():
+            # Imported here: the other tests' workers need not load the client library.
+            from parley.models.openai_chat import OpenAIChatModel
+
+            served = OpenAIChatModel(
+                "gpt-test",
+                base_url=json.loads(provider.read_text())["base_url"],
+                api_key="sk-test-placeholder",
+                max_retries=0,
+                timeout=10,
+            )
+            return served.stream(request, on_delta)
+        script = json.loads((control / "script.json").read_text())
         if "fail" in script:
             # Text streamed first (``fail_after``) is provisional: the failed step retracts it.
             if script.get("fail_after"):
@@ -95,10 +109,16 @@ def _wait_for_gate(_arguments: dict[str, Any], context: ToolContext) -> str:
     return f"gate opened (pid {wait_at_gate(control_dir(context.root))})"
 
 
-def _record_call(_arguments: dict[str, Any], context: ToolContext) -> str:
-    """A side effect a test can count: appends this process's pid to ``record-calls``."""
-    with (control_dir(context.root) / "record-calls").open("a") as calls:
+def _record_call(arguments: dict[str, Any], context: ToolContext) -> str:
+    """A side effect a test can count: appends this process's pid to ``record-calls``
+    (and the call's ``note``, if it has one, to ``record-notes``)."""
+    control = control_dir(context.root)
+    with (control / "record-calls").open("a") as calls:
         calls.write(f"{os.getpid()}\n")
+    note = arguments.get("note")
+    if isinstance(note, str):
+        with (control / "record-notes").open("a") as notes:
+            notes.write(f"{note}\n")
     return "recorded"
 
 
@@ -120,7 +140,7 @@ RECORD_CALL = FunctionTool(
     description="Records that it ran, in any process (a side effect a test counts).",
     parameters={
         "type": "object",
-        "properties": {"approval_gate": {"type": "string"}},
+        "properties": {"approval_gate": {"type": "string"}, "note": {"type": "string"}},
     },
     function=_record_call,
 )
@@ -145,11 +165,19 @@ WAIT_FOR_GATE = FunctionTool(
 )
 
 
-def workspace_host() -> parley.Host:
-    """The host of the acceptance suite, embedded and fleet alike."""
+def workspace_host(**options: Any) -> parley.Host:
+    """The host of the acceptance suite, embedded and fleet alike (``options``: more
+    ``parley.Host`` arguments)."""
     return parley.Host(
         model=WorkspaceScriptedModel(),
         tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL, WHOAMI],
         policy=WorkspacePolicy(),
         approver=WorkspaceApprover(),
+        **options,
     )
+
+
+def timeout_host() -> parley.Host:
+    """``workspace_host`` whose asked calls are denied as ``timed out`` after two seconds
+    without an answer (the fleet's sweeper does it)."""
+    return workspace_host(approval_timeout=2.0)

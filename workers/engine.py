@@ -268,6 +268,10 @@ class _TurnRun:
             # A step of an earlier attempt streamed and never committed: tell readers to
             # drop its provisional text before the redone step's tokens arrive.
             self.emitter.emit(StepRestarted(step=len(state.steps), reason="resumed"))
+            if self.held is not None and self.held.payload.text:
+                # A held step's calls are redone, not its model output: its kept text is
+                # what it streams this time, as its tokens after the restart.
+                self.emitter.emit_delta(self.held.index, self.held.payload.text)
         if claimed.run.stalled_attempts + 1 > MAX_ATTEMPTS:
             # Something kills every driver of this turn before it commits a step: stop
             # paying for it.

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import parley
-from tests.acceptance.test_fleet_failures import Chaos, assert_completed_once_in_order
+from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
+from tests.chaos import Chaos
 from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet
 from tests.redis_server import RedisServer

@@ -20,76 +20,20 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import fresh_postgres_database, terminate_backends
-from tests.fleet import Fleet, flush_redis
-from tests.helpers import Control, assert_once_in_order_gap_free_but_at_takeovers
+from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, wait_until
+from tests.conftest import terminate_backends
+from tests.fleet import flush_redis
+from tests.helpers import assert_once_in_order_gap_free_but_at_takeovers
 from workers.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine import MAX_ATTEMPTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
-
-
-class Chaos:
-    """A fleet of two workers on Celery's ``pool``, each running ``concurrency`` kicks at
-    a time, plus the sweeper, and a client of it."""
-
-    def __init__(
-        self,
-        database_url: str,
-        workspace: Path,
-        *,
-        pool: str,
-        redis_url: str = CHAOS_REDIS_URL,
-        concurrency: int = 1,
-    ) -> None:
-        self.fleet = Fleet(database_url=database_url, redis_url=redis_url)
-        self.database_url = database_url
-        self.redis_url = redis_url
-        self.workspace = workspace
-        self.control = Control(workspace)
-        self.workers = [self.fleet.start_worker(concurrency, pool) for _ in range(2)]
-        self.fleet.start_beat()
-        self.fleet.wait_ready()
-        self.client = parley.connect(database_url, redis_url=redis_url, queue=self.fleet.queue)
-
-    def worker_group_of(self, pid: int) -> int:
-        """The process group (one `parley worker`) that process ``pid`` belongs to."""
-        group = os.getpgid(pid)
-        assert group in {w.pid for w in self.workers}, f"{pid} is not one of our workers"
-        return group
-
-    def driver_pid(self, turn_id: str) -> int:
-        """The pid of the worker process that claimed the turn last."""
-        worker = self.client.store.run_state(turn_id).worker
-        assert worker is not None
-        return int(worker.split(":")[1])
-
-    def close(self) -> None:
-        self.client.close()
-        self.fleet.stop()
-
 
 @pytest.fixture(params=["prefork", "threads"])
 def chaos(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Chaos]:
-    with fresh_postgres_database("chaos") as url:
-        flush_redis(CHAOS_REDIS_URL)
-        harness = Chaos(url, workspace, pool=request.param)
-        try:
-            yield harness
-        finally:
-            harness.close()
-
-
-def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    with chaos_fleet(workspace, pool=request.param) as harness:
+        yield harness
 
 
 def test_a_worker_killed_during_a_tool_call_is_replaced_and_the_step_redone(chaos: Chaos) -> None:

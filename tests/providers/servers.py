@@ -18,10 +18,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import TypeAdapter, ValidationError
 
 
 @dataclass(kw_only=True)
@@ -66,9 +69,15 @@ class Received:
 class ProviderServer:
     """A scriptable server for one protocol, answering POSTs to ``path``."""
 
-    def __init__(self, path: str, *, kind: str) -> None:
+    def __init__(
+        self, path: str, *, kind: str, check: Callable[[Any], list[str]] | None = None
+    ) -> None:
+        """``check`` names what the real endpoint would refuse in a request's JSON body:
+        a request it finds fault with is answered ``400`` with those faults, as the
+        provider answers, and uses no planned response."""
         self.path = path
         self.kind = kind
+        self.check = check
         self.received: list[Received] = []
         self._plans: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -145,11 +154,22 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
                     body=body,
                 )
             )
-            plan = server.next_plan()
             try:
                 if self.path != server.path:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
-                elif plan is None:
+                    return
+                faults = server.check(json.loads(body)) if server.check else []
+                if faults:
+                    error = {
+                        "message": "; ".join(faults),
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": None,
+                    }
+                    self._json(400, {"error": error})
+                    return
+                plan = server.next_plan()
+                if plan is None:
                     self._json(500, {"error": {"message": "the test planned no response"}})
                 else:
                     self._answer(plan)
@@ -213,9 +233,79 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def openai_server() -> ProviderServer:
-    """An OpenAI-compatible server: ``POST /v1/chat/completions``."""
-    return ProviderServer("/v1/chat/completions", kind="openai")
+def openai_server(*, strict: bool = False) -> ProviderServer:
+    """An OpenAI-compatible server: ``POST /v1/chat/completions``.  ``strict``: it refuses
+    what OpenAI's own endpoint refuses in the messages (:func:`openai_message_faults`)."""
+    return ProviderServer(
+        "/v1/chat/completions", kind="openai", check=openai_message_faults if strict else None
+    )
+
+
+_OPENAI_MESSAGES: TypeAdapter[list[ChatCompletionMessageParam]] = TypeAdapter(
+    list[ChatCompletionMessageParam]
+)
+
+
+def openai_message_faults(body: Any) -> list[str]:
+    """What OpenAI's chat-completions endpoint refuses (with a 400) in the ``messages`` of
+    a request ``body``: a message that is none of the official client's message types
+    (validated against them), an assistant message whose ``tool_calls`` are not each
+    answered by a ``tool`` message right after it, and a ``tool`` message that answers no
+    call of the assistant message before it (OpenAI's own wording, where it has one)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return ["'messages' must be a non-empty array"]
+    try:
+        for message in _OPENAI_MESSAGES.validate_python(messages):
+            for value in message.values():
+                _drain(value)  # pydantic validates iterable fields as they are read
+    except ValidationError as exc:
+        return [f"messages are not chat-completions messages: {exc}"]
+    faults: list[str] = []
+    waiting: list[str] = []  # the calls of the last assistant message not yet answered
+    answering = False  # inside the run of tool messages after an assistant's calls
+    for position, message in enumerate(messages):
+        role = message["role"]
+        if role == "tool":
+            call_id = message["tool_call_id"]
+            if not answering or call_id not in waiting:
+                faults.append(
+                    f"messages[{position}]: messages with role 'tool' must be a response "
+                    f"to a preceeding message with 'tool_calls' (no call {call_id!r})"
+                )
+            else:
+                waiting.remove(call_id)
+            continue
+        if waiting:
+            faults.append(_unanswered(waiting))
+        calls = (message.get("tool_calls") or []) if role == "assistant" else []
+        waiting = [call["id"] for call in calls]
+        answering = bool(waiting)
+        if len(set(waiting)) != len(waiting):
+            faults.append(f"messages[{position}]: duplicate tool_call ids {waiting}")
+    if waiting:
+        faults.append(_unanswered(waiting))
+    return faults
+
+
+def _unanswered(ids: list[str]) -> str:
+    return (
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(ids)
+    )
+
+
+def _drain(value: Any) -> None:
+    """Read every nested value of a validated message (running the lazy validators)."""
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return
+    if isinstance(value, dict):
+        for item in value.values():
+            _drain(item)
+        return
+    for item in value:
+        _drain(item)
 
 
 def anthropic_server() -> ProviderServer:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 import parley
@@ -523,3 +524,33 @@ def test_a_parley_turn_streams_calls_a_tool_and_survives_a_cut_stream(
     }
     assert replay[-1]["role"] == "tool" and replay[-1]["tool_call_id"] == "call_ls"
     assert json.loads(server.received[2].body) == json.loads(server.received[1].body)
+
+
+def test_a_strict_server_refuses_an_unanswered_tool_call_as_openai_does() -> None:
+    # The approval tests trust a strict server to refuse orphan calls: it must.
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+    answered = {"role": "tool", "tool_call_id": "call_1", "content": "done"}
+    with openai_server(strict=True) as strict:
+        strict.plan(Reply(frames=openai_text("fine")))
+        client = openai.OpenAI(base_url=strict.base_url, api_key=KEY, max_retries=0)
+        create: Any = client.chat.completions.create  # messages of any shape, on purpose
+        for messages, fault in [
+            ([{"role": "user", "content": "hi"}, asked], "did not have response messages: call_1"),
+            ([{"role": "user", "content": "hi"}, answered], "must be a response to a preceeding"),
+            (
+                [{"role": "user", "content": "hi"}, asked, {"role": "user", "content": "and?"}],
+                "call_1",
+            ),
+            ([{"role": "tool", "content": "no id"}], "not chat-completions messages"),
+        ]:
+            with pytest.raises(openai.BadRequestError, match=fault):
+                create(model="gpt-test", messages=messages)
+        stream = create(
+            model="gpt-test",
+            messages=[{"role": "user", "content": "hi"}, asked, answered],
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "fine"
+        client.close()
+        assert strict.pending() == 0 and len(strict.received) == 5

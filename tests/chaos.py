@@ -1,0 +1,114 @@
+"""A fleet of real worker processes to break, for the fleet failure tests: workers that a
+test kills with SIGKILL (a worker's whole process group) and starts again, the sweeper,
+and a client of them, each test on a database and a Redis database of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import parley
+from tests.conftest import fresh_postgres_database
+from tests.fleet import Fleet, flush_redis
+from tests.helpers import Control
+
+CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
+WORKSPACE_HOST = "tests.hosts:workspace_host"
+
+
+class Chaos:
+    """A fleet of ``workers`` workers (two by default) on Celery's ``pool``, each running
+    ``concurrency`` kicks at a time, plus the sweeper, loading ``host``; and a client of
+    it."""
+
+    def __init__(
+        self,
+        database_url: str,
+        workspace: Path,
+        *,
+        pool: str,
+        redis_url: str = CHAOS_REDIS_URL,
+        concurrency: int = 1,
+        workers: int = 2,
+        host: str = WORKSPACE_HOST,
+    ) -> None:
+        self.fleet = Fleet(database_url=database_url, redis_url=redis_url, host=host)
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.workspace = workspace
+        self.pool = pool
+        self.concurrency = concurrency
+        self.control = Control(workspace)
+        self.workers = [self.fleet.start_worker(concurrency, pool) for _ in range(workers)]
+        self.fleet.start_beat()
+        self.fleet.wait_ready()
+        self.client = parley.connect(database_url, redis_url=redis_url, queue=self.fleet.queue)
+
+    def worker_group_of(self, pid: int) -> int:
+        """The process group (one `parley worker`) that process ``pid`` belongs to."""
+        group = os.getpgid(pid)
+        assert group in {w.pid for w in self.workers}, f"{pid} is not one of our workers"
+        return group
+
+    def driver_pid(self, turn_id: str) -> int:
+        """The pid of the worker process that claimed the turn last."""
+        worker = self.client.store.run_state(turn_id).worker
+        assert worker is not None
+        return int(worker.split(":")[1])
+
+    def kill(self, worker: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a worker's whole process group (its pool's children too), and reap it."""
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker still alive: no process is left to drive anything."""
+        for worker in self.workers:
+            if worker.poll() is None:
+                self.kill(worker)
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        """Start one more worker like the others and wait until it consumes the queue."""
+        worker = self.fleet.start_worker(self.concurrency, self.pool)
+        self.workers.append(worker)
+        log = self.fleet.log_of(worker)
+        wait_until(
+            lambda: worker.poll() is not None or b"ready." in log.read_bytes(),
+            what="the new worker to be ready",
+        )
+        assert worker.poll() is None, f"the new worker exited; see {log}"
+        return worker
+
+    def close(self) -> None:
+        self.client.close()
+        self.fleet.stop()
+
+
+@contextmanager
+def chaos_fleet(workspace: Path, *, pool: str, **options: Any) -> Iterator[Chaos]:
+    """A :class:`Chaos` fleet on a fresh database and the emptied chaos Redis database,
+    stopped (and the database dropped) after."""
+    with fresh_postgres_database("chaos") as url:
+        flush_redis(options.get("redis_url", CHAOS_REDIS_URL))
+        harness = Chaos(url, workspace, pool=pool, **options)
+        try:
+            yield harness
+        finally:
+            harness.close()
+
+
+def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something true (returned), or fail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
