@@ -75,6 +75,7 @@ from workers.host_ports import (
 )
 from workers.replay_cache import ReplayCache
 from workers.tool_calls import Answer, Judgement, ToolRunner, unique_ids
+from workers.transcript import rows as transcript_rows
 
 log = logging.getLogger("parley.engine")
 
@@ -818,6 +819,8 @@ class _TurnRun:
                     committed_at=datetime.now(UTC),
                     options=self.options,
                     host_context=self.options.host_context,
+                    path=(*(p.turn.turn_id for p in self.claimed.history), self.turn.turn_id),
+                    delta=tuple(transcript_rows(self.turn.turn_id, self.turn.prompt, state.steps)),
                 ),
             )
         _observe(hooks.on_terminal, outcome)

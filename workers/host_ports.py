@@ -288,6 +288,11 @@ class CommitReceipt:
     options: TurnOptions | None = None
     """The options the turn ran with (its host context among them), as a snapshot."""
     host_context: Mapping[str, Any] = field(default_factory=dict)
+    path: tuple[str, ...] = ()
+    """The transcript path: the turn ids from the session's root to this turn."""
+    delta: tuple[Any, ...] = ()
+    """The rows this turn appended (``parley.transcript`` rows: its prompt, and per step
+    its inputs, the assistant's message and the tool results)."""
 
 
 HOOK_NAMES = ("before_turn", "before_commit", "after_commit", "on_terminal")

@@ -13,6 +13,7 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from schemas.events import EventKind
+from schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
 from tests.helpers import Control, scripted_host
 
@@ -116,3 +117,12 @@ def test_before_turn_and_after_commit_see_the_options_and_the_context(
     assert seen["cancelled"] is False
     receipt = seen["receipt"]
     assert receipt.host_context == CONTEXT and receipt.options == options
+    # The transcript path (root → this turn) and the rows the turn appended.
+    assert receipt.path == (result.turn_id,)
+    assert [row.kind for row in receipt.delta] == ["prompt", "assistant"]
+    last = parley.transcript.to_messages(list(receipt.delta))[-1]
+    assert isinstance(last, AssistantMessage) and last.text == "ok"
+    with parley.connect(f"sqlite:///{tmp_path / 'p.db'}", host=host) as client:
+        again = client.session(session.id).turn("and again")
+    assert seen["receipt"].path == (result.turn_id, again.turn_id)
+    assert seen["receipt"].delta[0].text == "and again"
