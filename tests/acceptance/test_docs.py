@@ -26,7 +26,12 @@ from tests.fleet import REDIS_TEST_URL
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
-DOCUMENTS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCUMENTS = [
+    REPO / "README.md",
+    REPO / "CONTRIBUTING.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "examples").glob("*/README.md")),
+]
 RUN = ("python", "sh")
 NOT_RUN = re.compile(r"<!-- not run: (?P<why>\S.*?) -->")
 FENCE = "```"
@@ -83,6 +88,7 @@ EXPECTED = [
     ("README.md", ".venv/bin/parley beat &", "heard: hello"),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "event: end"),
     ("transcript.md", "def to_host", "['user', 'agent', 'tool_result', 'agent']"),
+    ("README.md", "from examples.audited_host.host import build_host", "That is who you are."),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
 ]
 

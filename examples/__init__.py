@@ -1,0 +1,1 @@
+"""Hosts and drivers a user can copy (each directory has its README)."""

@@ -1,0 +1,1 @@
+"""An example host: a product's agent with its own audit table (see its README)."""
