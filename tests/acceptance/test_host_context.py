@@ -5,6 +5,8 @@ process runs the turn, never the conversation; a resume keeps it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from parley.errors import InvalidRequest
 from schemas.events import EventKind
 from schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
+from tests.chaos import chaos_fleet
 from tests.helpers import Control, scripted_host
 
 WHO = {
@@ -126,3 +129,24 @@ def test_before_turn_and_after_commit_see_the_options_and_the_context(
         again = client.session(session.id).turn("and again")
     assert seen["receipt"].path == (result.turn_id, again.turn_id)
     assert seen["receipt"].delta[0].text == "and again"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_host_context_survives_a_worker_killed_mid_turn(workspace: Path) -> None:
+    """SIGKILL of the worker inside the turn's first tool: the worker that takes the turn
+    over reads the context from the run row, so its tool and model see the same one."""
+    with chaos_fleet(workspace, pool="threads") as chaos:
+        chaos.control.script([GATED])
+        handle = chaos.client.open_session(workspace).submit("gated work", context=CONTEXT)
+        chaos.control.wait_entered()
+        victim = chaos.driver_pid(handle.turn_id)
+        os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+        chaos.control.open_gate()
+        result = handle.wait(60)
+        assert result.reply == "done"
+        assert chaos.driver_pid(handle.turn_id) != victim
+        whoami = [e for e in handle.events() if e.kind is EventKind.TOOL_RESULT][-1]
+        assert json.loads(whoami.data["content"]) == CONTEXT
+        assert all(r["host_context"] == CONTEXT for r in chaos.control.requests())

@@ -9,9 +9,17 @@ from typing import Any
 
 import pytest
 
+import parley
 from parley.errors import CodecError, Conflict, InvalidRequest
 from tests.acceptance.conftest import ClientFactory
 from tests.helpers import Control
+from tests.providers.servers import (
+    Reply,
+    anthropic_message,
+    anthropic_server,
+    openai_server,
+    openai_text,
+)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 CONVERSATION: list[dict[str, Any]] = [
@@ -110,3 +118,47 @@ def test_a_history_is_seeded_only_before_the_first_turn(
     with pytest.raises(Conflict):  # once
         other.seed_history(CONVERSATION)
     assert len(other.tree()) == 2
+
+
+@pytest.mark.embedded_only
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_seeded_tool_round_replays_to_a_real_provider_protocol(
+    provider: str, tmp_path: Path, workspace: Path
+) -> None:
+    """The seeded conversation, tool round included, sent to a loopback OpenAI server (that
+    refuses what OpenAI refuses: an orphan call, a wrong shape) and to an Anthropic one:
+    request by request, the seeded turns come first, in their provider's own form."""
+    if provider == "openai":
+        server = openai_server(strict=True)
+        server.plan(Reply(frames=openai_text("fine")))
+        model: Any = parley.models.OpenAIChatModel(
+            "gpt-test", base_url=server.base_url, api_key="sk-test", max_retries=0
+        )
+    else:
+        server = anthropic_server()
+        server.plan(Reply(frames=anthropic_message("fine")))
+        model = parley.models.AnthropicModel(
+            "claude-test", base_url=server.base_url, api_key="sk-test", max_retries=0
+        )
+    with (
+        server,
+        parley.connect(f"sqlite:///{tmp_path / 'p.db'}", host=parley.Host(model=model)) as client,
+    ):
+        session = client.open_session(workspace)
+        session.seed_history(CONVERSATION)
+        result = session.turn("and 503?")
+        [sent] = server.received
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "fine"
+    messages = sent.json()["messages"]
+    if provider == "openai":
+        assert [m["role"] for m in messages] == [
+            "system", "user", "assistant", "tool", "assistant", "user", "assistant", "user",
+        ]  # fmt: skip
+        assert messages[2]["tool_calls"][0]["id"] == "call_1"
+        assert messages[3]["tool_call_id"] == "call_1"
+    else:
+        roles = [m["role"] for m in messages]
+        assert roles == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+        uses = [b for b in messages[1]["content"] if b["type"] == "tool_use"]
+        results = [b for b in messages[2]["content"] if b["type"] == "tool_result"]
+        assert uses[0]["id"] == results[0]["tool_use_id"] == "call_1"
