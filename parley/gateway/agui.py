@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse
@@ -37,7 +37,7 @@ from parley.gateway.agui_projection import AgUiRun
 from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
 from parley.gateway.resources import NOT_BLANK
-from parley.gateway.tenants import tenant
+from parley.gateway.tenants import Tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
     ApprovalAnswer,
@@ -48,7 +48,6 @@ from parley.gateway.threads import (
     open_thread,
 )
 
-Tenant = Annotated[str, Depends(tenant)]
 PROTOCOL = "ag-ui"
 
 router = APIRouter(prefix="/v1", responses=ERRORS)

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -46,7 +46,7 @@ from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
 from parley.gateway.resources import NOT_BLANK
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import tenant
+from parley.gateway.tenants import Tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
     ApprovalAnswer,
@@ -58,7 +58,6 @@ from parley.gateway.threads import (
 )
 from schemas.events import EventKind
 
-Tenant = Annotated[str, Depends(tenant)]
 PROTOCOL = "ai-sdk"
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no"}
 

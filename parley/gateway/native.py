@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -25,14 +25,13 @@ from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_session, owned_turn, plausible_id, tenant
+from parley.gateway.tenants import Tenant, owned_session, owned_turn, plausible_id
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store import new_id
 
 log = logging.getLogger("parley.gateway")
 
-Tenant = Annotated[str, Depends(tenant)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": r.ErrorBody, "description": text}
     for status, text in (

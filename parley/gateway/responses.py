@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -52,14 +52,13 @@ from parley.gateway.responses_events import (
     response_object,
     stored_response,
 )
-from parley.gateway.tenants import owned_session, owned_turn, tenant
+from parley.gateway.tenants import Tenant, owned_session, owned_turn
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
 from workers.store import new_id
 
 log = logging.getLogger("parley.gateway")
 
-Tenant = Annotated[str, Depends(tenant)]
 CANCEL_WAIT_SECONDS = 10.0
 """How long a cancel waits for the turn to stop before answering (it stops at its next
 step boundary, at once while the model streams): the object it answers then says

@@ -83,3 +83,7 @@ def plausible_id(value: str) -> bool:
     except InvalidRequest:
         return False
     return True
+
+
+Tenant = Annotated[str, Depends(tenant)]
+"""A route parameter: the tenant of the request's bearer token (401 without one)."""
