@@ -186,7 +186,7 @@ class Store(Protocol):
         ...
 
     def approvals_of_run(self, run_id: str) -> dict[str, Approval]:
-        """A run's approvals by id."""
+        """A run's approvals by id, in step and call order."""
         ...
 
     def consume_approval(self, *, approval_id: str, session_id: str, fence: int) -> bool:

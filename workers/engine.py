@@ -611,8 +611,6 @@ class _TurnRun:
         self._committed(state, index, payload, cursor, step_event, receipt.steer_count)
         failed = verdict is not None and not verdict.passed
         state.feedback = _failed_check_feedback(verdict) if failed and verdict else []
-        state.usage = state.usage + reply.usage
-        state.session_tokens += reply.usage.total
         state.inbox_closed = idle and receipt.steer_count == cursor
         if receipt.finished is not None:
             self.emitter.skip()  # the seq the committed end took
@@ -641,6 +639,8 @@ class _TurnRun:
         state.cursor = cursor
         state.pending = []  # those the commit counted past the cursor: read at the boundary
         state.steer_count = max(state.steer_count, steer_count)
+        state.usage = state.usage + payload.usage
+        state.session_tokens += payload.usage.total
 
     # ------------------------------------------------------------------ approvals
 
@@ -745,17 +745,12 @@ class _TurnRun:
             close_inbox_if_idle=False,
         )
         self._committed(state, held.index, payload, held.cursor, step_event, receipt.steer_count)
-        state.usage = state.usage + payload.usage
-        state.session_tokens += payload.usage.total
 
     def _approvals_summary(self) -> tuple[dict[str, Any], ...]:
         """What the end event lists of the turn's asked calls (none asked: nothing read)."""
         if not self.asked:
             return ()
-        approvals = sorted(
-            self.store.approvals_of_run(self.run_id).values(),
-            key=lambda a: (a.step, a.requested_at, a.call_id),
-        )
+        approvals = self.store.approvals_of_run(self.run_id).values()  # in call order
         return tuple(
             {
                 "approval_id": a.approval_id,

@@ -38,6 +38,7 @@ QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
 WAITING = TurnStatus.WAITING.value
 ACTIVE = (QUEUED, RUNNING)
+UNFINISHED = (*ACTIVE, WAITING)
 RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
 
 # Queued or running, spelt with fixed binds rather than an IN list: SQLAlchemy expands an
@@ -609,7 +610,11 @@ APPROVALS_OF_TURN = (
     .order_by(t.approvals.c.step_index, t.approvals.c.position)
 )
 
-APPROVALS_OF_RUN = select(t.approvals).where(t.approvals.c.run_id == b("run_id"))
+APPROVALS_OF_RUN = (
+    select(t.approvals)
+    .where(t.approvals.c.run_id == b("run_id"))
+    .order_by(t.approvals.c.step_index, t.approvals.c.position)
+)
 
 APPROVAL = select(t.approvals).where(t.approvals.c.id == b("approval_id"))
 

@@ -489,7 +489,7 @@ class SqlStore(ApprovalStore, DriverStore, Store):
             # Session row first, then the run: the order every writer locks them in.
             position = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one()
             run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
-            if run.status in q.ACTIVE or run.status == q.WAITING:
+            if run.status in q.UNFINISHED:
                 record = read_turn(db, turn_id)
                 db.rollback()  # nothing to change: it only needs a driver (or answers)
                 return record, None

@@ -371,7 +371,7 @@ class DriverStore(Transactions):
             write_events(db, self._q, events, now)
 
     def approvals_of_run(self, run_id: str) -> dict[str, Approval]:
-        """A run's approvals by id."""
+        """A run's approvals by id, in step and call order."""
         rows = self._reading(lambda db: db.execute(q.APPROVALS_OF_RUN, {"b_run_id": run_id}).all())
         return {row.id: approval_of(row) for row in rows}
 
