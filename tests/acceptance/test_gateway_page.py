@@ -458,6 +458,15 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     conversation.hover()
     page.mouse.wheel(0, -200)
     expect(page.locator("#jump")).to_be_visible()
+    # The wheel's scroll is animated: read where the reader is once it has come to rest.
+    page.wait_for_function(
+        """() => new Promise((done) => {
+            const el = document.getElementById("conversation");
+            const before = el.scrollTop;
+            setTimeout(() => done(el.scrollTop === before), 300);
+        })""",
+        timeout=5000,
+    )
     where = conversation.evaluate("el => el.scrollTop")
     expect(words).to_contain_text("w070")
     assert conversation.evaluate("el => el.scrollTop") == where
