@@ -21,7 +21,9 @@ from schemas.records import (
     TurnStatus,
     Usage,
 )
+from workers.agent_loop import AgentLoop
 from workers.budget import ContextBudget, estimate_tokens
+from workers.driver_ports import DriverInput, DriverStep, DriverTurn, SessionDriver, TurnStopped
 from workers.host_ports import (
     Access,
     ApprovalRequest,
@@ -43,6 +45,7 @@ from workers.host_ports import (
 
 __all__ = [
     "Access",
+    "AgentLoop",
     "Approval",
     "ApprovalRequest",
     "ApproveAll",
@@ -52,6 +55,9 @@ __all__ = [
     "CommitReceipt",
     "ContextBudget",
     "Decision",
+    "DriverInput",
+    "DriverStep",
+    "DriverTurn",
     "Event",
     "EventKind",
     "Host",
@@ -62,6 +68,7 @@ __all__ = [
     "PrefixSnapshot",
     "Refusal",
     "Session",
+    "SessionDriver",
     "SessionHooks",
     "SessionStateView",
     "StreamAborted",
@@ -75,6 +82,7 @@ __all__ = [
     "TurnRequest",
     "TurnResult",
     "TurnStatus",
+    "TurnStopped",
     "Usage",
     "connect",
     "errors",

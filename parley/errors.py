@@ -9,6 +9,7 @@ public name for them.
 from schemas.errors import (
     CodecError,
     Conflict,
+    DriverFailed,
     Fenced,
     ForeignTurn,
     InvalidRequest,
@@ -26,6 +27,7 @@ from schemas.errors import (
 __all__ = [
     "CodecError",
     "Conflict",
+    "DriverFailed",
     "Fenced",
     "ForeignTurn",
     "InvalidRequest",

@@ -17,7 +17,9 @@ from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
 from parley.tools import WORKSPACE_TOOLS
 from schemas.records import TaskContract
+from workers.agent_loop import AgentLoop
 from workers.budget import ContextBudget
+from workers.driver_ports import SessionDriver
 from workers.host_ports import (
     Access,
     ApprovalRequest,
@@ -64,6 +66,9 @@ class Host:
     approval_timeout: float | None = None
     """Seconds a call that asked may wait for its answer before it is denied as
     ``timed out`` (None: as long as it takes)."""
+    driver: SessionDriver = field(default_factory=AgentLoop)
+    """What runs each turn's steps: parley's own loop, or a host's (``parley.SessionDriver``,
+    see ``docs/drivers.md``)."""
     _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
     _hook_set: HookSet = field(default_factory=HookSet, init=False, repr=False, compare=False)
 
@@ -105,6 +110,10 @@ class Host:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
         ):
             raise InvalidRequest("Host.approval_timeout must be a positive number of seconds")
+        if not callable(getattr(self.driver, "drive", None)):
+            raise InvalidRequest(
+                "Host.driver must have a drive(turn) method (a parley.SessionDriver)"
+            )
         servers = tuple(self.mcp_servers)
         if not all(isinstance(s, McpServer) for s in servers):
             raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")

@@ -13,7 +13,7 @@ from typing import Any
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.store_approvals import Answered
 
@@ -102,7 +102,7 @@ class EmbeddedKicker:
 
     def _drive(self, session_id: str) -> None:
         assert self._engine is not None
-        driver = SessionDriver(self._engine)
+        driver = SessionDrainer(self._engine)
         try:
             while True:
                 with self._guard:

@@ -5,6 +5,14 @@ the rows a committed turn appended.  The conversion contract a host codec keeps 
 ``docs/transcript.md``.  (The rows live in ``workers.transcript``, where the engine
 builds a receipt's delta; this is their public name.)"""
 
+from schemas.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    UserMessage,
+)
 from workers.transcript import (
     AssistantRow,
     DisplayLine,
@@ -22,13 +30,19 @@ from workers.transcript import (
 )
 
 __all__ = [
+    "AssistantMessage",
     "AssistantRow",
     "DisplayLine",
     "InputRow",
+    "Message",
     "PartialRow",
     "PromptRow",
     "Row",
+    "ToolCall",
+    "ToolMessage",
+    "ToolResult",
     "ToolResultRow",
+    "UserMessage",
     "display",
     "from_json",
     "native",

@@ -60,3 +60,13 @@ class McpError(ParleyError):
     """An MCP server could not be started, reached or initialised, a call to it failed or
     timed out, or it answered a tool call with an error result.  The message names the
     server and the cause."""
+
+
+class DriverFailed(ParleyError):
+    """A host's driver (``Host(driver=...)``) could not finish its turn.  ``partial`` is
+    what it had accumulated (text the user may see), kept with the failed turn as a
+    display-only partial, never replayed to a model."""
+
+    def __init__(self, message: str, *, partial: str | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial or None

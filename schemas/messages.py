@@ -20,7 +20,9 @@ from schemas.records import Usage
 
 STEP_PAYLOAD_VERSION = 1
 
-InputOrigin = Literal["prompt", "steer", "check"]
+InputOrigin = Literal["prompt", "steer", "check", "driver"]
+"""Who wrote a user message: the prompt, a steer, a failed check's report, or a driver's
+instruction (``driver``: sent with one request, never stored as conversation)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,10 +191,13 @@ class StepPayload:
     usage: Usage = field(default_factory=Usage)
     request_digest: str = ""
     model: str = ""
+    label: str = ""
+    """What a host's driver called this step (``plan``, ``act`` …), so that a driver
+    resumed from its committed steps knows where it was; parley's own loop sets none."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form, tagged with its version."""
-        return {
+        stored: dict[str, Any] = {
             "v": STEP_PAYLOAD_VERSION,
             "inputs": [i.to_json() for i in self.inputs],
             "text": self.text,
@@ -202,6 +207,9 @@ class StepPayload:
             "request_digest": self.request_digest,
             "model": self.model,
         }
+        if self.label:  # absent unless a driver set it: the stored form is unchanged
+            stored["label"] = self.label
+        return stored
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepPayload:
@@ -224,6 +232,7 @@ class StepPayload:
             usage=Usage.from_json(data.get("usage", {})),
             request_digest=str(data.get("request_digest", "")),
             model=str(data.get("model", "")),
+            label=str(data.get("label", "")),
         )
 
 

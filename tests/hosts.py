@@ -52,6 +52,7 @@ class WorkspaceScriptedModel:
                 "turn_id": request.context.turn_id,
                 "host_context": dict(request.context.host_context),
                 "system_prompt": request.prefix.system_prompt,
+                "tools": [t.name for t in request.prefix.tools],
                 "messages": [message_to_json(m) for m in request.messages],
             }
             log.write(json.dumps(seen) + "\n")
@@ -175,6 +176,14 @@ def workspace_host(**options: Any) -> parley.Host:
         approver=WorkspaceApprover(),
         **options,
     )
+
+
+def plan_then_act_host() -> parley.Host:
+    """``workspace_host`` whose turns run on the example plan-then-act driver
+    (``examples/plan_then_act``), which gives up after three steps of acting."""
+    from examples.plan_then_act.driver import PlanThenAct
+
+    return workspace_host(driver=PlanThenAct(max_act_steps=3))
 
 
 def timeout_host() -> parley.Host:

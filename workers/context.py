@@ -77,13 +77,25 @@ def assemble(
     inputs: Sequence[StepInput],
     fit: Callable[[tuple[Message, ...], tuple[Message, ...]], tuple[Message, ...]] | None = None,
 ) -> tuple[Message, ...]:
-    """The messages of the next request: the history (from :func:`history_messages`),
-    this turn so far, and the input entering at this boundary.  The history was checked
-    and ends with complete rounds, so checking this turn's part checks the whole.
+    """The messages of parley's own next request: the history (from
+    :func:`history_messages`), this turn so far, and the input entering at this boundary
+    (see :func:`assemble_request`)."""
+    return assemble_request(past, turn_messages(prompt, steps), inputs, fit)
+
+
+def assemble_request(
+    past: tuple[Message, ...],
+    turn: Sequence[Message],
+    inputs: Sequence[StepInput],
+    fit: Callable[[tuple[Message, ...], tuple[Message, ...]], tuple[Message, ...]] | None = None,
+) -> tuple[Message, ...]:
+    """The messages of a request: the history, this turn's part (parley's replay of it,
+    or what a driver built), and the input entering at this boundary.  The history was
+    checked and ends with complete rounds, so checking this turn's part checks the whole.
 
     ``fit(past, current)`` (a context budget) may elide parts of both; what it returns
     is checked again, since that is what the provider will see."""
-    current: list[Message] = turn_messages(prompt, steps)
+    current: list[Message] = list(turn)
     current.extend(UserMessage(text=i.text, origin=i.origin) for i in inputs)
     checked = check_replay(current)
     if fit is None:

@@ -6,6 +6,10 @@ find the lock taken and return — and a submission sends none while a kick is p
 a driver holds the session (up to ``KICK_PENDING_SECONDS``).  Letting go returns the
 session's work mark: changed since the lock was taken, something was submitted
 meanwhile, and the driver goes on.
+
+"Driver" here is SPEC §2.3's: the one holder of a session's lock.  The host's driver
+(``Host(driver=...)``, :mod:`workers.driver_ports`) runs inside the engine, one turn's
+steps at a time, under that lock.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from workers.engine import TurnEngine
 log = logging.getLogger("parley.driver")
 
 
-class SessionDriver:
+class SessionDrainer:
     """Drains one session's runnable turns with one engine.
 
     ``stopping`` says the process is shutting down, and ``slice_seconds`` (None: no limit)

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.errors import Fenced, InvalidRequest, ParleyError, PrefixFrozen, StoreError
+from schemas.errors import (
+    DriverFailed,
+    Fenced,
+    InvalidRequest,
+    ParleyError,
+    PrefixFrozen,
+    StoreError,
+)
 from schemas.events import (
     ApprovalRequested,
     Checked,
@@ -54,8 +61,10 @@ from workers.backend_ports import (
     Store,
     TurnEnd,
 )
-from workers.context import assemble, history_messages, turn_replay
+from workers.context import assemble_request, history_messages, turn_messages, turn_replay
 from workers.contract_check import CheckResult, run_contract_check
+from workers.driven_turn import DrivenTurn
+from workers.driver_ports import DriverInput, TurnStopped
 from workers.emitter import Emitter, StreamingSink
 from workers.held_step import HeldStep
 from workers.holding import ensure_holding
@@ -136,6 +145,9 @@ class _TurnState:
     first_boundary: bool = True
     # The contract's check run on the final answer of the step at this index.
     contract_checked: tuple[int, CheckResult] | None = None
+    # The boundary after the driver answered was looked at (steers taken, nothing to
+    # stop for) when it brought a new input: the next drive's first step starts there.
+    boundary_settled: bool = False
 
 
 class TurnEngine:
@@ -202,6 +214,7 @@ class _TurnRun:
         self.store = engine.store
         self.host = engine.host
         self.hooks = engine.host.hook_set
+        self.driver = engine.host.driver
         self.claimed = claimed
         self.fence = fence
         self.emitter = emitter
@@ -395,29 +408,113 @@ class _TurnRun:
         return result
 
     def _loop(self, state: _TurnState) -> _Ending:
+        """Drive the turn: the prompt (or, when steps committed already, a resume), then
+        each new input that arrives after the driver answered, until the turn ends."""
         if self.held is not None:
             self._go_on(state, self.held)
             self.held = None
+        given = (
+            DriverInput(kind="resume")
+            if state.steps
+            else DriverInput(kind="prompt", texts=(self.turn.prompt,))
+        )
+        while True:
+            ending = self._drive(state, given)
+            if ending is not None:
+                return ending
+            ending, next_input = self._answered(state)
+            if ending is not None:
+                return ending
+            assert next_input is not None
+            given = next_input
+
+    def _drive(self, state: _TurnState, given: DriverInput) -> _Ending | None:
+        """One drive of the host's driver for ``given``; the ending a step brought (the
+        turn ended, or must stop), or None once the driver answered its input."""
+        turn = DrivenTurn(self, state, given, self._history)
+        try:
+            self.driver.drive(turn)
+        except TurnStopped:
+            pass
+        except DriverFailed as exc:
+            if turn.lost is None and turn.stopped is None and turn.ended is None:
+                partial = exc.partial if isinstance(exc.partial, str) else None
+                return _Ending(
+                    status=TurnStatus.FAILED, error=f"driver failed: {exc}", partial=partial
+                )
+        except Exception:
+            if turn.lost is None and turn.stopped is None and turn.ended is None:
+                raise
+            # What stopped the turn at a step comes first: a driver's own failure while
+            # it unwinds (or after the turn ended) cannot change the outcome.
+            log.warning(
+                "the driver of turn %s failed after its turn stopped",
+                self.turn.turn_id,
+                exc_info=True,
+            )
+        finally:
+            turn.close()
+        if turn.lost is not None:
+            raise turn.lost
+        return turn.stopped or turn.ended
+
+    def _answered(self, state: _TurnState) -> tuple[_Ending | None, DriverInput | None]:
+        """The driver answered its input: end the turn with that answer (checked, the
+        inbox closed), or find the next input (steers said since, a failed check)."""
+        if not state.steps:
+            name = type(self.driver).__name__
+            return _Ending(
+                status=TurnStatus.FAILED, error=f"the driver {name} returned before any step"
+            ), None
+        state.boundary_settled = False
         while True:
             ensure_holding(self.holding, "at a step boundary")
             self._take_steers(state)
             if _has_interrupt(state.pending):
-                return _Ending(status=TurnStatus.CANCELLED)
+                return _Ending(status=TurnStatus.CANCELLED), None
             says = [s for s in state.pending if s.kind is SteerKind.SAY]
-            stopped = bool(state.steps) and not state.steps[-1].payload.tool_calls
             exceeded = self._budget_exceeded(state)
-            if stopped and (exceeded or (not says and not state.feedback)):
-                # With no budget left for another step, a late steer cannot turn the
-                # model's final answer into a budget failure: it is reported undelivered.
-                ending = self._model_stopped(state, more_steps=exceeded is None)
-                if ending is not None:
-                    return ending
-                continue
-            if exceeded:
-                return _Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
-            ending = self._step(state, says)
+            if exceeded is None and (says or state.feedback):
+                state.boundary_settled = True
+                if says:
+                    return None, DriverInput(kind="steer", texts=tuple(s.text for s in says))
+                return None, DriverInput(kind="check", texts=tuple(f.text for f in state.feedback))
+            # With no budget left for another step, a late steer cannot turn the answer
+            # into a budget failure: it is reported undelivered.
+            ending = self._model_stopped(state, more_steps=exceeded is None)
             if ending is not None:
-                return ending
+                return ending, None
+            # A steer slipped in before the inbox closed, or the check failed: look again.
+
+    def driven_step(
+        self,
+        state: _TurnState,
+        *,
+        current: tuple[Message, ...] | None,
+        offered: frozenset[str] | None,
+        final: bool,
+        label: str,
+    ) -> _Ending | None:
+        """A step a driver asked for, from its boundary: the ending that stops the turn
+        here (or the one its commit made), or None once it committed."""
+        if state.boundary_settled:
+            state.boundary_settled = False
+        else:
+            ensure_holding(self.holding, "at a step boundary")
+            self._take_steers(state)
+            if _has_interrupt(state.pending):
+                return _Ending(status=TurnStatus.CANCELLED)
+        exceeded = self._budget_exceeded(state)
+        if exceeded:
+            return _Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
+        says = [s for s in state.pending if s.kind is SteerKind.SAY]
+        return self._step(state, says, current=current, offered=offered, final=final, label=label)
+
+    def _history(self) -> tuple[Message, ...]:
+        """The committed history before this turn, as messages (built once per attempt)."""
+        if self.history is None:
+            self.history = history_messages(self.claimed.history, self._replay_turn)
+        return self.history
 
     def _take_steers(self, state: _TurnState) -> None:
         """Settle the steers pending at this boundary: the turn's steer list, read in the
@@ -504,7 +601,16 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ step
 
-    def _step(self, state: _TurnState, says: list[Any]) -> _Ending | None:
+    def _step(
+        self,
+        state: _TurnState,
+        says: list[Any],
+        *,
+        current: tuple[Message, ...] | None = None,
+        offered: frozenset[str] | None = None,
+        final: bool = True,
+        label: str = "",
+    ) -> _Ending | None:
         index = len(state.steps)
         inputs = [StepInput(origin="steer", text=s.text) for s in says] + state.feedback
         for steer in says:
@@ -512,15 +618,17 @@ class _TurnRun:
         cursor = max([state.cursor] + [s.position for s in state.pending])
         prefix = self.request_prefix
         assert prefix is not None
-        if self.history is None:
-            self.history = history_messages(self.claimed.history, self._replay_turn)
+        if offered is not None:
+            prefix = Prefix(
+                system_prompt=prefix.system_prompt,
+                tools=tuple(d for d in prefix.tools if d.name in offered),
+            )
         budget = self.host.context_budget
-        messages = assemble(
-            self.history,
-            self.turn.prompt,
-            state.steps,
+        messages = assemble_request(
+            self._history(),
+            turn_messages(self.turn.prompt, state.steps) if current is None else current,
             inputs,
-            fit=(lambda past, current: budget.fit(prefix, past, current)) if budget else None,
+            fit=(lambda past, now: budget.fit(prefix, past, now)) if budget else None,
         )
         request = ModelRequest(prefix=prefix, messages=messages, context=self.context)
 
@@ -548,7 +656,7 @@ class _TurnRun:
             )
         sink.settle(reply.text)
         calls = unique_ids(reply.tool_calls, index)
-        judgements = [self.tool_runner.judge(call) for call in calls]
+        judgements = [self.tool_runner.judge(call, offered=offered) for call in calls]
         said = StepPayload(
             inputs=tuple(inputs),
             text=reply.text,
@@ -556,6 +664,7 @@ class _TurnRun:
             usage=reply.usage,
             request_digest=request_digest(prefix, messages),
             model=reply.model or self.host.model.name,
+            label=label,
         )
         if any(j.ask is not None for j in judgements):
             return self._hold(index, said, judgements, cursor)
@@ -568,9 +677,10 @@ class _TurnRun:
         # its step and the model hears the check's output next, with any steer.  An
         # interrupt already waiting skips the check: the step commits and the boundary
         # stops the turn without waiting for it.
-        judged = not calls and self.contract_checks
+        answered = final and not calls  # a plan a driver asked for is not an answer
+        judged = answered and self.contract_checks
         verdict = self._contract_check(state, index) if judged and not interrupt_pending() else None
-        idle = not calls and (not judged or (verdict is not None and verdict.passed))
+        idle = answered and (not judged or (verdict is not None and verdict.passed))
         ending = _Ending(status=self.answered, reply=reply.text)
         ends_here = idle
         if idle and self.hooks.before_commit is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers import constants as c
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import Host
 from workers.redis_coordinator import RedisCoordinator
@@ -66,7 +66,7 @@ def drive_session(
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
-    driver = SessionDriver(
+    driver = SessionDrainer(
         runtime.engine,
         stopping=stopping,
         slice_seconds=c.DRIVE_SLICE_SECONDS,

@@ -15,6 +15,7 @@ from schemas.errors import InvalidRequest
 from schemas.messages import Message, Prefix, ToolCall, ToolDeclaration
 from schemas.records import SessionRecord, TaskContract, TurnRecord, Usage
 from workers.budget import ContextBudget
+from workers.driver_ports import SessionDriver
 
 # ---------------------------------------------------------------------------- model
 
@@ -390,6 +391,11 @@ class Host(Protocol):
     @property
     def approval_timeout(self) -> float | None:
         """Seconds an asked call may wait for its answer (None: no limit)."""
+        ...
+
+    @property
+    def driver(self) -> SessionDriver:
+        """What runs each turn's steps (parley's own loop unless the host brings one)."""
         ...
 
     def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:

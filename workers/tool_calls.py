@@ -7,7 +7,7 @@ it (validation, policy, approver) may take any time."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,8 +109,9 @@ class ToolRunner:
         self.holding = holding
         self.output_limit = output_limit
 
-    def judge(self, call: ToolCall) -> Judgement:
-        """What becomes of ``call``: run, refused (or failed) already, or asked about."""
+    def judge(self, call: ToolCall, *, offered: Collection[str] | None = None) -> Judgement:
+        """What becomes of ``call``: run, refused (or failed) already, or asked about.
+        ``offered`` names the tools its step offered (None: all the turn's)."""
         ensure_holding(self.holding, "before a tool call")
 
         def error(text: str) -> Judgement:
@@ -120,6 +121,10 @@ class ToolRunner:
         tool = self.tools.get(call.name)
         if tool is None:
             return error(f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}")
+        if offered is not None and call.name not in offered:
+            return error(
+                f"error: tool {call.name!r} is not offered at this step; offered: {sorted(offered)}"
+            )
         try:
             arguments = tool.parse(call.arguments)
             accesses = tuple(tool.accesses(arguments))

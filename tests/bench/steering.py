@@ -23,7 +23,7 @@ import parley
 from schemas.messages import ToolCall
 from tests.conftest import fresh_postgres_database
 from workers import store_connection
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
@@ -122,7 +122,7 @@ def measure(url: str, root: str, *, steering: bool) -> tuple[float, float]:
     handle = session.submit("go")
     counts = Counts(coordinator)
     try:
-        SessionDriver(engine).drive(session.id)
+        SessionDrainer(engine).drive(session.id)
         coordinator.flush()
     finally:
         counts.close()

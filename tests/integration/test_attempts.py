@@ -12,7 +12,7 @@ import pytest
 import parley
 from schemas.records import TurnStatus
 from tests.integration.drive import commit, migrated_store, new_session, start, submit
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import MAX_ATTEMPTS, TurnEngine, worker_name
 from workers.local_coordinator import LocalCoordinator
 from workers.store import SqlStore
@@ -86,8 +86,8 @@ def test_a_run_names_the_engine_that_claimed_it_by_its_label_or_host_pid_and_thr
 ) -> None:
     session_id = new_session(store, str(tmp_path))
     labelled, _run = submit(store, session_id)
-    SessionDriver(engine_for(store, label="engine-a")).drive(session_id)
+    SessionDrainer(engine_for(store, label="engine-a")).drive(session_id)
     unlabelled, _run = submit(store, session_id, "second")
-    SessionDriver(engine_for(store)).drive(session_id)
+    SessionDrainer(engine_for(store)).drive(session_id)
     assert store.run_state(labelled).worker == "engine-a"
     assert store.run_state(unlabelled).worker == worker_name()

@@ -9,7 +9,7 @@ from pathlib import Path
 import parley
 from schemas.records import TurnStatus
 from tests.integration.drive import new_session, submit
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.local_coordinator import LocalCoordinator
@@ -39,12 +39,12 @@ def driver_for(
     slice_seconds: float | None = None,
     stops: bool = True,
     coordinator: LocalCoordinator | None = None,
-) -> SessionDriver:
+) -> SessionDrainer:
     """A driver whose process stops when ``model`` says so (if ``stops``)."""
     engine = TurnEngine(
         store=store, coordinator=coordinator or LocalCoordinator(), host=parley.Host(model=model)
     )
-    return SessionDriver(
+    return SessionDrainer(
         engine,
         stopping=lambda: stops and model.stop,
         slice_seconds=slice_seconds,

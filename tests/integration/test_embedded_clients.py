@@ -84,7 +84,7 @@ def test_a_kick_that_meets_a_failing_driver_gets_a_driver_of_its_own(
         def exception(*_args: object) -> None:
             kicker.kick("s1")
 
-    monkeypatch.setattr(kickers, "SessionDriver", FailsOnce)
+    monkeypatch.setattr(kickers, "SessionDrainer", FailsOnce)
     monkeypatch.setattr(kickers, "log", SubmissionDuringTheFailure)
     kicker.kick("s1")
     assert second_drive.wait(10), "the submission was left without a driver"
@@ -101,7 +101,7 @@ def test_no_driver_starts_after_close(monkeypatch: pytest.MonkeyPatch) -> None:
         def drive(self, session_id: str) -> None:
             drives.append(session_id)
 
-    monkeypatch.setattr(kickers, "SessionDriver", Records)
+    monkeypatch.setattr(kickers, "SessionDrainer", Records)
     engine = SimpleNamespace(host=SimpleNamespace(approval_timeout=None))
     kicker = EmbeddedKicker(lambda: cast(TurnEngine, engine))
     ready = kicker.ready

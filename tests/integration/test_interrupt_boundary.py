@@ -13,7 +13,7 @@ from schemas.messages import ToolCall
 from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import new_session, submit
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
@@ -61,7 +61,9 @@ def test_an_interrupt_sent_while_a_turn_is_prepared_stops_it_at_its_first_bounda
     try:
         session_id = new_session(store, root=str(tmp_path))
         turn_id, _run_id = submit(store, session_id, "go")
-        SessionDriver(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(session_id)
+        SessionDrainer(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(
+            session_id
+        )
         state = store.run_state(turn_id)
         assert state.status is TurnStatus.CANCELLED
         assert state.steps == 0 and model.calls == 0  # stopped before any model call

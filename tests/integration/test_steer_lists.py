@@ -14,7 +14,7 @@ from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import StatementLog, new_session, submit
 from workers.backend_ports import Coordinator
-from workers.driver import SessionDriver
+from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import DeltaSink, ModelReply, ModelRequest
 from workers.redis_coordinator import RedisCoordinator
@@ -53,7 +53,7 @@ def run_turn(
     host = parley.Host(model=SteeredModel(during_first), tools=parley.tools.WORKSPACE_TOOLS)
     session_id = new_session(store, root=str(root))
     turn_id, _run_id = submit(store, session_id, "go")
-    SessionDriver(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(session_id)
+    SessionDrainer(TurnEngine(store=store, coordinator=coordinator, host=host)).drive(session_id)
     state = store.run_state(turn_id)
     assert state.status is TurnStatus.FINISHED
     assert state.reply is not None
