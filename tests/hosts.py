@@ -190,3 +190,67 @@ def timeout_host() -> parley.Host:
     """``workspace_host`` whose asked calls are denied as ``timed out`` after two seconds
     without an answer (the fleet's sweeper does it)."""
     return workspace_host(approval_timeout=2.0)
+
+
+class RecordingHooks(parley.SessionHooks):
+    """Writes every hook call to ``<control>/hooks.jsonl`` (of the turns whose host
+    context names a ``control`` directory), and raises in the hook the context's
+    ``fail`` names: what the failure tests inject and assert on, in any process."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, tuple[Path, str]] = {}
+
+    def _note(self, hook: str, turn_id: str, **seen: Any) -> None:
+        control, fail = self._turns.get(turn_id, (None, ""))
+        if control is None:
+            return
+        with (control / "hooks.jsonl").open("a") as log:
+            log.write(json.dumps({"hook": hook, "turn_id": turn_id, **seen}) + "\n")
+        if fail == hook:
+            raise RuntimeError(f"injected failure in {hook}")
+
+    def before_turn(
+        self,
+        request: parley.TurnRequest,
+        options: parley.TurnOptions,
+        state: parley.SessionStateView,
+    ) -> None:
+        context = options.host_context
+        if "control" in context:
+            self._turns[request.turn_id] = (Path(context["control"]), context.get("fail", ""))
+        self._note("before_turn", request.turn_id, attempt=options.attempt)
+
+    def before_commit(self, outcome: parley.TurnOutcome, context: dict[str, Any]) -> None:
+        self._note("before_commit", outcome.turn_id, outcome=outcome.outcome, steps=outcome.steps)
+
+    def after_commit(self, receipt: parley.CommitReceipt) -> None:
+        outcome = receipt.outcome
+        self._note(
+            "after_commit",
+            outcome.turn_id,
+            outcome=outcome.outcome,
+            steps=outcome.steps,
+            delta=len(receipt.delta),
+            host_context=receipt.host_context,
+        )
+
+    def on_terminal(self, outcome: parley.TurnOutcome) -> None:
+        self._note("on_terminal", outcome.turn_id, outcome=outcome.outcome, steps=outcome.steps)
+
+
+class InjectingLoop(parley.AgentLoop):
+    """parley's own loop, failing where the turn's host context says (``fail``)."""
+
+    def drive(self, turn: parley.DriverTurn) -> None:
+        fail = turn.host_context.get("fail")
+        if fail == "driver_before_step":
+            raise RuntimeError("injected driver crash")
+        if fail == "driver_after_step":
+            turn.step()
+            raise parley.errors.DriverFailed("injected driver failure", partial="half a thought")
+        super().drive(turn)
+
+
+def failing_host() -> parley.Host:
+    """``workspace_host`` with recording hooks and a driver that fail on demand."""
+    return workspace_host(hooks=RecordingHooks(), driver=InjectingLoop())

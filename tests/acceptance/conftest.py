@@ -5,12 +5,14 @@ and Redis.  Tests of in-process hooks carry ``@pytest.mark.embedded_only``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import parley
+from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control
 from tests.hosts import workspace_host
@@ -114,3 +116,48 @@ def make_client(
     yield factory
     for client in clients:
         client.close(timeout=10)
+
+
+def host_fleet(host: str) -> Any:
+    """A module-scoped fixture: a fleet (a threads-pool worker and a sweeper) whose
+    workers load ``host``, on a database of its own (a sweeper adopts every turn of its
+    database, so two fleets with different hosts must never share one)."""
+
+    @pytest.fixture(scope="module")
+    def fixture() -> Iterator[Fleet]:
+        with fresh_postgres_database("host") as url:
+            pool = Fleet(database_url=url, host=host)
+            pool.start_worker(concurrency=2, pool="threads")
+            pool.start_beat()
+            try:
+                pool.wait_ready()
+                yield pool
+            finally:
+                pool.stop()
+
+    return fixture
+
+
+@contextmanager
+def deployed_client(
+    deployment: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    *,
+    fleet: str,
+    host: Callable[[], parley.Host],
+) -> Iterator[parley.Client]:
+    """A client of ``deployment`` whose turns run on ``host``: in this process, or on the
+    fleet the fixture named ``fleet`` (a :func:`host_fleet`) started with it."""
+    if deployment.startswith("fleet"):
+        pool: Fleet = request.getfixturevalue(fleet)
+        flush_redis(pool.redis_url)
+        with parley.connect(pool.database_url, redis_url=pool.redis_url, queue=pool.queue) as c:
+            yield c
+        return
+    if deployment == "embedded-sqlite":
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    with parley.connect(url, host=host(), migrate_schema=True) as embedded:
+        yield embedded

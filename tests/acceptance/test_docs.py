@@ -90,6 +90,7 @@ EXPECTED = [
     ("transcript.md", "def to_host", "['user', 'agent', 'tool_result', 'agent']"),
     ("README.md", "from examples.audited_host.host import build_host", "That is who you are."),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
+    ("README.md", "from examples.plan_then_act.host import host", "reply: retry.py backs off"),
 ]
 
 

@@ -16,8 +16,8 @@ import pytest
 import parley
 from examples.plan_then_act.driver import ACTING, PLANNING
 from schemas.events import EventKind
+from tests.acceptance.conftest import ALL, deployed_client, host_fleet
 from tests.chaos import chaos_fleet
-from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control
 from tests.hosts import plan_then_act_host
 
@@ -47,33 +47,15 @@ ENDLESS = {
 }
 
 
-@pytest.fixture(scope="module")
-def plan_fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
-    url: str = request.getfixturevalue("fleet_postgres_url")
-    pool = Fleet(database_url=url, host=PLAN_HOST)
-    pool.start_worker(concurrency=2, pool="threads")
-    pool.start_beat()
-    try:
-        pool.wait_ready()
-        yield pool
-    finally:
-        pool.stop()
+plan_fleet = host_fleet(PLAN_HOST)
 
 
-@pytest.fixture(params=["embedded-sqlite", "embedded-postgres", "fleet-postgres"])
+@pytest.fixture(params=ALL)
 def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[parley.Client]:
-    if request.param == "embedded-sqlite":
-        url = f"sqlite:///{tmp_path / 'runs.db'}"
-    elif request.param == "embedded-postgres":
-        url = request.getfixturevalue("postgres_url")
-    else:
-        pool: Fleet = request.getfixturevalue("plan_fleet")
-        flush_redis(pool.redis_url)
-        with parley.connect(pool.database_url, redis_url=pool.redis_url, queue=pool.queue) as c:
-            yield c
-        return
-    with parley.connect(url, host=plan_then_act_host(), migrate_schema=True) as embedded:
-        yield embedded
+    with deployed_client(
+        request.param, request, tmp_path, fleet="plan_fleet", host=plan_then_act_host
+    ) as deployed:
+        yield deployed
 
 
 def labels(client: parley.Client, turn_id: str) -> list[str]:
