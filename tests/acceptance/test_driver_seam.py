@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,3 +191,38 @@ def test_a_driven_turn_resumes_after_its_worker_is_killed_without_planning_again
         assert len(planning) == 1
         kinds = [e.kind for e in handle.events()]
         assert EventKind.STEP_RESTARTED in kinds
+
+
+@pytest.mark.postgres
+def test_a_driven_call_that_asks_waits_and_the_driver_goes_on_from_its_answer(
+    client: parley.Client, workspace: Path, control: Control
+) -> None:
+    """The act step's call waits for a person holding no driver; once approved, the turn
+    is driven again as a resume from its committed steps: the call runs once, and the
+    plan is not asked for again."""
+    control.policy(ask_tools=["record_call"])
+    control.script(
+        [
+            {
+                "when": "record",
+                "steps": [
+                    {"text": "1. record it"},
+                    {"tool_calls": [{"name": "record_call", "arguments": {"note": "n"}}]},
+                    {"text": "recorded"},
+                ],
+            }
+        ]
+    )
+    handle = client.open_session(workspace).submit("record this")
+    deadline = time.monotonic() + 30
+    while handle.record().status is not parley.TurnStatus.WAITING:
+        assert time.monotonic() < deadline, "the call never asked"
+        time.sleep(0.05)
+    assert control.recorded_calls() == []
+    [pending] = handle.approvals()
+    handle.approve(pending.approval_id)
+    result = handle.wait(timeout=60)
+    assert (result.outcome, result.reply) == (parley.TurnStatus.FINISHED, "recorded")
+    assert len(control.recorded_calls()) == 1
+    assert labels(client, handle.turn_id) == ["plan", "act", "act"]
+    assert sum(PLANNING in control.user_texts(r) for r in control.requests()) == 1
