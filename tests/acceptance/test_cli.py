@@ -131,7 +131,6 @@ def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
         "PARLEY_HOST": f"scripted:{script}",
     }
     session_id = parley("new", str(tmp_path), env=env).stdout.strip()
-    started = time.monotonic()
     with subprocess.Popen(
         [sys.executable, "-m", "parley", "submit", session_id, "talk slowly"],
         stdout=subprocess.PIPE,
@@ -146,7 +145,9 @@ def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     assert process.returncode == 1, err
-    assert time.monotonic() - started < 4  # it did not wait for the whole answer
+    # It did not wait for the whole answer (counted in words, not seconds: a loaded
+    # machine may start the process slowly, but cannot make it stream faster).
+    assert out.count("word") < 100
     assert "interrupting" in out and "cancelled" in out
     turn_id = out.strip().splitlines()[-1].split()[-1]
     assert f"parley resume {turn_id}" in out
