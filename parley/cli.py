@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -21,8 +22,10 @@ import parley
 from parley.client import DEFAULT_DATABASE_URL, database_url_of
 from parley.errors import ParleyError
 from parley.host import host_from_environment
+from parley.logs import LogFormat, celery_worker_logging, configure_logging, log_format
 from parley.render import EventPrinter, approval_line, error_line, tree_of, turn_line
 from workers.database import create_database_engine, migrate, sqlite_file
+from workers.log_context import log_scope
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
 
@@ -41,7 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.celery_args = extra
     console = Console(highlight=False)
     try:
-        status: int = args.command(args, console)
+        _configure_logging(args)
+        # The lines a command logs name the session or turn it works on, once the client
+        # has found it (a daemon's requests and turns set their own).
+        with contextlib.nullcontext() if args.command in DAEMONS else log_scope():
+            status: int = args.command(args, console)
     except ParleyError as exc:
         # On stderr and on one line, so that `S=$(parley new …)` never captures an error.
         Console(stderr=True, highlight=False).print(error_line(exc), soft_wrap=True)
@@ -199,22 +206,15 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    # Celery's two lines per task ("received", "succeeded") say less than the one the
-    # driver logs per kick, and cost each kick two formatted writes: warnings only.
-    for name in ("celery.worker.strategy", "celery.app.trace"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     _fleet_environment(args)
     import click
     from celery.bin.celery import celery
 
-    from parley.celery_tasks import settings
+    from parley.celery_tasks import app, settings
 
     argv = [
-        *("--app", "parley.celery_tasks:app", "worker"),
-        *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
+        *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
+        *("worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
     ]
     # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
     # drops: a worker that cannot go on must not look like one that was told to stop.
@@ -227,9 +227,6 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def _beat(args: argparse.Namespace, console: Console) -> int:
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     _fleet_environment(args)
     from parley.celery_tasks import run_sweeper
 
@@ -446,6 +443,21 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
 NAMES_STORED = (_follow, _history, _tree, _submit, _resume, _approve)
 """Commands about a session or turn already stored: they refuse a SQLite database that is
 not there (as does ``chat SESSION``)."""
+
+DAEMONS = (_worker, _beat, _gateway)
+"""The fleet's long-running processes: they log what they do (INFO and above)."""
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """``PARLEY_LOG_FORMAT`` for this process (a value it does not know stops the command
+    before anything else happens).  A daemon logs its work; any other command logs only
+    warnings, and in text leaves them to Python's default (the message alone) as it
+    always has."""
+    args.log_format = log_format()
+    if args.command in DAEMONS:
+        configure_logging(logging.INFO, args.log_format)
+    elif args.log_format is LogFormat.JSON:
+        configure_logging(logging.WARNING, args.log_format)
 
 
 def _environment_names_a_host() -> bool:
