@@ -20,7 +20,7 @@ from tests.gateway import Tenant, make_tokens, start_gateway
 from tests.helpers import Control
 
 JSON = {"PARLEY_LOG_FORMAT": "json"}
-TOOL_THEN_TEXT = [
+TOOL_THEN_TEXT: list[dict[str, Any]] = [
     {"when": "fail", "steps": [{"text": "unused"}]},
     {"when": ".*", "steps": [{"tool_calls": [{"name": "list_files"}]}, {"text": "listed"}]},
 ]
