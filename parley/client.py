@@ -537,18 +537,21 @@ class TurnHandle:
             client.store.last_event_seq(self.turn_id), client.coordinator.last_seq(self.turn_id)
         )
 
-    def say(self, text: str) -> None:
+    def say(self, text: str) -> int:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the
-        turn has ended (the message then goes nowhere, and you are told)."""
+        turn has ended (the message then goes nowhere, and you are told).  Returns its
+        position in the turn's steer inbox (1 for the first steer, interrupts counted)."""
         text = _check_text(text, "say", MAX_STEER_BYTES)
         client = self._client
         client._check_open()
-        client.coordinator.push_steer(
-            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.SAY, text)
-        )
+        steer = client.store.add_steer(self.turn_id, SteerKind.SAY, text)
+        client.coordinator.push_steer(self.turn_id, steer)
+        return steer.position
 
-    def interrupt(self) -> None:
-        """Stop the turn at the next step boundary (at once while the model streams)."""
+    def interrupt(self) -> int:
+        """Stop the turn at the next step boundary (at once while the model streams);
+        :class:`TurnEnded` if it has ended.  Returns the interrupt's position in the
+        turn's steer inbox, as :meth:`say` does."""
         client = self._client
         client._check_open()
         # Accepted (durable) first, then listed: a streaming driver that sees it in the
@@ -559,6 +562,7 @@ class TurnHandle:
         client.coordinator.push_steer(self.turn_id, receipt.steer)
         if receipt.denied is not None:
             client._signal_answered(receipt.denied)
+        return receipt.steer.position
 
     def approvals(self) -> list[Approval]:
         """The calls of this turn that wait for a person's answer, oldest first."""
