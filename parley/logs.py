@@ -121,12 +121,14 @@ def configure_logging(level: int, log_format: LogFormat) -> None:
 
 def celery_worker_logging(app: Any, log_format: LogFormat) -> list[str]:
     """Before ``celery worker`` starts in this process: in JSON, keep Celery from
-    replacing the root logger's handler (it does unless a ``setup_logging`` receiver is
-    connected; its own format would then be back for the worker's every line), send
-    what is printed to stdout and stderr (host code's ``print``) through logging as
-    Celery would, and have its shutdown notices logged rather than written straight to
-    the terminal.  Returns the options to add to the ``celery`` command (``--quiet``: no
-    multi-line banner).  In text, Celery formats its lines itself, as it always has."""
+    setting up loggers of its own (its task loggers' handler, in its own format and not
+    propagated to ours, and its multiprocessing logger's: a connected ``setup_logging``
+    receiver tells it that logging is done), send what is printed to stdout and stderr
+    (host code's ``print``) through logging as Celery would, and have its shutdown
+    notices logged rather than written straight to the terminal.  Returns the options
+    to add to the ``celery`` command (``--quiet``: no multi-line banner).  In text,
+    Celery sets up what it always has (it leaves the root logger's handler alone:
+    ``worker_hijack_root_logger`` is off)."""
     if log_format is not LogFormat.JSON:
         return []
     from celery.apps import worker as celery_worker

@@ -59,6 +59,19 @@ def assert_named(lines: list[dict[str, Any]], turn: dict[str, Any]) -> list[dict
     return about
 
 
+LOUD_HOST = """
+from tests.hosts import workspace_host
+
+
+class Loud:
+    def on_terminal(self, outcome):
+        print(f"the host saw turn {outcome.turn_id} end: {outcome.outcome}")
+
+
+host = workspace_host(hooks=Loud())
+"""
+
+
 def gateway_turn(tenant: Tenant, prompt: str) -> dict[str, Any]:
     session = tenant.new_session(workspace="workspace")
     submitted = tenant.submit(session["id"], prompt)
@@ -71,7 +84,14 @@ def gateway_turn(tenant: Tenant, prompt: str) -> dict[str, Any]:
 def test_a_fleet_in_json_logs_one_object_per_line_naming_each_turn(tmp_path: Path) -> None:
     with fresh_postgres_database("logs") as url:
         flush_redis(CHAOS_REDIS_URL)
-        fleet = Fleet(database_url=url, redis_url=CHAOS_REDIS_URL, environment=JSON)
+        # A host that prints, as host code may: in JSON that too is a line naming its turn.
+        (tmp_path / "loud_host.py").write_text(LOUD_HOST)
+        fleet = Fleet(
+            database_url=url,
+            redis_url=CHAOS_REDIS_URL,
+            host="loud_host:host",
+            environment={**JSON, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])},
+        )
         worker = fleet.start_worker()  # prefork: the turns run in forked pool processes
         beat = fleet.start_beat()
         gateway_env = {k: v for k, v in fleet.env().items() if k != "PARLEY_HOST"}
@@ -94,6 +114,10 @@ def test_a_fleet_in_json_logs_one_object_per_line_naming_each_turn(tmp_path: Pat
         messages = [line["message"] for line in assert_named(worker_lines, turn)]
         assert f"running turn {turn['turn_id']} (attempt 1)" in messages
         assert f"turn {turn['turn_id']} ended: {outcome}" in messages
+        printed = [line for line in worker_lines if line["logger"] == "celery.redirected"]
+        assert f"the host saw turn {turn['turn_id']} end: {outcome}" in [
+            line["message"] for line in printed if line.get("turn_id") == turn["turn_id"]
+        ]
     [model_failed] = [line for line in worker_lines if "model failed" in line["message"]]
     assert model_failed["turn_id"] == failed["turn_id"] and model_failed["level"] == "WARNING"
     assert "RuntimeError: the provider is down" in model_failed["exception"]
