@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -18,11 +19,18 @@ from rich.console import Console
 from rich.text import Text
 
 import parley
-from parley.client import DEFAULT_DATABASE_URL, database_url_of
+from parley.client import (
+    DEFAULT_DATABASE_URL,
+    MAX_PROMPT_BYTES,
+    MAX_STEER_BYTES,
+    database_url_of,
+)
 from parley.errors import ParleyError
 from parley.host import host_from_environment
+from parley.logs import LogFormat, celery_worker_logging, configure_logging, log_format
 from parley.render import EventPrinter, approval_line, error_line, tree_of, turn_line
 from workers.database import create_database_engine, migrate, sqlite_file
+from workers.log_context import log_scope
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
 
@@ -41,7 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.celery_args = extra
     console = Console(highlight=False)
     try:
-        status: int = args.command(args, console)
+        _configure_logging(args)
+        # The lines a command logs name the session or turn it works on, once the client
+        # has found it (a daemon's requests and turns set their own).
+        with contextlib.nullcontext() if args.command in DAEMONS else log_scope():
+            status: int = args.command(args, console)
     except ParleyError as exc:
         # On stderr and on one line, so that `S=$(parley new …)` never captures an error.
         Console(stderr=True, highlight=False).print(error_line(exc), soft_wrap=True)
@@ -88,7 +100,10 @@ def _parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="run a turn and print it live")
     submit.add_argument("session_id")
-    submit.add_argument("prompt")
+    submit.add_argument("prompt", nargs="?", help="the prompt (-: read it from stdin)")
+    submit.add_argument(
+        "--prompt-file", metavar="PATH", help="read the prompt from this file (-: from stdin)"
+    )
     submit.add_argument("--request-id")
     submit.add_argument("--max-steps", type=int)
     submit.add_argument("--max-tokens", type=int)
@@ -111,6 +126,22 @@ def _parser() -> argparse.ArgumentParser:
         "--after", type=int, default=0, help="only the events after this seq (default: all)"
     )
     follow.set_defaults(command=_follow)
+
+    say = commands.add_parser(
+        "say", help="steer a turn: a message the model reads at its next step boundary"
+    )
+    say.add_argument("turn_id")
+    say.add_argument("text", nargs="?", help="the message (-: read it from stdin)")
+    say.add_argument(
+        "--text-file", metavar="PATH", help="read the message from this file (-: from stdin)"
+    )
+    say.set_defaults(command=_say)
+
+    interrupt = commands.add_parser(
+        "interrupt", help="stop a turn at its next step boundary (it stays resumable)"
+    )
+    interrupt.add_argument("turn_id")
+    interrupt.set_defaults(command=_interrupt)
 
     history = commands.add_parser("history", help="the turns from the root to the head")
     history.add_argument("session_id")
@@ -199,22 +230,15 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    # Celery's two lines per task ("received", "succeeded") say less than the one the
-    # driver logs per kick, and cost each kick two formatted writes: warnings only.
-    for name in ("celery.worker.strategy", "celery.app.trace"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     _fleet_environment(args)
     import click
     from celery.bin.celery import celery
 
-    from parley.celery_tasks import settings
+    from parley.celery_tasks import app, settings
 
     argv = [
-        *("--app", "parley.celery_tasks:app", "worker"),
-        *("--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
+        *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
+        *("worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
     ]
     # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
     # drops: a worker that cannot go on must not look like one that was told to stop.
@@ -227,9 +251,6 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def _beat(args: argparse.Namespace, console: Console) -> int:
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     _fleet_environment(args)
     from parley.celery_tasks import run_sweeper
 
@@ -255,6 +276,10 @@ def _new(args: argparse.Namespace, console: Console) -> int:
 
 
 def _submit(args: argparse.Namespace, console: Console) -> int:
+    # Read before anything is opened: a missing file or an empty stdin changes nothing.
+    prompt, source = _text_argument(
+        args.prompt, args.prompt_file, what="prompt", option="--prompt-file", limit=MAX_PROMPT_BYTES
+    )
     contract = None
     if args.max_steps is not None or args.max_tokens is not None or args.check is not None:
         contract = parley.TaskContract(
@@ -262,10 +287,10 @@ def _submit(args: argparse.Namespace, console: Console) -> int:
         )
     with _client(args, runs_turns=True) as client:
         session = client.session(args.session_id)
-        handle = session.submit(args.prompt, contract=contract, request_id=args.request_id)
-        console.print(Text.assemble(("you: ", "bold"), args.prompt))
+        handle = session.submit(prompt, contract=contract, request_id=args.request_id)
+        console.print(_prompt_line(prompt, source), soft_wrap=True)
         with _unclaimed_notice(client, handle):
-            return _watch(handle, console)
+            return _watch(handle, console, workers=client.fleet)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
@@ -274,7 +299,7 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
         seen = turn.latest_seq()  # what came before is history: `follow` shows it
         handle = client.session(turn.session_id).resume(turn.turn_id)
         with _unclaimed_notice(client, handle):
-            return _watch(handle, console, after=seen)
+            return _watch(handle, console, after=seen, workers=client.fleet)
 
 
 @contextlib.contextmanager
@@ -311,12 +336,14 @@ def _unclaimed_notice(client: parley.Client, handle: parley.TurnHandle) -> Itera
         timer.cancel()
 
 
-def _watch(handle: parley.TurnHandle, console: Console, after: int = 0) -> int:
+def _watch(
+    handle: parley.TurnHandle, console: Console, after: int = 0, *, workers: bool = False
+) -> int:
     """Print a turn's events (after ``after``) until it ends, then its id; the exit
     status is 0 for ``finished`` or ``succeeded``, else 1.  Ctrl-C interrupts the turn (it
     stops at its next step boundary and stays resumable); a second Ctrl-C leaves it to
-    itself."""
-    printer = EventPrinter(console)
+    itself.  With ``workers``, say which worker takes the turn (on a fleet)."""
+    printer = EventPrinter(console, workers=workers)
     seen = after
     try:
         for event in handle.events(after=after):
@@ -417,9 +444,93 @@ def _gateway(args: argparse.Namespace, console: Console) -> int:
     return serve(client, bind, settings, note=note)
 
 
+def _say(args: argparse.Namespace, console: Console) -> int:
+    text, _source = _text_argument(
+        args.text, args.text_file, what="message", option="--text-file", limit=MAX_STEER_BYTES
+    )
+    with _client(args) as client:
+        handle = client.attach(args.turn_id)
+        position = handle.say(text)
+        console.print(
+            f"steer {position} accepted: the model reads it at the turn's next step boundary",
+            soft_wrap=True,
+        )
+    return 0
+
+
+def _interrupt(args: argparse.Namespace, console: Console) -> int:
+    # Embedded, interrupting a turn that waits for answers denies them, and the process
+    # with the host (--host, PARLEY_HOST, PARLEY_MODEL) commits the turn's end; on a fleet
+    # a worker does.
+    runs_turns = bool(args.host or _environment_names_a_host())
+    with _client(args, runs_turns=runs_turns) as client:
+        handle = client.attach(args.turn_id)
+        handle.interrupt()
+        console.print(
+            f"interrupt accepted: the turn stops at its next step boundary; continue it "
+            f"with: parley resume {handle.turn_id}",
+            soft_wrap=True,
+        )
+    return 0
+
+
+def _text_argument(
+    given: str | None, path: str | None, *, what: str, option: str, limit: int
+) -> tuple[str, str | None]:
+    """The text a command takes: ``given`` on the command line, or read from the file
+    ``path``, or from stdin (``-`` as either); and where it was read from (None: the
+    command line).  At most ``limit`` bytes are read: a larger text is refused, as the
+    client would refuse it, without reading the rest."""
+    if given is not None and path is not None:
+        raise parley.errors.InvalidRequest(f"give the {what} or {option}, not both")
+    if given is not None and given != "-":
+        return given, None
+    path = path or given
+    if path is None:
+        raise parley.errors.InvalidRequest(
+            f"no {what}: give it, or {option} PATH (- reads it from stdin)"
+        )
+    if path == "-":
+        source = "stdin"
+        data = sys.stdin.buffer.read(limit + 1)
+    else:
+        source = path
+        try:
+            with open(path, "rb") as file:
+                data = file.read(limit + 1)
+        except OSError as exc:
+            raise parley.errors.InvalidRequest(
+                f"cannot read the {what} from {path}: {exc.strerror or exc}"
+            ) from None
+    if len(data) > limit:
+        raise parley.errors.InvalidRequest(
+            f"the {what} from {source} is over the limit of {limit} bytes"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise parley.errors.InvalidRequest(
+            f"the {what} from {source} is not UTF-8 text (byte {exc.start})"
+        ) from None
+    if not text.strip():
+        raise parley.errors.InvalidRequest(f"the {what} from {source} is empty")
+    return text, source
+
+
+def _prompt_line(prompt: str, source: str | None) -> Text:
+    """The prompt echoed: whole when given on the command line; read from a file or
+    stdin (a large one, most likely), its first line and its size."""
+    line = Text("you: ", "bold")
+    if source is None:
+        return line.append(prompt)
+    first = prompt.strip().splitlines()[0]
+    line.append(first if len(first) <= 80 else first[:79] + "…")
+    return line.append(f"  ({len(prompt)} characters from {source})", "dim")
+
+
 def _follow(args: argparse.Namespace, console: Console) -> int:
     with _client(args) as client:
-        printer = EventPrinter(console)
+        printer = EventPrinter(console, workers=True)
         for event in client.attach(args.turn_id).events(after=args.after):
             printer(event)
     return 0
@@ -443,9 +554,24 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-NAMES_STORED = (_follow, _history, _tree, _submit, _resume, _approve)
+NAMES_STORED = (_follow, _history, _tree, _submit, _resume, _approve, _say, _interrupt)
 """Commands about a session or turn already stored: they refuse a SQLite database that is
 not there (as does ``chat SESSION``)."""
+
+DAEMONS = (_worker, _beat, _gateway)
+"""The fleet's long-running processes: they log what they do (INFO and above)."""
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """``PARLEY_LOG_FORMAT`` for this process (a value it does not know stops the command
+    before anything else happens).  A daemon logs its work; any other command logs only
+    warnings, and in text leaves them to Python's default (the message alone) as it
+    always has."""
+    args.log_format = log_format()
+    if args.command in DAEMONS:
+        configure_logging(logging.INFO, args.log_format)
+    elif args.log_format is LogFormat.JSON:
+        configure_logging(logging.WARNING, args.log_format)
 
 
 def _environment_names_a_host() -> bool:

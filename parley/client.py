@@ -58,6 +58,7 @@ from workers.database import (
 )
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
+from workers.log_context import bind
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore, storable, validate_ids
 from workers.store_approvals import Answered
@@ -283,7 +284,9 @@ class Client:
     def attach(self, turn_id: str) -> TurnHandle:
         """A handle on any turn, from any process."""
         _check_id(turn_id)
-        return TurnHandle(self, self.store.get_turn(turn_id))
+        record = self.store.get_turn(turn_id)
+        _name_in_logs(record)
+        return TurnHandle(self, record)
 
 
 class Session:
@@ -401,6 +404,7 @@ class Session:
             client.coordinator.publish(list(answered.events))
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
+        _name_in_logs(receipt.turn)
         self._announce(receipt.queued)
         return TurnHandle(client, receipt.turn, created=receipt.created)
 
@@ -484,6 +488,7 @@ class Session:
             raise ForeignTurn(f"turn {turn_id!r} belongs to session {turn.session_id!r}")
         client._kicker.ready()
         turn, queued = client.store.resume_turn(turn_id, client.coordinator.last_seq(turn_id))
+        _name_in_logs(turn)
         self._announce(queued)
         return TurnHandle(client, turn)
 
@@ -532,18 +537,21 @@ class TurnHandle:
             client.store.last_event_seq(self.turn_id), client.coordinator.last_seq(self.turn_id)
         )
 
-    def say(self, text: str) -> None:
+    def say(self, text: str) -> int:
         """A message for the model at the next step boundary; :class:`TurnEnded` if the
-        turn has ended (the message then goes nowhere, and you are told)."""
+        turn has ended (the message then goes nowhere, and you are told).  Returns its
+        position in the turn's steer inbox (1 for the first steer, interrupts counted)."""
         text = _check_text(text, "say", MAX_STEER_BYTES)
         client = self._client
         client._check_open()
-        client.coordinator.push_steer(
-            self.turn_id, client.store.add_steer(self.turn_id, SteerKind.SAY, text)
-        )
+        steer = client.store.add_steer(self.turn_id, SteerKind.SAY, text)
+        client.coordinator.push_steer(self.turn_id, steer)
+        return steer.position
 
-    def interrupt(self) -> None:
-        """Stop the turn at the next step boundary (at once while the model streams)."""
+    def interrupt(self) -> int:
+        """Stop the turn at the next step boundary (at once while the model streams);
+        :class:`TurnEnded` if it has ended.  Returns the interrupt's position in the
+        turn's steer inbox, as :meth:`say` does."""
         client = self._client
         client._check_open()
         # Accepted (durable) first, then listed: a streaming driver that sees it in the
@@ -554,6 +562,7 @@ class TurnHandle:
         client.coordinator.push_steer(self.turn_id, receipt.steer)
         if receipt.denied is not None:
             client._signal_answered(receipt.denied)
+        return receipt.steer.position
 
     def approvals(self) -> list[Approval]:
         """The calls of this turn that wait for a person's answer, oldest first."""
@@ -617,6 +626,12 @@ class TurnHandle:
         failure = client._kicker.failure(self.session_id)
         if failure is not None and not client.store.run_state(self.turn_id).status.terminal:
             raise StoreError(f"the driver of this session stopped: {failure}") from failure
+
+
+def _name_in_logs(turn: TurnRecord) -> None:
+    """The lines logged from here on in an open log scope (a gateway request, a command)
+    name this turn: the one the caller asked for or just made."""
+    bind(session_id=turn.session_id, turn_id=turn.turn_id, run_id=turn.run_id)
 
 
 def _check_timeout(timeout: Any) -> None:

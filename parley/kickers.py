@@ -15,6 +15,7 @@ from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
+from workers.log_context import log_context
 from workers.store_approvals import Answered
 
 log = logging.getLogger("parley.client")
@@ -101,6 +102,10 @@ class EmbeddedKicker:
                 log.warning("could not deny the calls whose time is up", exc_info=True)
 
     def _drive(self, session_id: str) -> None:
+        with log_context(session_id=session_id):
+            self._drive_session(session_id)
+
+    def _drive_session(self, session_id: str) -> None:
         assert self._engine is not None
         driver = SessionDrainer(self._engine)
         try:

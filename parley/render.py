@@ -16,6 +16,7 @@ from schemas.events import (
     Event,
     Payload,
     Refused,
+    Started,
     Steered,
     StepCommitted,
     StepRestarted,
@@ -44,15 +45,27 @@ class EventPrinter:
     A step none of whose tokens it saw (a reader that came after the turn's replay buffer
     expired) is printed from the step's committed text instead, and a turn's end says why
     it failed and which steers never reached the model.  One printer may show several
-    turns."""
+    turns.
 
-    def __init__(self, console: Console) -> None:
+    With ``workers`` it also names the worker that takes each turn (``host:pid:thread``,
+    as the run stores it), and the one that takes it over if its worker dies."""
+
+    def __init__(self, console: Console, *, workers: bool = False) -> None:
         self.console = console
+        self.workers = workers
         self._mid_line = False
         self._streamed: set[tuple[str, int]] = set()  # (turn, step) that showed tokens
+        self._drivers: dict[str, str] = {}  # turn → the worker driving it now
 
     def __call__(self, event: Event) -> None:
         payload = event.payload
+        if isinstance(payload, Started):
+            if self.workers:
+                self._print_line(self._claimed(event, payload))
+            return
+        if isinstance(payload, (Ended, ApprovalRequested)):
+            # Its driver let go: a later claim is a resume, not a takeover.
+            self._drivers.pop(event.turn_id, None)
         if isinstance(payload, Token):
             self._streamed.add((event.turn_id, payload.step))
             self._print_inline(payload.text)
@@ -63,10 +76,28 @@ class EventPrinter:
         elif isinstance(payload, Ended):
             self._streamed = {s for s in self._streamed if s[0] != event.turn_id}
         for line in self._describe(event.seq, payload):
-            if self._mid_line:
-                self.console.print()
-                self._mid_line = False
-            self.console.print(line)
+            self._print_line(line)
+
+    def _claimed(self, event: Event, started: Started) -> Text:
+        before = self._drivers.get(event.turn_id)
+        self._drivers[event.turn_id] = started.worker
+        seq = Text(f"{event.seq:>3} ", "dim")
+        if before is None:
+            took = Text.assemble(("▶ worker ", "cyan"), (started.worker, "bold cyan"), " took it")
+        else:
+            # A claim while another worker had it: that one died or lost the session.
+            took = Text.assemble(
+                ("▶ worker ", "magenta"),
+                (started.worker, "bold magenta"),
+                (f" took it over from {before}", "magenta"),
+            )
+        return Text.assemble(seq, took, (f" (attempt {started.attempt})", "dim"))
+
+    def _print_line(self, line: Text) -> None:
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
+        self.console.print(line)
 
     def _print_inline(self, text: str) -> None:
         self.console.print(Text(text, style="bold"), end="", soft_wrap=True)

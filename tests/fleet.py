@@ -30,6 +30,8 @@ class Fleet:
     log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)  # by pid
+    environment: dict[str, str] = field(default_factory=dict)
+    """More variables for every fleet process (``PARLEY_LOG_FORMAT``, say)."""
 
     def env(self) -> dict[str, str]:
         """The environment every fleet process (and fleet client) gets."""
@@ -41,6 +43,7 @@ class Fleet:
             "PARLEY_QUEUE": self.queue,
             "PARLEY_SWEEP_SECONDS": "1",
             "PYTHONPATH": str(REPO),
+            **self.environment,
         }
 
     def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> subprocess.Popen[bytes]:

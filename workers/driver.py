@@ -17,9 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from schemas.errors import Fenced
+from schemas.records import TurnStatus
+from workers.backend_ports import ClaimedTurn
 from workers.engine import TurnEngine
+from workers.log_context import log_context
 
 log = logging.getLogger("parley.driver")
 
@@ -72,6 +76,7 @@ class SessionDrainer:
                 return ran  # another driver has it; it will see our turn
             mark = lock.work_mark
             handing_over = later_turns = False
+            running: ClaimedTurn | None = None
             try:
                 fence, claim = self.store.start_drive(
                     session_id,
@@ -80,11 +85,20 @@ class SessionDrainer:
                     known=self.engine.replay_cache.knows,
                 )
                 while claim is not None and lock.held():
+                    running = claim[0]
                     # A turn claimed before the stop or the slice's end is run: left
                     # claimed, it would cost its next driver an attempt.
-                    _status, receipt = self.engine.run_claimed(
-                        claim, fence, holding=lock.held, claim_next=going_on
-                    )
+                    with _about(running):
+                        log.info(
+                            "running turn %s (attempt %d)",
+                            running.turn.turn_id,
+                            running.run.attempts + 1,
+                        )
+                        status, receipt = self.engine.run_claimed(
+                            claim, fence, holding=lock.held, claim_next=going_on
+                        )
+                        log.info("turn %s %s", running.turn.turn_id, _ended(status))
+                    running = None
                     if receipt is None:
                         # The turn waits for answers and holds its session's line: nothing
                         # after it is runnable until they are in (their kick drives it).
@@ -96,7 +110,8 @@ class SessionDrainer:
             except Fenced:
                 # Another driver has the session now; the work-mark check below still
                 # runs, in case a kick bounced off our lock meanwhile.
-                log.warning("lost session %s to another driver", session_id)
+                with _about(running):
+                    log.warning("lost session %s to another driver", session_id)
             finally:
                 after = lock.release()
             if handing_over:
@@ -109,3 +124,20 @@ class SessionDrainer:
                 return ran
             if after == mark:
                 return ran
+
+
+def _about(claimed: ClaimedTurn | None) -> AbstractContextManager[None]:
+    """The log context of a claimed turn (its session's, when none is running)."""
+    if claimed is None:
+        return log_context()
+    return log_context(
+        session_id=claimed.session.session_id,
+        turn_id=claimed.turn.turn_id,
+        run_id=claimed.run.run_id,
+    )
+
+
+def _ended(status: TurnStatus) -> str:
+    if status is TurnStatus.WAITING:
+        return "waits for answers (it holds no worker meanwhile)"
+    return f"ended: {status.value}"

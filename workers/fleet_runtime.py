@@ -16,6 +16,7 @@ from workers import constants as c
 from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import Host
+from workers.log_context import log_context
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 
@@ -75,22 +76,24 @@ def drive_session(
     # This driver's own costs: on a threads pool the process's counters hold every
     # driver's.  (The driver's transactions all run on this thread.)
     before = store.thread_transactions
-    with coordinator.tally() as redis_cost:
-        ran = driver.drive(session_id)
-        coordinator.flush()
-    transactions = store.thread_transactions - before
-    if ran or transactions:
-        # Also a duplicate kick that took the lock and found nothing: what it cost in
-        # the database is part of the fleet's bill.  One that bounced off the lock is not.
-        log.info(
-            "drove session %s: turns=%d transactions=%d round_trips=%d events=%d coalesced=%d",
-            session_id,
-            ran,
-            transactions,
-            redis_cost.round_trips,
-            redis_cost.events,
-            redis_cost.coalesced,
-        )
+    with log_context(session_id=session_id):
+        with coordinator.tally() as redis_cost:
+            ran = driver.drive(session_id)
+            coordinator.flush()
+        transactions = store.thread_transactions - before
+        if ran or transactions:
+            # Also a duplicate kick that took the lock and found nothing: what it cost in
+            # the database is part of the fleet's bill.  One that bounced off the lock
+            # is not.
+            log.info(
+                "drove session %s: turns=%d transactions=%d round_trips=%d events=%d coalesced=%d",
+                session_id,
+                ran,
+                transactions,
+                redis_cost.round_trips,
+                redis_cost.events,
+                redis_cost.coalesced,
+            )
     return ran
 
 

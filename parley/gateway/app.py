@@ -26,6 +26,7 @@ from parley.gateway.feeds import Feeds
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import TokenTable
 from schemas.events import PAYLOADS, payload_adapter
+from workers.log_context import log_scope
 
 access_log = logging.getLogger("parley.gateway.access")
 STATIC = package_files.files("parley.gateway") / "static"
@@ -207,7 +208,11 @@ def _parameters_are_never_null(document: dict[str, Any]) -> None:
 
 class AccessLog:
     """One line per request: method, path (never the query string, which may carry the
-    page's token), status and duration.  uvicorn's own access log is off."""
+    page's token), status and duration.  uvicorn's own access log is off.
+
+    Each request is an open log scope (:func:`workers.log_context.log_scope`): once a
+    route has resolved the session or turn it is about, every line it logs, this one
+    included, carries their ids."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -225,16 +230,17 @@ class AccessLog:
                 status = message["status"]
             await send(message)
 
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            access_log.info(
-                "%s %s %d %.1fms",
-                scope["method"],
-                scope["path"],
-                status,
-                (time.perf_counter() - started) * 1000,
-            )
+        with log_scope():
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                access_log.info(
+                    "%s %s %d %.1fms",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    (time.perf_counter() - started) * 1000,
+                )
 
 
 __all__ = ["create_app"]

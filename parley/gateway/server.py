@@ -8,7 +8,6 @@ with the token it generated; it refuses any other address, so a forgotten
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import socket
 import sys
@@ -113,7 +112,7 @@ def serve(
         out.write("\n".join(lines) + "\n")
         out.flush()
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Logging is the command line's (parley.logs): uvicorn's loggers propagate to it.
     config = uvicorn.Config(
         create_app(client, settings),
         host=bind.host,

@@ -19,6 +19,7 @@ from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
 from parley.gateway.errors import unauthorized
 from schemas.records import SessionRecord, TurnRecord
+from workers.log_context import bind
 from workers.store import validate_ids
 
 
@@ -63,6 +64,7 @@ def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
     record = client.store.get_session(session_id)
     if record.tenant != owner:
         raise SessionNotFound(f"no session {session_id!r}")
+    bind(session_id=session_id)  # (the request's log lines are about it from here on)
     return record
 
 
@@ -73,6 +75,7 @@ def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     turn, tenant = client.store.turn_and_tenant(turn_id)
     if tenant != owner:
         raise TurnNotFound(f"no turn {turn_id!r}")
+    bind(session_id=turn.session_id, turn_id=turn_id, run_id=turn.run_id)
     return turn
 
 

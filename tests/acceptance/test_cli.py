@@ -15,8 +15,11 @@ import pytest
 
 from parley import TurnStatus, connect
 from parley.cli import UNCLAIMED_NOTICE_SECONDS
+from tests.acceptance.conftest import ClientFactory
+from tests.chaos import chaos_fleet
 from tests.conftest import fresh_postgres_database
 from tests.fleet import REDIS_TEST_URL
+from tests.helpers import Control
 
 
 def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -254,3 +257,171 @@ def test_approve_lists_and_answers_a_waiting_call_from_another_process(tmp_path:
             submit.kill()
             submit.communicate()
     assert (workspace / "notes.md").read_text() == "hi\n"
+
+
+def parley_reading(
+    *argv: str, stdin: str | bytes, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``parley ARGV`` with ``stdin`` on its standard input."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    run = subprocess.run(
+        [sys.executable, "-m", "parley", *argv],
+        capture_output=True,
+        input=data,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200", **env},
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        run.args, run.returncode, run.stdout.decode(), run.stderr.decode()
+    )
+
+
+UNKNOWN_TURN = "00000000-0000-0000-0000-000000000000"
+
+
+def test_say_and_interrupt_steer_a_running_turn_from_another_process(
+    make_client: ClientFactory,
+    control: Control,
+    workspace: Path,
+    db_url: str,
+    subprocess_env: dict[str, str],
+) -> None:
+    gate = {"tool_calls": [{"name": "wait_for_gate"}]}
+    client = make_client(
+        [
+            {"when": "steer me", "steps": [gate, {"text": "heard: {last_message}"}]},
+            {"when": "stop me", "steps": [gate, {"text": "not reached"}]},
+        ]
+    )
+    env = {**subprocess_env, "PARLEY_DATABASE_URL": db_url}
+    session = client.open_session(workspace)
+    steered = session.submit("steer me")
+    control.wait_entered()
+    said = parley("say", steered.turn_id, "only the [docs]", env=env)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.startswith("steer 1 accepted")
+    control.open_gate()
+    result = steered.wait(60)
+    assert result.reply == "heard: only the [docs]"
+    worker = client.store.run_state(steered.turn_id).worker
+    followed = parley("follow", steered.turn_id, env=env)
+    assert followed.returncode == 0, followed.stderr
+    # Who ran it (host:pid:thread, as the run stores it), and what it heard.
+    assert f"worker {worker} took it (attempt 1)" in followed.stdout
+    assert "steer delivered: only the [docs]" in followed.stdout
+
+    control.reset_gate()
+    stopped = session.submit("stop me")
+    control.wait_entered()
+    interrupted = parley("interrupt", stopped.turn_id, env=env)
+    assert interrupted.returncode == 0, interrupted.stderr
+    assert interrupted.stdout.startswith("interrupt accepted")
+    assert f"parley resume {stopped.turn_id}" in interrupted.stdout
+    control.open_gate()
+    assert stopped.wait(60).outcome is TurnStatus.CANCELLED
+
+    # An ended turn takes no steer, an unknown one is not found: one line, exit 2, and
+    # nothing stored.
+    before = [len(client.store.pending_steers(h.run_id, 0)) for h in (steered, stopped)]
+    late = parley("say", steered.turn_id, "too late", env=env)
+    assert late.returncode == 2 and late.stderr.startswith("TurnEnded:"), late.stderr
+    assert late.stdout == "" and late.stderr.count("\n") == 1
+    again = parley("interrupt", stopped.turn_id, env=env)
+    assert again.returncode == 2 and again.stderr.startswith("TurnEnded:"), again.stderr
+    for command in (("say", UNKNOWN_TURN, "hello"), ("interrupt", UNKNOWN_TURN)):
+        unknown = parley(*command, env=env)
+        assert unknown.returncode == 2 and unknown.stderr.startswith("TurnNotFound:")
+    after = [len(client.store.pending_steers(h.run_id, 0)) for h in (steered, stopped)]
+    assert after == before
+
+
+def test_a_prompt_comes_from_a_file_or_stdin_and_bad_input_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "script.json"
+    rules = [
+        {"when": "^BIG", "steps": [{"text": "read the big one"}]},
+        {"when": ".*", "steps": [{"text": "heard: {prompt}"}]},
+    ]
+    script.write_text(json.dumps({"rules": rules}))
+    env = {
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "PARLEY_HOST": f"scripted:{script}",
+    }
+    session_id = parley("new", str(tmp_path), env=env).stdout.strip()
+    big = tmp_path / "prompt.md"
+    text = "BIG review this:\n" + "".join(f"line {n}: [x] `code`\n" for n in range(20_000))
+    big.write_text(text)
+    from_file = parley("submit", session_id, "--prompt-file", str(big), env=env)
+    assert from_file.returncode == 0, from_file.stderr
+    assert "read the big one" in from_file.stdout
+    first = from_file.stdout.splitlines()[0]  # the echo: its first line, and its size
+    assert first == f"you: BIG review this:  ({len(text)} characters from {big})"
+    piped = parley_reading("submit", session_id, "-", stdin="from a pipe", env=env)
+    assert piped.returncode == 0, piped.stderr
+    assert "heard: from a pipe" in piped.stdout and "characters from stdin" in piped.stdout
+    also = parley_reading("submit", session_id, "--prompt-file", "-", stdin="again", env=env)
+    assert also.returncode == 0 and "heard: again" in also.stdout, also.stderr
+    with connect(env["PARLEY_DATABASE_URL"]) as client:
+        prompts = [t.prompt for t in client.session(session_id).history()]
+    assert prompts == [text, "from a pipe", "again"]  # as read, byte for byte
+    turn_id = from_file.stdout.strip().splitlines()[-1].split()[-1]
+
+    missing = tmp_path / "missing.md"
+    (tmp_path / "binary.bin").write_bytes(b"\xff\xfe not text")
+    refused = {
+        "no such file": parley("submit", session_id, "--prompt-file", str(missing), env=env),
+        "a directory": parley("submit", session_id, "--prompt-file", str(tmp_path), env=env),
+        "not UTF-8": parley(
+            "submit", session_id, "--prompt-file", str(tmp_path / "binary.bin"), env=env
+        ),
+        "empty stdin": parley_reading("submit", session_id, "-", stdin="", env=env),
+        "blank stdin": parley_reading("submit", session_id, "-", stdin=" \n\n", env=env),
+        "both": parley("submit", session_id, "hi", "--prompt-file", str(big), env=env),
+        "neither": parley("submit", session_id, env=env),
+        "say, no file": parley("say", turn_id, "--text-file", str(missing), env=env),
+        "say, empty": parley_reading("say", turn_id, "-", stdin="", env=env),
+    }
+    for why, run in refused.items():
+        assert run.returncode == 2, (why, run.stderr)
+        assert run.stderr.startswith("InvalidRequest: ") and run.stderr.count("\n") == 1, why
+        assert "you:" not in run.stdout and "Traceback" not in run.stderr, why
+    assert f"cannot read the prompt from {missing}: No such file or directory" in (
+        refused["no such file"].stderr
+    )
+    assert "the prompt from stdin is empty" in refused["empty stdin"].stderr
+    assert "the message from stdin is empty" in refused["say, empty"].stderr
+    with connect(env["PARLEY_DATABASE_URL"]) as client:
+        assert len(client.session(session_id).tree()) == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_follow_names_the_worker_of_a_turn_and_the_one_that_takes_it_over(
+    workspace: Path,
+) -> None:
+    with chaos_fleet(workspace, pool="threads") as chaos:
+        gate = {"tool_calls": [{"name": "wait_for_gate"}]}
+        chaos.control.script([{"when": ".*", "steps": [gate, {"text": "done"}]}])
+        handle = chaos.client.open_session(chaos.workspace).submit("crash while I watch")
+        env = {k: v for k, v in chaos.fleet.env().items() if k != "PARLEY_HOST"}
+        with subprocess.Popen(
+            [sys.executable, "-m", "parley", "follow", handle.turn_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "COLUMNS": "200"},
+        ) as follower:
+            chaos.control.wait_entered()
+            first = chaos.client.store.run_state(handle.turn_id).worker
+            victim = chaos.driver_pid(handle.turn_id)
+            os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+            chaos.control.open_gate()
+            assert handle.wait(60).reply == "done"
+            out, err = follower.communicate(timeout=30)
+        assert follower.returncode == 0, err
+        second = chaos.client.store.run_state(handle.turn_id).worker
+    assert first and second and first != second
+    took = out.index(f"worker {first} took it (attempt 1)")
+    assert took < out.index(f"worker {second} took it over from {first} (attempt 2)")

@@ -91,6 +91,11 @@ EXPECTED = [
     ("README.md", "from examples.audited_host.host import build_host", "That is who you are."),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
     ("README.md", "from examples.plan_then_act.host import host", "reply: retry.py backs off"),
+    ("operations.md", "PARLEY_LOG_FORMAT=json", '"message":"running turn '),
+    ("operations.md", "--prompt-file", "(attempt 1)\n"),
+    ("operations.md", "--prompt-file", "You said: Review the Procfile:\n"),
+    ("operations.md", "--prompt-file", "TurnEnded: the turn has ended (finished)"),
+    ("operations.md", "--prompt-file", "exit status 2"),
 ]
 
 

@@ -1,0 +1,182 @@
+"""How every parley process logs (SPEC §8 "Logs"): today's text lines, or, with
+``PARLEY_LOG_FORMAT=json``, one JSON object per line.
+
+A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and ``pid``;
+``session_id``, ``turn_id`` and ``run_id`` when the line concerns one (the ids of
+:mod:`workers.log_context`, set where a kick, a driver's claim or a gateway request
+starts work on one, so no ``log.warning(...)`` call passes them); ``exception`` with the
+traceback when there is one; and whatever ``extra=`` a library gave the record.
+
+The JSON is python-json-logger's formatter (renamed fields, a UTC timestamp, any
+``extra`` field, exceptions and values ``json`` cannot encode, each line one object)
+rather than a formatter of our own: what it covers is what a hand-written one gets wrong
+first.  This module owns the setup for the command line's every process
+(:func:`configure_logging`) and hands Celery's worker the same handler
+(:func:`celery_worker_logging`) instead of letting it install its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from enum import StrEnum
+from types import TracebackType
+from typing import Any
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
+from parley.errors import InvalidRequest
+from workers.log_context import current_ids
+
+LOG_FORMAT_VARIABLE = "PARLEY_LOG_FORMAT"
+TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"
+"""The text lines' format (the default): time, logger, message."""
+
+# Celery's two lines per task ("received", "succeeded") say less than the one the driver
+# logs per kick, and cost each kick two formatted writes: warnings only.
+QUIET_CELERY_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+
+
+class LogFormat(StrEnum):
+    """What ``PARLEY_LOG_FORMAT`` may name."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+def log_format(environ: Mapping[str, str] = os.environ) -> LogFormat:
+    """The format ``PARLEY_LOG_FORMAT`` names (unset or empty: text);
+    :class:`InvalidRequest` for any other value, so a typo stops the process at its
+    start rather than leaving it logging in a format nothing reads."""
+    value = environ.get(LOG_FORMAT_VARIABLE, "")
+    if not value:
+        return LogFormat.TEXT
+    try:
+        return LogFormat(value)
+    except ValueError:
+        choices = " or ".join(repr(f.value) for f in LogFormat)
+        raise InvalidRequest(f"{LOG_FORMAT_VARIABLE} must be {choices}, not {value!r}") from None
+
+
+class IdsOnRecords(logging.Filter):
+    """Puts the ids of the current log context on each record (as attributes, so a
+    formatter sees them like any ``extra``); ids the call gave itself are kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in current_ids().items():
+            if not hasattr(record, name):
+                setattr(record, name, value)
+        return True
+
+
+class JsonLines(JsonFormatter):
+    """One JSON object per record, on one line (newlines in a message are escaped)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(levelname)s %(name)s %(message)s %(process)d",
+            rename_fields={
+                "levelname": "level",
+                "name": "logger",
+                "process": "pid",
+                "exc_info": "exception",
+            },
+            timestamp="time",
+            # uvicorn repeats some messages with terminal colours for its own formatter.
+            reserved_attrs=[*RESERVED_ATTRS, "color_message"],
+        )
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        # The time first, as a person reading the lines expects (the library adds it last).
+        return {"time": log_data.pop("time"), **log_data}
+
+
+def configure_logging(level: int, log_format: LogFormat) -> None:
+    """Make the root logger write ``level`` and above to stderr in ``log_format``,
+    replacing any handler it had (this is a process's entry point speaking).  In JSON,
+    Python's warnings and uncaught exceptions are logged too, so that nothing the
+    process writes to stderr is anything but a JSON line."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format is LogFormat.JSON:
+        handler.addFilter(IdsOnRecords())
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in QUIET_CELERY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if log_format is LogFormat.JSON:
+        logging.captureWarnings(True)
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
+
+
+def celery_worker_logging(app: Any, log_format: LogFormat) -> list[str]:
+    """Before ``celery worker`` starts in this process: in JSON, keep Celery from
+    setting up loggers of its own (its task loggers' handler, in its own format and not
+    propagated to ours, and its multiprocessing logger's: a connected ``setup_logging``
+    receiver tells it that logging is done), send what is printed to stdout and stderr
+    (host code's ``print``) through logging as Celery would, and have its shutdown
+    notices logged rather than written straight to the terminal.  Returns the options
+    to add to the ``celery`` command (``--quiet``: no multi-line banner).  In text,
+    Celery sets up what it always has (it leaves the root logger's handler alone:
+    ``worker_hijack_root_logger`` is off)."""
+    if log_format is not LogFormat.JSON:
+        return []
+    from celery.apps import worker as celery_worker
+    from celery.signals import setup_logging
+
+    def keep_ours(loglevel: int | None = None, **_kwargs: Any) -> None:
+        if loglevel:
+            logging.getLogger().setLevel(loglevel)
+        if app.conf.worker_redirect_stdouts:
+            app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
+
+    setup_logging.connect(keep_ours, weak=False)
+    celery_worker.safe_say = _say_through_logging
+    return ["--quiet"]
+
+
+def _say_through_logging(msg: str, f: Any = None) -> None:
+    """Celery's ``safe_say`` (its warm and cold shutdown notices, written to the
+    terminal from a signal handler), as a log line."""
+    logging.getLogger("celery.apps.worker").info("%s", msg.strip())
+
+
+def _log_uncaught(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+        return
+    logging.getLogger("parley").critical("uncaught exception", exc_info=(kind, value, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # (as the default hook: a thread that exits says nothing)
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("parley").critical(
+        "uncaught exception in thread %s",
+        name,
+        exc_info=(args.exc_type, args.exc_value or args.exc_type(), args.exc_traceback),
+    )
+
+
+__all__ = [
+    "LOG_FORMAT_VARIABLE",
+    "IdsOnRecords",
+    "JsonLines",
+    "LogFormat",
+    "celery_worker_logging",
+    "configure_logging",
+    "log_format",
+]
