@@ -9,13 +9,16 @@ import os
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from parley.errors import InvalidRequest, McpError, ParleyError
 from parley.mcp.spec import McpServer
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
+from parley.retention import check_retention
 from parley.tools import WORKSPACE_TOOLS
+from parley.webhooks import check_webhook_url
 from schemas.records import TaskContract
 from workers.budget import ContextBudget
 from workers.host_ports import (
@@ -64,6 +67,13 @@ class Host:
     approval_timeout: float | None = None
     """Seconds a call that asked may wait for its answer before it is denied as
     ``timed out`` (None: as long as it takes)."""
+    retention: timedelta | None = None
+    """The time to live of sessions that set none of their own, past their newest
+    activity: the sweeper (and an embedded client running turns) prunes them after it
+    (docs/operations.md "Retention").  None: kept until pruned."""
+    webhook_url: str | None = None
+    """Where every turn's end is posted (signed), unless its session names its own URL
+    (docs/operations.md "Webhooks")."""
     _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
     _hook_set: HookSet = field(default_factory=HookSet, init=False, repr=False, compare=False)
 
@@ -105,6 +115,8 @@ class Host:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
         ):
             raise InvalidRequest("Host.approval_timeout must be a positive number of seconds")
+        check_retention(self.retention, "Host.retention")
+        check_webhook_url(self.webhook_url, "Host.webhook_url")
         servers = tuple(self.mcp_servers)
         if not all(isinstance(s, McpServer) for s in servers):
             raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")

@@ -13,6 +13,7 @@ from typing import Any
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
+from parley.housekeeping import EmbeddedHousekeeping
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.store_approvals import Answered
@@ -27,11 +28,15 @@ class EmbeddedKicker:
         self,
         engine: Callable[[], TurnEngine | None],
         expire: Callable[[], list[Answered]] = list,
+        housekeeping: EmbeddedHousekeeping | None = None,
     ) -> None:
         """``engine`` builds the engine (None: no host) when the first turn needs it;
-        ``expire`` denies the waiting calls whose time is up (the store's)."""
+        ``expire`` denies the waiting calls whose time is up (the store's);
+        ``housekeeping`` delivers webhooks and expires sessions once there is work for
+        it (told when the engine is built and after every drive)."""
         self._build_engine = engine
         self._expire_due = expire
+        self._housekeeping = housekeeping
         self._engine: TurnEngine | None = None
         self._built = False
         self._drivers: dict[str, threading.Thread] = {}
@@ -45,9 +50,12 @@ class EmbeddedKicker:
     def ready(self) -> None:
         """Raise unless this client can run turns."""
         with self._guard:
-            if not self._built:
+            building = not self._built
+            if building:
                 self._engine = self._build_engine()
                 self._built = True
+        if building:
+            self._keep_house()  # work left from an earlier process, or the host's
         if self._engine is None:
             raise InvalidRequest(
                 "this client has no host, so it cannot run turns: pass host=... to connect() "
@@ -111,6 +119,7 @@ class EmbeddedKicker:
                         return
                     self._kicked.discard(session_id)
                 driver.drive(session_id)
+                self._keep_house()  # its turns' ends may have webhooks to deliver
         except BaseException as exc:
             log.exception("driver of session %s stopped", session_id)
             with self._guard:
@@ -124,6 +133,18 @@ class EmbeddedKicker:
             if kicked_meanwhile:
                 with contextlib.suppress(InvalidRequest):  # closed meanwhile
                     self.kick(session_id)
+
+    def housekeeping_wanted(self) -> None:
+        """A session opened here has a webhook URL or a time to live: the housekeeper
+        starts with the engine (or at the next drive)."""
+        if self._housekeeping is not None:
+            self._housekeeping.want()
+            self._keep_house()
+
+    def _keep_house(self) -> None:
+        engine = self._engine
+        if engine is not None and self._housekeeping is not None and not self._closed:
+            self._housekeeping.touch(engine.host)
 
     def failure(self, session_id: str) -> BaseException | None:
         """Why the session's driver stopped, if it stopped on an error."""
@@ -143,6 +164,8 @@ class EmbeddedKicker:
             deadline = None if timeout is None else time.monotonic() + timeout
             for thread in drivers:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self._housekeeping is not None:
+            self._housekeeping.stop(wait=wait)
 
 
 class FleetKicker:
@@ -154,6 +177,9 @@ class FleetKicker:
 
     def ready(self) -> None:
         """A fleet client can always submit: the workers hold the host."""
+
+    def housekeeping_wanted(self) -> None:
+        """Nothing to start: the fleet's ``parley beat`` delivers and expires."""
 
     def kick(self, session_id: str) -> None:
         """Send a kick; a lost one is recovered by the sweeper, so failure only logs (on

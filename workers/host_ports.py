@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from schemas.errors import InvalidRequest
@@ -390,6 +390,16 @@ class Host(Protocol):
     @property
     def approval_timeout(self) -> float | None:
         """Seconds an asked call may wait for its answer (None: no limit)."""
+        ...
+
+    @property
+    def retention(self) -> timedelta | None:
+        """The time to live of ended sessions that set none of their own (None: none)."""
+        ...
+
+    @property
+    def webhook_url(self) -> str | None:
+        """Where every turn's end is posted, unless its session names its own URL."""
         ...
 
     def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:
