@@ -11,6 +11,7 @@ from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
 from parley.tools.decorator import tool
 from schemas.events import Event, EventKind
+from schemas.operations import DeliveryState, PrunedSession, PruneReport, WebhookDelivery
 from schemas.records import (
     Approval,
     Decision,
@@ -52,6 +53,7 @@ __all__ = [
     "CommitReceipt",
     "ContextBudget",
     "Decision",
+    "DeliveryState",
     "Event",
     "EventKind",
     "Host",
@@ -60,6 +62,8 @@ __all__ = [
     "ModelRequest",
     "Policy",
     "PrefixSnapshot",
+    "PruneReport",
+    "PrunedSession",
     "Refusal",
     "Session",
     "SessionHooks",
@@ -76,6 +80,7 @@ __all__ = [
     "TurnResult",
     "TurnStatus",
     "Usage",
+    "WebhookDelivery",
     "connect",
     "errors",
     "estimate_tokens",

@@ -140,9 +140,12 @@ def connect(
             chosen = host if host is not None else host_from_environment()
             return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
 
-        kicker = EmbeddedKicker(
-            runner, store.expire_approvals, EmbeddedHousekeeping(store, coordinator)
-        )
+        housekeeping = EmbeddedHousekeeping(store, coordinator)
+        if host is not None:
+            # Deliveries an earlier process left, or the host's own URL or retention:
+            # started now, not at the first turn (a restarted process may run none).
+            housekeeping.touch(host)
+        kicker = EmbeddedKicker(runner, store.expire_approvals, housekeeping)
         return Client(store, coordinator, kicker, host=host)
     settings = FleetSettings(
         database_url=url,

@@ -30,6 +30,7 @@ class Fleet:
     log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)  # by pid
+    extra_env: dict[str, str] = field(default_factory=dict)  # more settings, for every process
 
     def env(self) -> dict[str, str]:
         """The environment every fleet process (and fleet client) gets."""
@@ -41,6 +42,7 @@ class Fleet:
             "PARLEY_QUEUE": self.queue,
             "PARLEY_SWEEP_SECONDS": "1",
             "PYTHONPATH": str(REPO),
+            **self.extra_env,
         }
 
     def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> subprocess.Popen[bytes]:
