@@ -31,6 +31,7 @@ from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.helpers import Control
 from tests.hosts import workspace_host
 from tests.integration.drive import finish, migrated_store, new_session, start, submit
+from tests.store_rows import ROWS_OF_SESSION, age, rows_of
 from tests.webhook_receiver import receiver
 from workers import constants as c
 from workers.database import alembic_config, create_database_engine, current_revision
@@ -72,48 +73,11 @@ def client(own_db_url: str, workspace: Path) -> Iterator[parley.Client]:
         yield opened
 
 
-def age(store: SqlStore, session_id: str, by: timedelta) -> None:
-    """Make the session's newest activity ``by`` ago (as if it had idled since)."""
-    with store.engine.begin() as db:
-        db.execute(
-            text("UPDATE sessions SET last_active_at = :at WHERE id = :id"),
-            {"at": datetime.now(UTC) - by, "id": session_id},
-        )
-
-
 def wait_status(handle: parley.TurnHandle, status: TurnStatus) -> None:
     deadline = time.monotonic() + 30
     while handle.record().status is not status:
         assert time.monotonic() < deadline, f"never {status}"
         time.sleep(0.02)
-
-
-# Each table's rows of one session, found by the way the table names it: written out here,
-# apart from the prune's own derivation, so that the two check each other.
-ROWS_OF_SESSION = {
-    "sessions": "SELECT count(*) FROM sessions WHERE id = :s",
-    "prefixes": "SELECT count(*) FROM prefixes WHERE session_id = :s",
-    "seeds": "SELECT count(*) FROM seeds WHERE session_id = :s",
-    "turns": "SELECT count(*) FROM turns WHERE session_id = :s",
-    "runs": "SELECT count(*) FROM runs WHERE session_id = :s",
-    "webhook_outbox": "SELECT count(*) FROM webhook_outbox WHERE session_id = :s",
-    "steps": "SELECT count(*) FROM steps JOIN runs ON runs.id = steps.run_id "
-    "WHERE runs.session_id = :s",
-    "steers": "SELECT count(*) FROM steers JOIN runs ON runs.id = steers.run_id "
-    "WHERE runs.session_id = :s",
-    "approvals": "SELECT count(*) FROM approvals JOIN runs ON runs.id = approvals.run_id "
-    "WHERE runs.session_id = :s",
-    "events": "SELECT count(*) FROM events JOIN turns ON turns.id = events.turn_id "
-    "WHERE turns.session_id = :s",
-}
-
-
-def rows_of(store: SqlStore, session_id: str) -> dict[str, int]:
-    with store.engine.connect() as db:
-        return {
-            table: int(db.execute(text(sql), {"s": session_id}).scalar_one())
-            for table, sql in ROWS_OF_SESSION.items()
-        }
 
 
 def populated(client: parley.Client, root: Path, webhook_url: str) -> parley.Session:
