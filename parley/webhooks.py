@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import time
 import urllib.parse
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ EVENT_HEADER = "X-Parley-Event"
 ATTEMPT_HEADER = "X-Parley-Attempt"
 MAX_URL_CHARS = 2_000
 ERROR_CHARS = 500
+NO_SECRET_LOOK_SECONDS = 60.0
 LEASE_MARGIN_SECONDS = 5.0
 """How long past its timeout a claimed delivery stays leased: a deliverer killed
 mid-post leaves it due again this long after its timeout."""
@@ -151,6 +153,7 @@ class WebhookDeliverer:
         self._http = httpx2.Client(timeout=settings.timeout, follow_redirects=False)
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="parley-webhook")
         self._warned = False
+        self._next_look = 0.0
 
     def close(self) -> None:
         """Stop posting (a post under way finishes) and release the connections."""
@@ -162,9 +165,14 @@ class WebhookDeliverer:
         many were claimed (a full pass means more may be due)."""
         secret = self.settings.secret
         if secret is None:
-            if not self._warned:
-                log.error("webhook deliveries wait: PARLEY_WEBHOOK_SECRET is not set")
-                self._warned = True
+            # Nothing is sent unsigned.  Said once, when there is something to send (a
+            # deliverer started for retention alone has nothing to say).
+            now = time.monotonic()
+            if not self._warned and now >= self._next_look:
+                self._next_look = now + NO_SECRET_LOOK_SECONDS
+                if self.store.has_unsettled_deliveries():
+                    log.error("webhook deliveries wait: PARLEY_WEBHOOK_SECRET is not set")
+                    self._warned = True
             return 0
         lease_until = datetime.now(UTC) + self.settings.lease
         claimed = self.store.claim_due(limit=self.settings.concurrency, lease_until=lease_until)
