@@ -150,10 +150,11 @@ class EmbeddedHousekeeping:
                 return True
         return self.store.has_unsettled_deliveries()
 
-    def stop(self, *, wait: bool) -> None:
-        """Stop the housekeeper, if it runs (for good)."""
+    def stop(self, *, wait: bool, timeout: float | None = None) -> None:
+        """Stop the housekeeper, if it runs (for good); with ``wait``, within
+        ``timeout`` seconds."""
         with self._guard:
             self._closed = True
             running, self._running = self._running, None
         if running is not None:
-            running.stop(wait=wait)
+            running.stop(wait=wait, timeout=timeout)

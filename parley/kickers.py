@@ -160,12 +160,14 @@ class EmbeddedKicker:
             self._closed = True
             drivers = list(self._drivers.values())
         self._stop.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
         if wait:
-            deadline = None if timeout is None else time.monotonic() + timeout
             for thread in drivers:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._housekeeping is not None:
-            self._housekeeping.stop(wait=wait)
+            # After the drivers: their last turns' deliveries have their outbox rows.
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._housekeeping.stop(wait=wait, timeout=left)
 
 
 class FleetKicker:

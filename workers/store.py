@@ -343,7 +343,9 @@ class SqlStore(ApprovalStore, DriverStore, RetentionStore, OutboxStore, Store):
                     f"turn {turn_id!r} has not started ({run.status}): it takes its place "
                     "in the tree when it starts; branch from it after that"
                 )
-            db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
+            moved = db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
+            if moved.rowcount != 1:  # pruned since it was read
+                raise SessionNotFound(f"no session {session_id!r}")
 
     def history(self, session_id: str) -> list[TurnRecord]:
         """The path root → head."""
@@ -585,7 +587,9 @@ class SqlStore(ApprovalStore, DriverStore, RetentionStore, OutboxStore, Store):
     ) -> Steer:
         position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
-            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one()
+            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one_or_none()
+            if status is None:  # its session was pruned since the turn was read
+                raise TurnNotFound(f"no run {run_id!r}")
             what = (
                 "interrupt has nothing to stop"
                 if kind is SteerKind.INTERRUPT
