@@ -64,9 +64,6 @@ class Host:
     hooks: object | None = None
     tool_output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT
     context_budget: ContextBudget | None = None
-    approval_timeout: float | None = None
-    """Seconds a call that asked may wait for its answer before it is denied as
-    ``timed out`` (None: as long as it takes)."""
     retention: timedelta | None = None
     """The time to live of sessions that set none of their own, past their newest
     activity: the sweeper (and an embedded client running turns) prunes them after it
@@ -74,6 +71,9 @@ class Host:
     webhook_url: str | None = None
     """Where every turn's end is posted (signed), unless its session names its own URL
     (docs/operations.md "Webhooks")."""
+    approval_timeout: float | None = None
+    """Seconds a call that asked may wait for its answer before it is denied as
+    ``timed out`` (None: as long as it takes)."""
     _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
     _hook_set: HookSet = field(default_factory=HookSet, init=False, repr=False, compare=False)
 
@@ -110,13 +110,13 @@ class Host:
             raise InvalidRequest("tool_output_limit must be a positive integer")
         if self.context_budget is not None and not isinstance(self.context_budget, ContextBudget):
             raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
+        check_retention(self.retention, "Host.retention")
+        check_webhook_url(self.webhook_url, "Host.webhook_url")
         timeout = self.approval_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
         ):
             raise InvalidRequest("Host.approval_timeout must be a positive number of seconds")
-        check_retention(self.retention, "Host.retention")
-        check_webhook_url(self.webhook_url, "Host.webhook_url")
         servers = tuple(self.mcp_servers)
         if not all(isinstance(s, McpServer) for s in servers):
             raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")

@@ -8,15 +8,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
-from parley.housekeeping import EmbeddedHousekeeping
 from workers.driver import SessionDriver
 from workers.engine import TurnEngine
 from workers.store_approvals import Answered
+
+if TYPE_CHECKING:
+    from parley.housekeeping import EmbeddedHousekeeping
 
 log = logging.getLogger("parley.client")
 

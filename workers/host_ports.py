@@ -388,11 +388,6 @@ class Host(Protocol):
     def context_budget(self) -> ContextBudget | None: ...
 
     @property
-    def approval_timeout(self) -> float | None:
-        """Seconds an asked call may wait for its answer (None: no limit)."""
-        ...
-
-    @property
     def retention(self) -> timedelta | None:
         """The time to live of ended sessions that set none of their own (None: none)."""
         ...
@@ -400,6 +395,11 @@ class Host(Protocol):
     @property
     def webhook_url(self) -> str | None:
         """Where every turn's end is posted, unless its session names its own URL."""
+        ...
+
+    @property
+    def approval_timeout(self) -> float | None:
+        """Seconds an asked call may wait for its answer (None: no limit)."""
         ...
 
     def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:
