@@ -11,6 +11,7 @@ from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
 from parley.tools.decorator import tool
 from schemas.events import Event, EventKind
+from schemas.operations import DeliveryState, PrunedSession, PruneReport, WebhookDelivery
 from schemas.records import (
     Approval,
     Decision,
@@ -55,6 +56,7 @@ __all__ = [
     "CommitReceipt",
     "ContextBudget",
     "Decision",
+    "DeliveryState",
     "DriverInput",
     "DriverStep",
     "DriverTurn",
@@ -66,6 +68,8 @@ __all__ = [
     "ModelRequest",
     "Policy",
     "PrefixSnapshot",
+    "PruneReport",
+    "PrunedSession",
     "Refusal",
     "Session",
     "SessionDriver",
@@ -84,6 +88,7 @@ __all__ = [
     "TurnStatus",
     "TurnStopped",
     "Usage",
+    "WebhookDelivery",
     "connect",
     "errors",
     "estimate_tokens",

@@ -20,6 +20,8 @@ from celery.signals import worker_process_init, worker_shutting_down
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.host import host_from_environment, load_host
+from parley.housekeeping import Housekeeper
+from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
 from workers import constants as c
 from workers.fleet_runtime import FleetRuntime, drive_session, sweep
@@ -137,11 +139,30 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
         )
     except Exception:
         log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
-    while not stop.is_set():
-        try:
-            sweep_once()
-        except OUTAGES as exc:  # (every sweep until it ends: one line each)
-            log.warning("sweep failed (%s: %s); retrying", type(exc).__name__, exc)
-        except Exception:
-            log.warning("sweep failed; retrying", exc_info=True)
-        stop.wait(settings.sweep_seconds)
+    housekeeper: Housekeeper | None = None
+    try:
+        while not stop.is_set():
+            try:
+                sweep_once()
+                housekeeper = housekeeper or start_housekeeper()
+            except OUTAGES as exc:  # (every sweep until it ends: one line each)
+                log.warning("sweep failed (%s: %s); retrying", type(exc).__name__, exc)
+            except Exception:
+                log.warning("sweep failed; retrying", exc_info=True)
+            stop.wait(settings.sweep_seconds)
+    finally:
+        if housekeeper is not None:
+            housekeeper.stop()
+
+
+def start_housekeeper() -> Housekeeper:
+    """The fleet's webhook deliverer and session expiry, on a thread of the sweeper's
+    process (docs/operations.md)."""
+    fleet = runtime()
+    host = fleet.engine.host if fleet.engine is not None else None
+    return Housekeeper(
+        fleet.store,
+        fleet.coordinator,
+        settings=WebhookSettings.from_env(),
+        default_retention=host.retention if host is not None else None,
+    ).start()

@@ -186,6 +186,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     gateway.set_defaults(command=_gateway)
 
+    prune = commands.add_parser(
+        "prune",
+        help="delete ended sessions idle for more than DAYS days (or past their own "
+        "retention), each in a transaction of its own; never one with a turn in flight",
+    )
+    prune.add_argument("--older-than", metavar="DAYS", required=True, help="days (0 or more)")
+    prune.add_argument(
+        "--workspaces", action="store_true", help="also remove their workspace directories"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list them; delete nothing")
+    prune.set_defaults(command=_prune)
+
     tree = commands.add_parser("tree", help="every turn of every branch")
     tree.add_argument("session_id")
     tree.set_defaults(command=_tree)
@@ -554,7 +566,28 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-NAMES_STORED = (_follow, _history, _tree, _submit, _resume, _approve, _say, _interrupt)
+def _prune(args: argparse.Namespace, console: Console) -> int:
+    from parley.retention import days, report_lines
+
+    older_than = days(args.older_than)  # refused before anything is opened
+    with _client(args) as client:
+        report = client.prune(older_than, workspaces=args.workspaces, dry_run=args.dry_run)
+    for line in report_lines(report):
+        console.print(Text(line), soft_wrap=True)
+    return 0
+
+
+NAMES_STORED = (
+    _follow,
+    _history,
+    _tree,
+    _submit,
+    _resume,
+    _approve,
+    _say,
+    _interrupt,
+    _prune,
+)
 """Commands about a session or turn already stored: they refuse a SQLite database that is
 not there (as does ``chat SESSION``)."""
 

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -32,11 +32,15 @@ from parley.errors import (
     WaitTimeout,
 )
 from parley.host import Host, host_from_environment
+from parley.housekeeping import EmbeddedHousekeeping
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.mcp.spec import McpServer
+from parley.retention import check_retention, prune
 from parley.seeding import seeded_turns
 from parley.streaming import follow
+from parley.webhooks import check_webhook_url
 from schemas.events import Event
+from schemas.operations import PruneReport, WebhookDelivery
 from schemas.records import (
     Approval,
     Decision,
@@ -137,7 +141,13 @@ def connect(
             chosen = host if host is not None else host_from_environment()
             return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
 
-        return Client(store, coordinator, EmbeddedKicker(runner, store.expire_approvals), host=host)
+        housekeeping = EmbeddedHousekeeping(store, coordinator)
+        if host is not None:
+            # Deliveries an earlier process left, or the host's own URL or retention:
+            # started now, not at the first turn (a restarted process may run none).
+            housekeeping.touch(host)
+        kicker = EmbeddedKicker(runner, store.expire_approvals, housekeeping)
+        return Client(store, coordinator, kicker, host=host)
     settings = FleetSettings(
         database_url=url,
         redis_url=redis_url,
@@ -241,13 +251,19 @@ class Client:
         token_ceiling: int | None = None,
         tenant: str | None = None,
         session_id: str | None = None,
+        retention: timedelta | None = None,
+        webhook_url: str | None = None,
     ) -> Session:
         """Create a session about the workspace ``root`` (an existing directory).
 
         ``tenant`` names the gateway tenant that owns it (the gateway shows a tenant
         only its own sessions); ``session_id`` chooses its id (:class:`Conflict` if
-        taken), else it gets a fresh one."""
+        taken), else it gets a fresh one.  ``retention`` is its time to live once ended,
+        past its newest activity (else the host's); ``webhook_url`` receives each of its
+        turns' ends (else the host's URL): docs/operations.md."""
         self._check_open()
+        check_retention(retention)
+        check_webhook_url(webhook_url)
         if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= 64):
             raise InvalidRequest("tenant must be a non-empty string of at most 64 characters")
         if session_id is not None:
@@ -272,7 +288,11 @@ class Client:
             token_ceiling=token_ceiling,
             tenant=tenant,
             session_id=session_id,
+            retention=retention,
+            webhook_url=webhook_url,
         )
+        if retention is not None or webhook_url is not None:
+            self._kicker.housekeeping_wanted()
         return Session(self, record)
 
     def session(self, session_id: str) -> Session:
@@ -287,6 +307,30 @@ class Client:
         record = self.store.get_turn(turn_id)
         _name_in_logs(record)
         return TurnHandle(self, record)
+
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        *,
+        workspaces: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Delete ended sessions idle for longer than ``older_than`` or past their time to
+        live (their own, else this client's host's), each whole in a transaction of its
+        own; never one with a turn queued, running or waiting.  ``workspaces`` also
+        removes their workspace directories; ``dry_run`` only lists them.  What "ended"
+        and "idle" mean: docs/operations.md "Retention"."""
+        if older_than is not None and not isinstance(older_than, timedelta):
+            raise InvalidRequest("older_than must be a datetime.timedelta or None")
+        self._check_open()
+        return prune(
+            self.store,
+            self.coordinator,
+            older_than=older_than,
+            default_retention=self.host.retention if self.host is not None else None,
+            workspaces=workspaces,
+            dry_run=dry_run,
+        )
 
 
 class Session:
@@ -325,6 +369,20 @@ class Session:
     def head(self) -> str | None:
         """The turn the next one hangs under (None before the first)."""
         return self._client.store.get_session(self.id).head_turn_id
+
+    @property
+    def retention(self) -> timedelta | None:
+        """The session's own time to live once ended (None: the host's, if any)."""
+        return self._record.retention
+
+    @property
+    def webhook_url(self) -> str | None:
+        """Where its turns' ends are posted (None: the host's URL, if any)."""
+        return self._record.webhook_url
+
+    def webhook_deliveries(self) -> list[WebhookDelivery]:
+        """Its turns' webhook deliveries, oldest first, each with its state."""
+        return self._client.store.deliveries(self.id)
 
     def __repr__(self) -> str:
         return f"<parley.Session {self.id} root={self.root!r}>"

@@ -9,13 +9,16 @@ import os
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from parley.errors import InvalidRequest, McpError, ParleyError
 from parley.mcp.spec import McpServer
 from parley.models.scripted import ScriptedModel
 from parley.policy import ApproveAll, Policy
+from parley.retention import check_retention
 from parley.tools import WORKSPACE_TOOLS
+from parley.webhooks import check_webhook_url
 from schemas.records import TaskContract
 from workers.agent_loop import AgentLoop
 from workers.budget import ContextBudget
@@ -63,6 +66,13 @@ class Host:
     hooks: object | None = None
     tool_output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT
     context_budget: ContextBudget | None = None
+    retention: timedelta | None = None
+    """The time to live of sessions that set none of their own, past their newest
+    activity: the sweeper (and an embedded client running turns) prunes them after it
+    (docs/operations.md "Retention").  None: kept until pruned."""
+    webhook_url: str | None = None
+    """Where every turn's end is posted (signed), unless its session names its own URL
+    (docs/operations.md "Webhooks")."""
     approval_timeout: float | None = None
     """Seconds a call that asked may wait for its answer before it is denied as
     ``timed out`` (None: as long as it takes)."""
@@ -105,6 +115,8 @@ class Host:
             raise InvalidRequest("tool_output_limit must be a positive integer")
         if self.context_budget is not None and not isinstance(self.context_budget, ContextBudget):
             raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
+        check_retention(self.retention, "Host.retention")
+        check_webhook_url(self.webhook_url, "Host.webhook_url")
         timeout = self.approval_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
@@ -17,6 +17,9 @@ from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.log_context import log_context
 from workers.store_approvals import Answered
+
+if TYPE_CHECKING:
+    from parley.housekeeping import EmbeddedHousekeeping
 
 log = logging.getLogger("parley.client")
 
@@ -28,11 +31,15 @@ class EmbeddedKicker:
         self,
         engine: Callable[[], TurnEngine | None],
         expire: Callable[[], list[Answered]] = list,
+        housekeeping: EmbeddedHousekeeping | None = None,
     ) -> None:
         """``engine`` builds the engine (None: no host) when the first turn needs it;
-        ``expire`` denies the waiting calls whose time is up (the store's)."""
+        ``expire`` denies the waiting calls whose time is up (the store's);
+        ``housekeeping`` delivers webhooks and expires sessions once there is work for
+        it (told when the engine is built and after every drive)."""
         self._build_engine = engine
         self._expire_due = expire
+        self._housekeeping = housekeeping
         self._engine: TurnEngine | None = None
         self._built = False
         self._drivers: dict[str, threading.Thread] = {}
@@ -46,9 +53,12 @@ class EmbeddedKicker:
     def ready(self) -> None:
         """Raise unless this client can run turns."""
         with self._guard:
-            if not self._built:
+            building = not self._built
+            if building:
                 self._engine = self._build_engine()
                 self._built = True
+        if building:
+            self._keep_house()  # work left from an earlier process, or the host's
         if self._engine is None:
             raise InvalidRequest(
                 "this client has no host, so it cannot run turns: pass host=... to connect() "
@@ -116,6 +126,7 @@ class EmbeddedKicker:
                         return
                     self._kicked.discard(session_id)
                 driver.drive(session_id)
+                self._keep_house()  # its turns' ends may have webhooks to deliver
         except BaseException as exc:
             log.exception("driver of session %s stopped", session_id)
             with self._guard:
@@ -129,6 +140,18 @@ class EmbeddedKicker:
             if kicked_meanwhile:
                 with contextlib.suppress(InvalidRequest):  # closed meanwhile
                     self.kick(session_id)
+
+    def housekeeping_wanted(self) -> None:
+        """A session opened here has a webhook URL or a time to live: the housekeeper
+        starts with the engine (or at the next drive)."""
+        if self._housekeeping is not None:
+            self._housekeeping.want()
+            self._keep_house()
+
+    def _keep_house(self) -> None:
+        engine = self._engine
+        if engine is not None and self._housekeeping is not None and not self._closed:
+            self._housekeeping.touch(engine.host)
 
     def failure(self, session_id: str) -> BaseException | None:
         """Why the session's driver stopped, if it stopped on an error."""
@@ -144,10 +167,14 @@ class EmbeddedKicker:
             self._closed = True
             drivers = list(self._drivers.values())
         self._stop.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
         if wait:
-            deadline = None if timeout is None else time.monotonic() + timeout
             for thread in drivers:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self._housekeeping is not None:
+            # After the drivers: their last turns' deliveries have their outbox rows.
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._housekeeping.stop(wait=wait, timeout=left)
 
 
 class FleetKicker:
@@ -159,6 +186,9 @@ class FleetKicker:
 
     def ready(self) -> None:
         """A fleet client can always submit: the workers hold the host."""
+
+    def housekeeping_wanted(self) -> None:
+        """Nothing to start: the fleet's ``parley beat`` delivers and expires."""
 
     def kick(self, session_id: str) -> None:
         """Send a kick; a lost one is recovered by the sweeper, so failure only logs (on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -121,6 +121,12 @@ class SessionRecord:
     created_at: datetime
     tenant: str | None = None
     """The gateway tenant that owns the session (None: created from Python)."""
+    retention: timedelta | None = None
+    """The session's own time to live past its newest activity (None: the host's)."""
+    webhook_url: str | None = None
+    """Where the session's turns' ends are posted (None: the host's URL, if any)."""
+    last_active_at: datetime | None = None
+    """The newest activity: the newest end of its turns, else its creation."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,9 @@ Timestamp = DateTime(timezone=True)
 # seconds: a partial index on this answers from the work in flight, not the history.
 # (Spelt out, not bound, so that a query with the same text can use the index.)
 ACTIVE_RUN = "status IN ('queued', 'running')"
+# A webhook delivery still to make (neither delivered nor given up): the deliverer's due
+# rows are among these, and a session with one is not pruned.
+UNSETTLED_DELIVERY = "delivered_at IS NULL AND given_up_at IS NULL"
 
 sessions = Table(
     "sessions",
@@ -63,8 +66,20 @@ sessions = Table(
     Column("created_at", Timestamp, nullable=False),
     # The gateway's tenant that owns the session (None: created from Python, unowned).
     Column("tenant", String(64), nullable=True),
+    # The session's own time to live past its newest activity (None: the host's, if
+    # any), and the URL its turns' ends are posted to (None: the host's, if any).
+    Column("retention_seconds", BigInteger, nullable=True),
+    Column("webhook_url", Text, nullable=True),
+    # The newest activity: its creation, then each turn's end (set by the turn's final
+    # transaction, on the row it updates anyway).  Retention counts from it.  Nullable
+    # only so that migration 0009 could add it to a table with rows; always written.
+    Column("last_active_at", Timestamp, nullable=True),
     # A tenant's sessions, newest first (the gateway's listing).
     Index(None, "tenant", "created_at", "id"),
+    # Retention: the sessions idle the longest, first.
+    Index(None, "last_active_at"),
+    # `parley prune --workspaces`: whether a session left uses a pruned one's root.
+    Index(None, "root"),
 )
 
 prefixes = Table(
@@ -213,4 +228,45 @@ seeds = Table(
     Column("messages", Json, nullable=False),
     Column("raw_rows", Json, nullable=True),
     Column("created_at", Timestamp, nullable=False),
+)
+
+# The webhook outbox (SPEC §8 Webhooks): one row per turn's end that has a URL to go to,
+# inserted by the transaction that commits the end, and delivered at least once from
+# here by the deliverer (in `parley beat`, or a thread of the embedded client).  The row
+# is a snapshot of the end (a resumed turn ends again: another row), the POST's body is
+# built from it, and its id is the delivery id receivers deduplicate on.  ``attempts``,
+# ``last_status``, ``last_error``, ``delivered_at`` and ``given_up_at`` are what an
+# operator reads; a row is due while neither of the last two is set and
+# ``next_attempt_at`` has passed (a claim moves it on by a lease).
+webhook_outbox = Table(
+    "webhook_outbox",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("session_id", Id, ForeignKey("sessions.id"), nullable=False),
+    Column("turn_id", Id, ForeignKey("turns.id"), nullable=False),
+    Column("run_id", Id, ForeignKey("runs.id"), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("outcome", String(20), nullable=False),
+    Column("reply", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("steps", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("ended_at", Timestamp, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Timestamp, nullable=False),
+    Column("last_attempt_at", Timestamp, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", Timestamp, nullable=True),
+    Column("given_up_at", Timestamp, nullable=True),
+    Index(None, "session_id"),
+    # The deliverer's look for due rows: only the undelivered ones.
+    Index(
+        "ix_webhook_outbox_due",
+        "next_attempt_at",
+        postgresql_where=text(UNSETTLED_DELIVERY),
+        sqlite_where=text(UNSETTLED_DELIVERY),
+    ),
 )

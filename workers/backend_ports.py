@@ -118,6 +118,9 @@ class TurnEnd:
     # Every call of the turn that asked for an answer, and the answer (the end event
     # lists them): ``approval_id``, ``tool``, ``decision``, ``reason``.
     approvals: tuple[dict[str, Any], ...] = ()
+    # The host's webhook URL: the end is posted there (from the outbox row the final
+    # transaction inserts) unless the session names its own URL.
+    webhook_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,6 +289,11 @@ class Coordinator(Protocol):
 
     def ping(self) -> bool:
         """Whether the coordinator answers now (readiness checks)."""
+        ...
+
+    def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
+        """Drop what is kept for a session that was pruned and for its turns (replay
+        buffers, ends, steer lists, work marks; not a lock, which expires on its own)."""
         ...
 
     def close(self) -> None:

@@ -971,6 +971,7 @@ class _TurnRun:
             path=(*(p.turn for p in self.claimed.history), self.turn),
             discarded=ending.discarded,
             approvals=self._approvals_summary(),
+            webhook_url=self.host.webhook_url,  # the end's outbox row: see workers.outbox
         )
 
     def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from schemas.errors import InvalidRequest
@@ -387,6 +387,16 @@ class Host(Protocol):
 
     @property
     def context_budget(self) -> ContextBudget | None: ...
+
+    @property
+    def retention(self) -> timedelta | None:
+        """The time to live of ended sessions that set none of their own (None: none)."""
+        ...
+
+    @property
+    def webhook_url(self) -> str | None:
+        """Where every turn's end is posted, unless its session names its own URL."""
+        ...
 
     @property
     def approval_timeout(self) -> float | None:

@@ -95,6 +95,17 @@ class LocalCoordinator(Coordinator):
         """Always: it lives in this process."""
         return True
 
+    def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
+        """Drop a pruned session's turns' buffers, ends, owners and steers."""
+        with self._guard:
+            for turn_id in turn_ids:
+                self._buffers.pop(turn_id, None)
+                self._ends.pop(turn_id, None)
+                self._owners.pop(turn_id, None)
+                self._steers.pop(turn_id, None)
+            if session_id not in self._held:
+                self._marks.pop(session_id, None)
+
     def close(self) -> None:
         """Nothing to send or stop: publishing here is immediate, and every embedded
         client of a database shares its coordinator, so it stays usable after."""

@@ -55,6 +55,7 @@ COALESCED_TEXT_LIMIT = 4_096
 the text, and a stalled Redis must not make that quadratic."""
 BLOCKING_SOCKET_SECONDS = 10.0
 COMMAND_SOCKET_SECONDS = 5.0
+FORGET_BATCH = 512  # keys per UNLINK: a pruned session of many turns is not one huge command
 """How long any other command may take, connecting included: a submission marks its work
 while it holds its session's row, and a half-open connection must not hold it for long."""
 CHECKED_TURNS_KEPT = 10_000
@@ -241,6 +242,21 @@ class RedisCoordinator(Coordinator):
             return bool(self.redis.ping())
         except redis.RedisError:
             return False
+
+    def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
+        """UNLINK a pruned session's keys and its turns' (the lock is left to expire: a
+        driver that bounced in may hold it for a moment)."""
+        keys = [c.work_key(session_id), c.kicked_key(session_id), c.kick_pending_key(session_id)]
+        for turn_id in turn_ids:
+            keys += [c.events_key(turn_id), c.ends_key(turn_id)]
+            keys += [c.owner_key(turn_id), c.steers_key(turn_id)]
+        try:
+            for start in range(0, len(keys), FORGET_BATCH):
+                self.redis.unlink(*keys[start : start + FORGET_BATCH])
+        except redis.RedisError as exc:
+            # Every one of these keys expires on its own: a Redis out of reach only
+            # keeps them until then.
+            log.warning("could not drop the Redis keys of pruned session %s: %s", session_id, exc)
 
     # ------------------------------------------------------------------ locks
 

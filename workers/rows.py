@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.errors import SessionNotFound, TurnNotFound
@@ -48,6 +48,9 @@ class SessionRow:
     prefix_generation: int
     created_at: datetime
     tenant: str | None = None
+    retention_seconds: int | None = None
+    webhook_url: str | None = None
+    last_active_at: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> SessionRow:
@@ -67,6 +70,11 @@ def session_record(row: Any) -> SessionRecord:
         tokens_used=row.tokens_used,
         created_at=aware(row.created_at),
         tenant=row.tenant,
+        retention=(
+            None if row.retention_seconds is None else timedelta(seconds=row.retention_seconds)
+        ),
+        webhook_url=row.webhook_url,
+        last_active_at=aware(row.last_active_at) if row.last_active_at else None,
     )
 
 

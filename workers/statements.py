@@ -117,7 +117,8 @@ CHARGE_RUN = (
 )
 
 # The fence check of a turn commit: move the head (or leave it) while the fence holds,
-# and charge the tokens of the step that commits with it, if one does.
+# and charge the tokens of the step that commits with it, if one does.  A turn's end is
+# its session's newest activity, which retention counts from.
 FINISH_SESSION = (
     update(t.sessions)
     .where(t.sessions.c.id == b("session_id"), t.sessions.c.fence == b("fence"))
@@ -126,6 +127,7 @@ FINISH_SESSION = (
             (b("move_head", type_=Boolean()), b("turn_id")), else_=t.sessions.c.head_turn_id
         ),
         tokens_used=t.sessions.c.tokens_used + b("tokens"),
+        last_active_at=b("now"),
     )
     .returning(*t.sessions.c)
 )
@@ -670,6 +672,9 @@ SEED_TURN = insert(t.turns)
 SEED_RUN = insert(t.runs)
 INSERT_SEED = insert(t.seeds)
 SEED_OF_SESSION = select(t.seeds).where(t.seeds.c.session_id == b("session_id"))
+# The seeded turns ended as they were stored: the session's newest activity.
 SET_TURN_COUNT = (
-    update(t.sessions).where(t.sessions.c.id == b("session_id")).values(turn_count=b("count"))
+    update(t.sessions)
+    .where(t.sessions.c.id == b("session_id"))
+    .values(turn_count=b("count"), last_active_at=b("now"))
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -52,6 +52,8 @@ from workers import constants as c
 from workers import statements as q
 from workers.backend_ports import CommittedStep, Store
 from workers.database import create_database_engine
+from workers.outbox import OutboxStore
+from workers.retention import RetentionStore
 from workers.rows import (
     read_path,
     read_pending,
@@ -124,7 +126,7 @@ class SteerReceipt:
     denied: Answered | None = None
 
 
-class SqlStore(ApprovalStore, DriverStore, Store):
+class SqlStore(ApprovalStore, DriverStore, RetentionStore, OutboxStore, Store):
     """parley's durable state on SQLite or PostgreSQL (see the module docstring): the
     store port the engine talks to, and what clients read and write."""
 
@@ -143,9 +145,12 @@ class SqlStore(ApprovalStore, DriverStore, Store):
         token_ceiling: int | None,
         tenant: str | None = None,
         session_id: str | None = None,
+        retention: timedelta | None = None,
+        webhook_url: str | None = None,
     ) -> SessionRecord:
         """Insert a new session with an empty tree (its id ``session_id``, else a fresh
         one; :class:`Conflict` if that id is taken)."""
+        now = _now()
         record = SessionRecord(
             session_id=session_id or new_id(),
             root=root,
@@ -153,8 +158,11 @@ class SqlStore(ApprovalStore, DriverStore, Store):
             head_turn_id=None,
             token_ceiling=token_ceiling,
             tokens_used=0,
-            created_at=_now(),
+            created_at=now,
             tenant=tenant,
+            retention=retention,
+            webhook_url=webhook_url,
+            last_active_at=now,
         )
         try:
             with self._tx() as db:
@@ -170,8 +178,13 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                         "tokens_used": 0,
                         "token_ceiling": token_ceiling,
                         "prefix_generation": 0,
-                        "created_at": record.created_at,
+                        "created_at": now,
                         "tenant": tenant,
+                        "retention_seconds": (
+                            None if retention is None else int(retention.total_seconds())
+                        ),
+                        "webhook_url": webhook_url,
+                        "last_active_at": now,
                     },
                 )
         except IntegrityConflict as exc:
@@ -287,7 +300,10 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                     )
                 )
                 parent = turn_id
-            db.execute(q.SET_TURN_COUNT, {"b_session_id": session_id, "b_count": len(turns)})
+            db.execute(
+                q.SET_TURN_COUNT,
+                {"b_session_id": session_id, "b_count": len(turns), "b_now": now},
+            )
             db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": parent})
             db.execute(
                 q.INSERT_SEED,
@@ -327,7 +343,9 @@ class SqlStore(ApprovalStore, DriverStore, Store):
                     f"turn {turn_id!r} has not started ({run.status}): it takes its place "
                     "in the tree when it starts; branch from it after that"
                 )
-            db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
+            moved = db.execute(q.SET_HEAD, {"b_session_id": session_id, "b_head": turn_id})
+            if moved.rowcount != 1:  # pruned since it was read
+                raise SessionNotFound(f"no session {session_id!r}")
 
     def history(self, session_id: str) -> list[TurnRecord]:
         """The path root → head."""
@@ -569,7 +587,9 @@ class SqlStore(ApprovalStore, DriverStore, Store):
     ) -> Steer:
         position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
         if position is None:
-            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one()
+            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one_or_none()
+            if status is None:  # its session was pruned since the turn was read
+                raise TurnNotFound(f"no run {run_id!r}")
             what = (
                 "interrupt has nothing to stop"
                 if kind is SteerKind.INTERRUPT

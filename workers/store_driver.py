@@ -7,6 +7,7 @@ commit retried after a cold shutdown can never write a step twice."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from workers.backend_ports import (
     StepReceipt,
     TurnEnd,
 )
+from workers.outbox import insert_delivery
 from workers.rows import (
     SessionRow,
     approval_of,
@@ -454,7 +456,7 @@ class DriverStore(Transactions):
             undelivered: tuple[str, ...] = ()
         else:
             discarded = end.discarded
-            session = self._finish_session(db, session_id, fence, end, discarded.total)
+            session = self._finish_session(db, session_id, fence, end, discarded.total, now)
             steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
             if steer_count is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
@@ -475,6 +477,10 @@ class DriverStore(Transactions):
             ended = _end_values(end, run_id, last, now, undelivered)
             db.execute(q.END_RUN, ended)
             write_events(db, self._q, [*events, end_event], now)
+        url = session.webhook_url or end.webhook_url
+        if url is not None:
+            # With the end, in its transaction: delivered at least once (workers.outbox).
+            insert_delivery(db, delivery_id=str(uuid.uuid4()), run_id=run_id, url=url)
         generation = self._store_prefix(
             db, session_id, session.prefix_generation, status, end.prefix, end.refresh_prefix, now
         )
@@ -503,10 +509,16 @@ class DriverStore(Transactions):
         )
 
     def _finish_session(
-        self, db: StoreConnection, session_id: str, fence: int, end: TurnEnd, tokens: int
+        self,
+        db: StoreConnection,
+        session_id: str,
+        fence: int,
+        end: TurnEnd,
+        tokens: int,
+        now: datetime,
     ) -> SessionRow:
         """FINISH_SESSION: the session row as the turn's end leaves it; Fenced if stale."""
-        session = db.execute(q.FINISH_SESSION, _finish_values(session_id, fence, end, tokens))
+        session = db.execute(q.FINISH_SESSION, _finish_values(session_id, fence, end, tokens, now))
         row = session.one_or_none()
         if row is None:
             raise _stale(fence, end)
@@ -538,14 +550,14 @@ class DriverStore(Transactions):
         durable = [e for e in events if e.kind.durable]
         fused = self._q.end_with_step(len(durable))
         if fused is None:
-            session = self._finish_session(db, session_id, fence, end, usage.total)
+            session = self._finish_session(db, session_id, fence, end, usage.total, now)
             if db.execute(q.END_RUN_WITH_STEP, ended).rowcount != 1:
                 raise _NotFinal
             self._insert_step(db, run_id, index, payload, now)
             write_events(db, self._q, durable, now)
             return session
         values = {
-            **_finish_values(session_id, fence, end, usage.total),
+            **_finish_values(session_id, fence, end, usage.total, now),
             **ended,
             "b_payload": payload.to_json(),
         }
@@ -600,7 +612,9 @@ def _stale(fence: int, end: TurnEnd) -> Fenced:
     return Fenced(f"fence {fence} is stale; turn {end.turn_id} not finished")
 
 
-def _finish_values(session_id: str, fence: int, end: TurnEnd, tokens: int) -> dict[str, Any]:
+def _finish_values(
+    session_id: str, fence: int, end: TurnEnd, tokens: int, now: datetime
+) -> dict[str, Any]:
     """FINISH_SESSION's values: ``tokens`` are those of a step committed with the end, or
     of one thrown away (TurnEnd.discarded)."""
     return {
@@ -609,6 +623,7 @@ def _finish_values(session_id: str, fence: int, end: TurnEnd, tokens: int) -> di
         "b_move_head": end.status.moves_head,
         "b_turn_id": end.turn_id,
         "b_tokens": tokens,
+        "b_now": now,
     }
 
 

@@ -1,0 +1,47 @@
+"""A session's rows in every table, counted by hand, and its idle clock set back: for the
+retention tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+
+from workers.store import SqlStore
+
+
+def age(store: SqlStore, session_id: str, by: timedelta) -> None:
+    """Make the session's newest activity ``by`` ago (as if it had idled since)."""
+    with store.engine.begin() as db:
+        db.execute(
+            text("UPDATE sessions SET last_active_at = :at WHERE id = :id"),
+            {"at": datetime.now(UTC) - by, "id": session_id},
+        )
+
+
+# Each table's rows of one session, found by the way the table names it: written out here,
+# apart from the prune's own derivation, so that the two check each other.
+ROWS_OF_SESSION = {
+    "sessions": "SELECT count(*) FROM sessions WHERE id = :s",
+    "prefixes": "SELECT count(*) FROM prefixes WHERE session_id = :s",
+    "seeds": "SELECT count(*) FROM seeds WHERE session_id = :s",
+    "turns": "SELECT count(*) FROM turns WHERE session_id = :s",
+    "runs": "SELECT count(*) FROM runs WHERE session_id = :s",
+    "webhook_outbox": "SELECT count(*) FROM webhook_outbox WHERE session_id = :s",
+    "steps": "SELECT count(*) FROM steps JOIN runs ON runs.id = steps.run_id "
+    "WHERE runs.session_id = :s",
+    "steers": "SELECT count(*) FROM steers JOIN runs ON runs.id = steers.run_id "
+    "WHERE runs.session_id = :s",
+    "approvals": "SELECT count(*) FROM approvals JOIN runs ON runs.id = approvals.run_id "
+    "WHERE runs.session_id = :s",
+    "events": "SELECT count(*) FROM events JOIN turns ON turns.id = events.turn_id "
+    "WHERE turns.session_id = :s",
+}
+
+
+def rows_of(store: SqlStore, session_id: str) -> dict[str, int]:
+    with store.engine.connect() as db:
+        return {
+            table: int(db.execute(text(sql), {"s": session_id}).scalar_one())
+            for table, sql in ROWS_OF_SESSION.items()
+        }
