@@ -47,6 +47,7 @@ from schemas.records import (
     TurnRecord,
     TurnResult,
 )
+from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.constants import SEEDED, TURN_QUEUE
 from workers.database import (
@@ -402,6 +403,8 @@ class Session:
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         self._announce(receipt.queued)
+        if receipt.created:
+            metrics.turn_submitted()
         return TurnHandle(client, receipt.turn, created=receipt.created)
 
     def _announce(self, queued: Event | None) -> None:

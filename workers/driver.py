@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from schemas.errors import Fenced
+from workers import metrics
 from workers.engine import TurnEngine
 
 log = logging.getLogger("parley.driver")
@@ -78,9 +79,11 @@ class SessionDriver:
                 while claim is not None and lock.held():
                     # A turn claimed before the stop or the slice's end is run: left
                     # claimed, it would cost its next driver an attempt.
-                    _status, receipt = self.engine.run_claimed(
-                        claim, fence, holding=lock.held, claim_next=going_on
-                    )
+                    with metrics.Driving(claim[0]) as driving:
+                        status, receipt = self.engine.run_claimed(
+                            claim, fence, holding=lock.held, claim_next=going_on
+                        )
+                        driving.left(status)
                     if receipt is None:
                         # The turn waits for answers and holds its session's line: nothing
                         # after it is runnable until they are in (their kick drives it).

@@ -9,10 +9,12 @@ burst of deltas costs a few events while a slow stream still sends each delta at
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from schemas.events import Event, EventPayload, StepRestarted, Token
 from schemas.records import Steer
+from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.holding import ensure_holding
 from workers.host_ports import StreamAborted
@@ -31,6 +33,8 @@ class Emitter:
         self._unstored: list[Event] = []
         self._last_token: Event | None = None
         self._token_step = -1  # the step of the last token event
+        # Made as its turn is claimed: the first token's latency counts from here.
+        self._since: float | None = time.monotonic()
 
     def allocate(self, payload: EventPayload) -> Event:
         """Number an event without publishing it (for events published after a commit)."""
@@ -57,6 +61,9 @@ class Emitter:
         """Publish a step's delta: appended to the step's last token event while that one
         is unsent and nothing came after it, else as a new ``token`` event (sent before
         returning with ``now``)."""
+        if self._since is not None:
+            metrics.first_token(time.monotonic() - self._since)
+            self._since = None
         last = self._last_token
         if not now and last is not None and last.seq == self._next - 1 and self._token_step == step:
             merged = self._coordinator.coalesce(last, text, self._fence)

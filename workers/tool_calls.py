@@ -14,6 +14,7 @@ from typing import Any
 from schemas.errors import InvalidRequest
 from schemas.events import Refused, ToolAnswered, ToolCalled
 from schemas.messages import ToolCall, ToolResult
+from workers import metrics
 from workers.emitter import Emitter
 from workers.holding import ensure_holding
 from workers.host_ports import (
@@ -160,6 +161,7 @@ class ToolRunner:
         )
         result = self._answer(judged, answer, interrupted)
         self.emitter.emit(ToolAnswered.of(step, result))
+        metrics.tool_called(call.name if call.name in self.tools else metrics.UNKNOWN_TOOL)
         return result
 
     def _answer(self, judged: Judgement, answer: Answer | None, interrupted: bool) -> ToolResult:
@@ -219,6 +221,7 @@ class ToolRunner:
         self.emitter.emit(
             Refused(call_id=call.id, tool=call.name, rule=refusal.rule, reason=refusal.reason)
         )
+        metrics.refused(refusal.rule)
 
     def _judged(
         self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Access, ...]
