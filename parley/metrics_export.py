@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.errors import InvalidRequest
+from workers import metrics
 from workers.metrics import instruments
 
 log = logging.getLogger("parley.metrics")
@@ -90,11 +91,17 @@ def serve_worker(bind: MetricsBind) -> None:
         _served.made_directory = directory
         atexit.register(stop_worker)
     _served.owner = os.getpid()
-    early = sys.modules.get("prometheus_client.values")
-    if early is not None and not _counts_in_files(early):
+    values: Any = importlib.import_module("prometheus_client.values")
+    if not _counts_in_files(values):
+        # prometheus_client was imported before the directory was set (the celery
+        # command imports its plugins' commands as it starts, and Flower's imports the
+        # library), so it keeps values in memory.  It makes each value with its
+        # ``values.ValueClass`` as a metric is made, and parley's are made on first use:
+        # from now on, in files.
+        values.ValueClass = values.MultiProcessValue()
+    if metrics.built():
         log.warning(
-            "prometheus_client was imported before the worker chose %s; set it in the "
-            "worker's environment, or the pool processes' counts may be missing",
+            "this worker counted before it chose %s: those counts are not served",
             MULTIPROC_VARIABLE,
         )
     _start(bind, _multiprocess_registry(directory))

@@ -79,11 +79,10 @@ class SessionDriver:
                 while claim is not None and lock.held():
                     # A turn claimed before the stop or the slice's end is run: left
                     # claimed, it would cost its next driver an attempt.
-                    with metrics.Driving(claim[0]) as driving:
-                        status, receipt = self.engine.run_claimed(
+                    with metrics.Driving(claim[0]):
+                        _status, receipt = self.engine.run_claimed(
                             claim, fence, holding=lock.held, claim_next=going_on
                         )
-                        driving.left(status)
                     if receipt is None:
                         # The turn waits for answers and holds its session's line: nothing
                         # after it is runnable until they are in (their kick drives it).

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -193,6 +192,11 @@ def instruments() -> _Instruments:
     return _instruments
 
 
+def built() -> bool:
+    """Whether this process has made its metrics yet."""
+    return _instruments is not None
+
+
 _P = ParamSpec("_P")
 _failed: set[str] = set()
 
@@ -257,31 +261,27 @@ def _turn_let_go() -> None:
 
 
 @_never_fails
-def _turn_ended(status: TurnStatus, seconds: float) -> None:
-    if not status.terminal:
-        return  # waiting for answers: not an end
+def turn_ended(outcome: str, seconds: float) -> None:
+    """A turn ended with ``outcome`` (a terminal status), ``seconds`` after the claim
+    of the attempt that ended it.  Counted before its ``end`` event is published, so
+    that whoever sees the end sees it counted."""
     m = instruments()
-    m["parley_turns_ended_total"].labels(outcome=status.value).inc()
-    m["parley_turn_duration_seconds"].labels(outcome=status.value).observe(seconds)
+    m["parley_turns_ended_total"].labels(outcome=outcome).inc()
+    m["parley_turn_duration_seconds"].labels(outcome=outcome).observe(seconds)
 
 
 class Driving:
-    """A driver's run of one claimed turn, counted: started (and how), in flight while
-    the ``with`` block runs, and ended by :meth:`left` with the status it reached.  A
-    block that raises (the session was lost) is no end: the next driver's is."""
+    """A driver's run of one claimed turn: counted as started (and how) as the ``with``
+    block begins, and in flight until it ends, however it ends (the turn's end, a wait
+    for answers, a lost session).  The end itself is counted where it is published
+    (:func:`turn_ended`)."""
 
     def __init__(self, claimed: ClaimedTurn) -> None:
         self._claimed = claimed
-        self._since = 0.0
 
     def __enter__(self) -> Driving:
-        self._since = time.monotonic()
         _turn_claimed(self._claimed)
         return self
-
-    def left(self, status: TurnStatus) -> None:
-        """The run returned ``status``: an end, unless it waits for answers."""
-        _turn_ended(status, time.monotonic() - self._since)
 
     def __exit__(
         self,

@@ -160,8 +160,9 @@ class ToolRunner:
             ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
         )
         result = self._answer(judged, answer, interrupted)
-        self.emitter.emit(ToolAnswered.of(step, result))
+        # Counted before readers see the result (as every metric is before its event).
         metrics.tool_called(call.name if call.name in self.tools else metrics.UNKNOWN_TOOL)
+        self.emitter.emit(ToolAnswered.of(step, result))
         return result
 
     def _answer(self, judged: Judgement, answer: Answer | None, interrupted: bool) -> ToolResult:
@@ -218,10 +219,10 @@ class ToolRunner:
         return ToolResult(call_id=call.id, name=call.name, content=cap(output, self.output_limit))
 
     def _announce_refusal(self, call: ToolCall, refusal: Refusal) -> None:
+        metrics.refused(refusal.rule)
         self.emitter.emit(
             Refused(call_id=call.id, tool=call.name, rule=refusal.rule, reason=refusal.reason)
         )
-        metrics.refused(refusal.rule)
 
     def _judged(
         self, call: ToolCall, arguments: dict[str, Any], accesses: tuple[Access, ...]

@@ -117,6 +117,8 @@ def test_each_worker_serves_what_its_processes_ran(metered: MeteredFleet, worksp
     handles = first + second
     results = [handle.wait(60) for handle in handles]
     assert {r.outcome for r in results} == {parley.TurnStatus.FINISHED}
+    # (A driver lets its turn go just after the end it published.)
+    wait_until(lambda: metered.in_flight() == 0, what="no turn in flight", timeout=10)
 
     ran_by = {}
     for worker in metered.workers:
