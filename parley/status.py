@@ -3,10 +3,11 @@
 The database says what work there is (queued, running and waiting turns, the oldest in
 line) and who claimed each running turn; Redis says whether a running turn's driver
 still holds its session's lock (a running turn nobody holds is stranded: the sweeper
-re-kicks it); and the workers themselves answer a Celery ping over the broker, which is
-what "live" means for a worker.  An embedded deployment (SQLite, or a database without
-``PARLEY_REDIS_URL``) has no Redis and no workers: its turns run in the process that
-submits them.  A part that cannot be reached is reported, not fatal.
+re-kicks it); and the workers themselves answer over the broker (Celery's remote
+control: the queues each consumes), which is what "live" means for a worker.  An
+embedded deployment (SQLite, or a database without ``PARLEY_REDIS_URL``) has no Redis
+and no workers: its turns run in the process that submits them.  A part that cannot be
+reached is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class FleetStatus:
     stranded: frozenset[str]
     """Sessions of running turns that no driver holds (and no kick is on its way to)."""
     workers: tuple[str, ...] | None
-    """The workers that answered the ping, by Celery node name (None: embedded)."""
+    """The workers that answered and consume the fleet's queue, by Celery node name
+    (None: embedded)."""
     workers_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -207,16 +209,23 @@ def _drivers(redis_url: str, work: UnfinishedWork) -> tuple[bool, frozenset[str]
 def _live_workers(
     settings: FleetSettings, seconds: float
 ) -> tuple[tuple[str, ...] | None, str | None]:
-    """The workers that answer a ping within ``seconds``, by node name; or why none
-    could be asked."""
+    """The workers that answer within ``seconds`` and consume the fleet's queue, by
+    node name (a broker may serve other queues' workers too); or why none could be
+    asked."""
     app = create_app(settings)
     try:
-        replies = app.control.ping(timeout=seconds) or []
+        replies = app.control.inspect(timeout=seconds).active_queues() or {}
     except BROKER_ERRORS as exc:
         return None, f"the broker does not answer: {type(exc).__name__}: {exc}"
     finally:
         app.close()
-    return tuple(sorted(name for reply in replies for name in reply)), None
+    return tuple(
+        sorted(
+            name
+            for name, queues in replies.items()
+            if any(queue.get("name") == settings.queue for queue in queues or ())
+        )
+    ), None
 
 
 def _shown(url: str) -> str:

@@ -90,6 +90,9 @@ EXPECTED = [
     ("transcript.md", "def to_host", "['user', 'agent', 'tool_result', 'agent']"),
     ("README.md", "from examples.audited_host.host import build_host", "That is who you are."),
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", 'ended_total{outcome="finished"} 1.0'),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", "turns: 0 queued, 0 running, 0 wait"),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", "workers: 1 live: "),
 ]
 
 
