@@ -10,7 +10,7 @@ prometheus_client is imported when a process first records or serves, not when t
 module is imported: the library decides once, at its import, whether values live in
 memory or in files under ``PROMETHEUS_MULTIPROC_DIR`` (what a Celery prefork worker
 needs, so that its main process can serve the sum over its pool), and a worker's main
-process sets that directory up before its pool forks (:mod:`workers.metrics_export`).
+process sets that directory up before its pool forks (:mod:`parley.metrics_export`).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class _Instruments:
                 metric: Any = prometheus_client.Counter(spec.base, spec.help, **options)
             elif spec.kind == "gauge":
                 # Summed over the live processes of a multiprocess worker; a pool process
-                # that died stops counting (workers.metrics_export prunes its file).
+                # that died stops counting (parley.metrics_export prunes its file).
                 metric = prometheus_client.Gauge(
                     spec.base, spec.help, multiprocess_mode="livesum", **options
                 )
