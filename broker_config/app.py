@@ -78,6 +78,11 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
             c.SWEEP_TASK: {"queue": settings.queue},
         },
         worker_hijack_root_logger=False,
+        # Task events, so that Flower and `celery -A parley.celery_tasks inspect|events`
+        # see each kick: sent, received, started, succeeded (a few small PUBLISHes per
+        # kick, to nobody unless a monitor listens).
+        worker_send_task_events=True,
+        task_send_sent_event=True,
     )
     return app
 

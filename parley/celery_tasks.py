@@ -15,10 +15,17 @@ import sys
 import threading
 from typing import Any
 
-from celery.signals import worker_process_init, worker_shutting_down
+from celery.signals import (
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
+from parley import metrics_export
 from parley.host import host_from_environment, load_host
 from parley.housekeeping import Housekeeper
 from parley.webhooks import WebhookSettings
@@ -30,6 +37,7 @@ from workers.store import validate_ids
 log = logging.getLogger("parley.worker")
 
 settings = FleetSettings.from_env()
+metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
 _runtime: FleetRuntime | None = None
 
@@ -77,7 +85,26 @@ def _build_after_fork(**_kwargs: Any) -> None:
             "this pool process was not forked from the worker: a warm shutdown cannot "
             "reach its drivers, which will drain their sessions before the worker stops"
         )
+    metrics_export.forget_server()
     runtime()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _serve_metrics(**_kwargs: Any) -> None:
+    # In the main process, before the pool forks: its processes count in the directory
+    # this sets up, and this process serves their sum.
+    if metrics_bind is not None:
+        metrics_export.serve_worker(metrics_bind)
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _pool_process_exits(**_kwargs: Any) -> None:
+    metrics_export.process_exited()
+
+
+@worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _stop_serving_metrics(**_kwargs: Any) -> None:
+    metrics_export.stop_worker()
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]
@@ -127,6 +154,8 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
     It sweeps in its own process rather than as a scheduled task, so recovery never
     waits for a worker slot that long-running drivers occupy."""
     stop = stop or threading.Event()
+    if metrics_bind is not None:
+        metrics_export.serve_process(metrics_bind)
     log.info("sweeping every %.1fs", settings.sweep_seconds)
     try:
         # Connect the kicks' producer now, not at the first lost kick: it costs some

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -201,6 +202,19 @@ def _parser() -> argparse.ArgumentParser:
     tree = commands.add_parser("tree", help="every turn of every branch")
     tree.add_argument("session_id")
     tree.set_defaults(command=_tree)
+
+    status = commands.add_parser(
+        "status", help="the fleet's state: queued, running and waiting turns, live workers"
+    )
+    status.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long live workers have to answer (default 1)",
+    )
+    status.set_defaults(command=_status)
     return parser
 
 
@@ -574,6 +588,25 @@ def _prune(args: argparse.Namespace, console: Console) -> int:
         report = client.prune(older_than, workspaces=args.workspaces, dry_run=args.dry_run)
     for line in report_lines(report):
         console.print(Text(line), soft_wrap=True)
+    return 0
+
+
+def _status(args: argparse.Namespace, console: Console) -> int:
+    from parley.status import fleet_status
+
+    if not 0 < args.timeout <= 60:
+        raise parley.errors.InvalidRequest("--timeout takes a number of seconds from 0 to 60")
+    url = database_url_of(args.db)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise parley.errors.InvalidRequest(f"no database at {path}")
+    report = fleet_status(url, ping_seconds=args.timeout)
+    if args.json:
+        # One line, as written: no markup, no wrapping.
+        console.print(json.dumps(report.to_json()), markup=False, highlight=False, soft_wrap=True)
+    else:
+        for line in report.lines():
+            console.print(Text(line), soft_wrap=True)
     return 0
 
 

@@ -51,6 +51,7 @@ from schemas.records import (
     TurnRecord,
     TurnResult,
 )
+from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.constants import SEEDED, TURN_QUEUE
 from workers.database import (
@@ -464,6 +465,8 @@ class Session:
         # first kick was lost.)
         _name_in_logs(receipt.turn)
         self._announce(receipt.queued)
+        if receipt.created:
+            metrics.turn_submitted()
         return TurnHandle(client, receipt.turn, created=receipt.created)
 
     def _announce(self, queued: Event | None) -> None:

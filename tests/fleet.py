@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,26 +47,35 @@ class Fleet:
             **self.environment,
         }
 
-    def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> subprocess.Popen[bytes]:
+    def start_worker(
+        self,
+        concurrency: int = 2,
+        pool: str = "prefork",
+        *,
+        celery_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         """A `parley worker` process running ``concurrency`` kicks at a time on Celery's
         ``pool`` (``prefork`` or ``threads``), in its own process group, so a test can
-        kill it whole."""
-        return self._start("worker", "--concurrency", str(concurrency), "--pool", pool)
+        kill it whole; ``celery_args`` and ``env`` are more of its arguments and its
+        environment (its metrics port, say)."""
+        argv = ("worker", "--concurrency", str(concurrency), "--pool", pool, *celery_args)
+        return self._start(*argv, env=env)
 
-    def start_beat(self) -> subprocess.Popen[bytes]:
-        """The sweeper process."""
-        return self._start("beat")
+    def start_beat(self, *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """The sweeper process (``env``: more of its environment)."""
+        return self._start("beat", env=env)
 
     def log_of(self, process: subprocess.Popen[bytes]) -> Path:
         """Where ``process`` (one this fleet started) writes its output."""
         return self.logs[process.pid]
 
-    def _start(self, *argv: str) -> subprocess.Popen[bytes]:
+    def _start(self, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.log_dir / f"{self.queue}-{argv[0]}-{len(self.processes)}.log"
         with log.open("wb") as out:  # the child keeps its own copy of the descriptor
             process = subprocess.Popen(
                 [sys.executable, "-m", "parley", *argv],
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 cwd=REPO,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 
 from schemas.errors import Fenced
 from schemas.records import TurnStatus
+from workers import metrics
 from workers.backend_ports import ClaimedTurn
 from workers.engine import TurnEngine
 from workers.log_context import log_context
@@ -88,7 +89,7 @@ class SessionDrainer:
                     running = claim[0]
                     # A turn claimed before the stop or the slice's end is run: left
                     # claimed, it would cost its next driver an attempt.
-                    with _about(running):
+                    with _about(running), metrics.Driving(claim[0]):
                         log.info(
                             "running turn %s (attempt %d)",
                             running.turn.turn_id,

@@ -9,10 +9,12 @@ burst of deltas costs a few events while a slow stream still sends each delta at
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
-from schemas.events import Event, EventPayload, StepRestarted, Token
+from schemas.events import Event, EventKind, EventPayload, StepRestarted, Token
 from schemas.records import Steer
+from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.holding import ensure_holding
 from workers.host_ports import StreamAborted
@@ -31,6 +33,10 @@ class Emitter:
         self._unstored: list[Event] = []
         self._last_token: Event | None = None
         self._token_step = -1  # the step of the last token event
+        # Made as its turn is claimed: the first token's latency and the turn's duration
+        # count from here.
+        self._claimed_at = time.monotonic()
+        self._first_token = True
 
     def allocate(self, payload: EventPayload) -> Event:
         """Number an event without publishing it (for events published after a commit)."""
@@ -57,6 +63,9 @@ class Emitter:
         """Publish a step's delta: appended to the step's last token event while that one
         is unsent and nothing came after it, else as a new ``token`` event (sent before
         returning with ``now``)."""
+        if self._first_token:
+            metrics.first_token(time.monotonic() - self._claimed_at)
+            self._first_token = False
         last = self._last_token
         if not now and last is not None and last.seq == self._next - 1 and self._token_step == step:
             merged = self._coordinator.coalesce(last, text, self._fence)
@@ -68,6 +77,9 @@ class Emitter:
 
     def publish(self, event: Event, *, now: bool = False) -> None:
         """Publish an event allocated earlier (after its commit)."""
+        if event.kind is EventKind.END:
+            # Counted first: whoever sees the end can see it counted.
+            metrics.turn_ended(str(event.data["outcome"]), time.monotonic() - self._claimed_at)
         self._coordinator.publish([event], self._fence, now=now)
 
     def publish_listing_steers(self, event: Event, cursor: int) -> list[Steer]:

@@ -51,6 +51,7 @@ from schemas.messages import (
     request_digest,
 )
 from schemas.records import Approval, Decision, Steer, SteerKind, TaskContract, TurnStatus, Usage
+from workers import metrics
 from workers.backend_ports import (
     Claim,
     ClaimedTurn,
@@ -739,6 +740,7 @@ class _TurnRun:
     ) -> None:
         """Step ``index`` committed: publish its event and move the state past it."""
         self.streaming = None
+        metrics.step_committed(payload)
         if steer_count > cursor:
             # Steers are pending, so the next boundary needs the steer list: read in the
             # round trip that sends the step's event.

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers import constants as c
+from workers import metrics
 from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import Host
@@ -112,4 +113,5 @@ def sweep(runtime: FleetRuntime, kick: Callable[[str], None]) -> list[str]:
             kicked.append(session_id)
     if kicked:
         log.info("sweeper kicked %d session(s)", len(kicked))
+        metrics.sweeper_kicked(len(kicked))
     return kicked

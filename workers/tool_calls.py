@@ -14,6 +14,7 @@ from typing import Any
 from schemas.errors import InvalidRequest
 from schemas.events import Refused, ToolAnswered, ToolCalled
 from schemas.messages import ToolCall, ToolResult
+from workers import metrics
 from workers.emitter import Emitter
 from workers.holding import ensure_holding
 from workers.host_ports import (
@@ -164,6 +165,8 @@ class ToolRunner:
             ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
         )
         result = self._answer(judged, answer, interrupted)
+        # Counted before readers see the result (as every metric is before its event).
+        metrics.tool_called(call.name if call.name in self.tools else metrics.UNKNOWN_TOOL)
         self.emitter.emit(ToolAnswered.of(step, result))
         return result
 
@@ -221,6 +224,7 @@ class ToolRunner:
         return ToolResult(call_id=call.id, name=call.name, content=cap(output, self.output_limit))
 
     def _announce_refusal(self, call: ToolCall, refusal: Refusal) -> None:
+        metrics.refused(refusal.rule)
         self.emitter.emit(
             Refused(call_id=call.id, tool=call.name, rule=refusal.rule, reason=refusal.reason)
         )

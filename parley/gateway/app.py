@@ -3,17 +3,19 @@ access log without query strings, health, the OpenAPI document and the web page.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources as package_files
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,10 +23,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from parley.client import Client
 from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
-from parley.gateway.errors import BodyLimit, install_error_handlers
+from parley.gateway.errors import BodyLimit, install_error_handlers, unauthorized
 from parley.gateway.feeds import Feeds
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import TokenTable
+from parley.gateway.tenants import TokenTable, bearer
+from parley.metrics_export import exposition
 from schemas.events import PAYLOADS, payload_adapter
 from workers.log_context import log_scope
 
@@ -61,6 +64,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(aisdk.router)
     app.include_router(responses.router)
     _health_routes(app, client)
+    _metrics_route(app, settings)
     _page_routes(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     # Outermost last: the access log sees every answer, the body limit every request.
@@ -97,6 +101,27 @@ def _health_routes(app: FastAPI, client: Client) -> None:
         ready = all(value == "ok" for value in checks.values())
         body = r.Health(status="ok" if ready else "unavailable", checks=checks)
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+def _metrics_route(app: FastAPI, settings: GatewaySettings) -> None:
+    # Outside /v1 and open by default, like /healthz: it holds no tenant's data (counts,
+    # and the host's model, tool and rule names), and a tenant's token is the wrong key
+    # for numbers about every tenant.  A gateway reachable from where its metrics should
+    # not be names a token of their own, PARLEY_METRICS_TOKEN, which a scraper sends.
+    expected = settings.metrics_token.encode() if settings.metrics_token else None
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> Response:
+        """Prometheus's text exposition of this process's metrics."""
+        if expected is not None:
+            given = credentials.credentials if credentials is not None else ""
+            if not hmac.compare_digest(expected, given.encode("utf-8", "surrogateescape")):
+                raise unauthorized("/metrics needs the bearer token PARLEY_METRICS_TOKEN names")
+        body, content_type = exposition(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
 
 # The page loads nothing but its own files and talks to nothing but this gateway: a

@@ -27,6 +27,7 @@ from contextlib import aclosing
 from parley.client import Client, TurnHandle
 from schemas.events import Event
 from schemas.records import TurnRecord
+from workers import metrics
 
 log = logging.getLogger("parley.gateway.feeds")
 
@@ -252,6 +253,7 @@ class Feeds:
             feed.start()
         feed.cancel_linger()
         feed.subscribers += 1
+        metrics.sse_connected()
         return feed
 
     async def _still_current(self, feed: TurnFeed) -> bool:
@@ -264,6 +266,7 @@ class Feeds:
 
     def _release(self, feed: TurnFeed) -> None:
         feed.subscribers -= 1
+        metrics.sse_disconnected()
         if feed.subscribers == 0:
             feed.linger(lambda: self._retire(feed))
 

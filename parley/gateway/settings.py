@@ -6,7 +6,8 @@ serves loopback only, with one generated token for the tenant ``local``.
 ``PARLEY_WORKSPACES`` (default ``./workspaces``): where sessions' roots are made.
 ``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
 default 15), ``PARLEY_GATEWAY_CORS_ORIGINS`` (comma-separated origins; CORS is off
-without).
+without).  ``PARLEY_METRICS_TOKEN``: the bearer token ``GET /metrics`` then asks for
+(without, it is open, like ``/healthz``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class GatewaySettings:
     cors_origins: tuple[str, ...] = ()
     generated_token: str | None = None
     """The token made at start when none was configured (loopback only)."""
+    metrics_token: str | None = None
+    """The bearer token ``GET /metrics`` asks for (None: it is open)."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -67,6 +70,7 @@ class GatewaySettings:
                 if origin.strip()
             ),
             generated_token=generated,
+            metrics_token=_metrics_token(env),
         )
 
     @property
@@ -107,6 +111,15 @@ def parse_tokens(value: str) -> dict[str, str]:
             raise InvalidRequest(f"{where} repeats a token of an earlier pair")
         tokens[token] = tenant
     return tokens
+
+
+def _metrics_token(env: Mapping[str, str]) -> str | None:
+    token = env.get("PARLEY_METRICS_TOKEN", "").strip()
+    if token and not TOKEN.fullmatch(token):
+        raise InvalidRequest(
+            "PARLEY_METRICS_TOKEN must be at least 16 characters from A-Z a-z 0-9 - . _ ~ + /"
+        )
+    return token or None
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -96,6 +96,9 @@ EXPECTED = [
     ("operations.md", "--prompt-file", "You said: Review the Procfile:\n"),
     ("operations.md", "--prompt-file", "TurnEnded: the turn has ended (finished)"),
     ("operations.md", "--prompt-file", "exit status 2"),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", 'ended_total{outcome="finished"} 1.0'),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", "turns: 0 queued, 0 running, 0 wait"),
+    ("operations.md", "PARLEY_METRICS_PORT=127.0.0.1:9101", "workers: 1 live: "),
 ]
 
 

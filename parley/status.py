@@ -1,0 +1,243 @@
+"""``parley status``: the fleet's state for an operator, read from where it lives.
+
+The database says what work there is (queued, running and waiting turns, the oldest in
+line) and who claimed each running turn; Redis says whether a running turn's driver
+still holds its session's lock (a running turn nobody holds is stranded: the sweeper
+re-kicks it); and the workers themselves answer over the broker (Celery's remote
+control: the queues each consumes), which is what "live" means for a worker.  An
+embedded deployment (SQLite, or a database without ``PARLEY_REDIS_URL``) has no Redis
+and no workers: its turns run in the process that submits them.  A part that cannot be
+reached is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy.engine import make_url
+
+from broker_config.app import BROKER_ERRORS, create_app
+from broker_config.settings import FleetSettings
+from schemas.records import TurnStatus
+from workers.database import normalise_url
+from workers.redis_coordinator import RedisCoordinator
+from workers.store import SqlStore
+from workers.store_status import UNFINISHED, UnfinishedTurn, UnfinishedWork
+
+DEFAULT_PING_SECONDS = 1.0
+LISTED = 20
+"""How many turns of each status the report lists (it counts them all)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetStatus:
+    """What ``parley status`` reports (:meth:`to_json` is its ``--json`` form)."""
+
+    deployment: str
+    """``fleet`` or ``embedded``."""
+    database: str
+    redis: str | None
+    redis_reachable: bool | None
+    work: UnfinishedWork
+    at: datetime
+    stranded: frozenset[str]
+    """Sessions of running turns that no driver holds (and no kick is on its way to)."""
+    workers: tuple[str, ...] | None
+    """The workers that answered and consume the fleet's queue, by Celery node name
+    (None: embedded)."""
+    workers_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON: every count, the listed turns, Redis and the workers."""
+        oldest = self.oldest_queued
+        return {
+            "deployment": self.deployment,
+            "database": self.database,
+            "turns": {status.value: self.work.counts[status] for status in UNFINISHED},
+            "oldest_queued": None
+            if oldest is None
+            else {
+                "turn_id": oldest.turn_id,
+                "session_id": oldest.session_id,
+                "age_seconds": round(self._age(oldest.queued_at), 3),
+            },
+            **{
+                status.value: [self._turn(turn) for turn in self.work.turns[status]]
+                for status in UNFINISHED
+            },
+            "redis": None
+            if self.redis is None
+            else {"url": self.redis, "reachable": bool(self.redis_reachable)},
+            "workers": None
+            if self.workers is None and self.workers_error is None
+            else {"live": list(self.workers or ()), "error": self.workers_error},
+        }
+
+    def lines(self) -> list[str]:
+        """The report as text, one line each."""
+        counts = self.work.counts
+        where = self.database if self.redis is None else f"{self.database}, Redis {self.redis}"
+        lines = [f"{self.deployment}: {where}"]
+        if self.deployment == "embedded":
+            lines.append(
+                "embedded: no Redis and no workers; turns run in the process that submits them"
+            )
+        elif not self.redis_reachable:
+            lines.append("Redis does not answer: whether running turns have a driver is unknown")
+        lines.append(
+            "turns: " + ", ".join(f"{counts[status]} {status.value}" for status in UNFINISHED)
+        )
+        oldest = self.oldest_queued
+        if oldest is not None:
+            lines.append(
+                f"oldest queued: {self._age(oldest.queued_at):.1f} s "
+                f"(turn {oldest.turn_id}, session {oldest.session_id})"
+            )
+        if self.workers_error is not None:
+            lines.append(f"workers: unknown ({self.workers_error})")
+        elif self.workers is not None:
+            names = f": {', '.join(self.workers)}" if self.workers else ""
+            lines.append(f"workers: {len(self.workers)} live{names}")
+        for status in UNFINISHED:
+            listed = self.work.turns[status]
+            if listed:
+                more = counts[status] - len(listed)
+                lines.append(f"{status.value}:" + (f" (the first {len(listed)})" if more else ""))
+                lines.extend(f"  {self._describe(turn)}" for turn in listed)
+        return lines
+
+    @property
+    def oldest_queued(self) -> UnfinishedTurn | None:
+        """The queued turn first in line (None if nothing is queued)."""
+        queued = self.work.turns[TurnStatus.QUEUED]
+        return queued[0] if queued else None
+
+    def _age(self, since: datetime) -> float:
+        return max((self.at - since).total_seconds(), 0.0)
+
+    def _turn(self, turn: UnfinishedTurn) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "turn_id": turn.turn_id,
+            "session_id": turn.session_id,
+            "steps": turn.steps,
+            "attempts": turn.attempts,
+            "queued_seconds": round(self._age(turn.queued_at), 3),
+        }
+        if turn.status is TurnStatus.RUNNING:
+            found["worker"] = turn.worker
+            found["driven"] = None if self.redis is None else turn.session_id not in self.stranded
+        if turn.status is TurnStatus.WAITING and turn.asked_at is not None:
+            found["waiting_seconds"] = round(self._age(turn.asked_at), 3)
+        return found
+
+    def _describe(self, turn: UnfinishedTurn) -> str:
+        head = f"turn {turn.turn_id} of session {turn.session_id}"
+        if turn.status is TurnStatus.QUEUED:
+            return f"{head}: {self._age(turn.queued_at):.1f} s in line"
+        if turn.status is TurnStatus.WAITING:
+            since = turn.asked_at or turn.queued_at
+            return f"{head}: {turn.steps} steps, an answer asked {self._age(since):.1f} s ago"
+        line = f"{head}: on {turn.worker}, {turn.steps} steps, attempt {turn.attempts}"
+        if self.redis is not None and turn.session_id in self.stranded:
+            line += " (no live driver: the sweeper re-kicks it)"
+        return line
+
+
+def fleet_status(
+    database_url: str,
+    env: Mapping[str, str] = os.environ,
+    *,
+    ping_seconds: float = DEFAULT_PING_SECONDS,
+) -> FleetStatus:
+    """The state of the deployment on ``database_url``: a fleet when it is not SQLite
+    and ``PARLEY_REDIS_URL`` is set (as for the gateway), else embedded."""
+    store = SqlStore.from_url(database_url)
+    try:
+        work = store.unfinished_work(LISTED)
+        fleet = store.engine.dialect.name != "sqlite" and bool(env.get("PARLEY_REDIS_URL"))
+    finally:
+        store.close()
+    at = datetime.now(UTC)
+    database = _shown(database_url)
+    if not fleet:
+        return FleetStatus(
+            deployment="embedded",
+            database=database,
+            redis=None,
+            redis_reachable=None,
+            work=work,
+            at=at,
+            stranded=frozenset(),
+            workers=None,
+        )
+    settings = FleetSettings.from_env({**env, "PARLEY_DATABASE_URL": database_url})
+    reachable, stranded = _drivers(settings.redis_url, work)
+    workers, error = _live_workers(settings, ping_seconds)
+    return FleetStatus(
+        deployment="fleet",
+        database=database,
+        redis=_shown(settings.redis_url),
+        redis_reachable=reachable,
+        work=work,
+        at=at,
+        stranded=stranded,
+        workers=workers,
+        workers_error=error,
+    )
+
+
+def _drivers(redis_url: str, work: UnfinishedWork) -> tuple[bool, frozenset[str]]:
+    """Whether Redis answers, and the sessions of running turns no driver holds."""
+    coordinator = RedisCoordinator(redis_url)
+    try:
+        if not coordinator.ping():
+            return False, frozenset()
+        running = sorted({t.session_id for t in work.turns[TurnStatus.RUNNING]})
+        try:
+            return True, frozenset(coordinator.unattended(running) if running else ())
+        except Exception:
+            return False, frozenset()
+    finally:
+        coordinator.close()
+
+
+def _live_workers(
+    settings: FleetSettings, seconds: float
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """The workers that answer within ``seconds`` and consume the fleet's queue, by
+    node name (a broker may serve other queues' workers too); or why none could be
+    asked."""
+    app = create_app(settings)
+    try:
+        replies = app.control.inspect(timeout=seconds).active_queues() or {}
+    except BROKER_ERRORS as exc:
+        return None, f"the broker does not answer: {type(exc).__name__}: {exc}"
+    finally:
+        app.close()
+    return tuple(
+        sorted(
+            name
+            for name, queues in replies.items()
+            if any(queue.get("name") == settings.queue for queue in queues or ())
+        )
+    ), None
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password."""
+    try:
+        if "://" in url and url.split("://", 1)[0].startswith(("redis", "rediss", "amqp")):
+            parts = urlsplit(url)
+            if parts.password:
+                host = parts.netloc.rsplit("@", 1)[1]
+                user = parts.username or ""
+                parts = parts._replace(netloc=f"{user}:***@{host}")
+            return urlunsplit(parts)
+        return make_url(normalise_url(url)).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparseable URL)"

@@ -1,0 +1,211 @@
+"""``parley status`` and Celery's own monitoring against real processes: a fleet with a
+queued, a running and a waiting (approval) turn, its worker answering ``celery inspect
+ping`` and listing its kick under ``inspect active`` (task events are on); then the
+worker killed, which status shows; and an embedded database, which has no Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import parley
+from tests.chaos import CHAOS_REDIS_URL, wait_until
+from tests.conftest import fresh_postgres_database
+from tests.fleet import REPO, Fleet, flush_redis
+from tests.helpers import Control, scripted_host
+from tests.scrape import free_port
+
+RULES: list[dict[str, Any]] = [
+    {"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "through"}]},
+    {"when": "ask", "steps": [{"tool_calls": [{"name": "record_call"}]}, {"text": "asked"}]},
+    {"when": ".*", "steps": [{"text": "later"}]},
+]
+
+
+def run(env: Mapping[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """A command of this checkout's Python (``parley …`` or ``celery …``), to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        env=dict(env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def status_json(env: Mapping[str, str]) -> dict[str, Any]:
+    done = run(env, "parley", "status", "--json")
+    assert done.returncode == 0, done
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_status_and_celery_inspect_show_the_fleet_at_work(workspace: Path) -> None:
+    with fresh_postgres_database("status") as url:
+        flush_redis(CHAOS_REDIS_URL)
+        fleet = Fleet(database_url=url, redis_url=CHAOS_REDIS_URL)
+        worker = fleet.start_worker(2, "threads", celery_args=("--hostname", "status0@%h"))
+        client = parley.connect(url, redis_url=CHAOS_REDIS_URL, queue=fleet.queue)
+        env = fleet.env()
+        flower_url, flower = start_flower(env)
+        try:
+            fleet.wait_ready()
+            control = Control(workspace)
+            control.script(RULES)
+            control.policy(ask_tools=["record_call"])
+            gated = client.open_session(workspace)
+            running = gated.submit("gate first")
+            control.wait_entered()
+            queued = gated.submit("then this")  # behind the running turn of its session
+            asking = client.open_session(workspace)
+            waiting = asking.submit("ask first")
+            wait_until(waiting.approvals, what="the call to ask")
+
+            report = status_json(env)
+            assert report["deployment"] == "fleet"
+            assert report["turns"] == {"queued": 1, "running": 1, "waiting": 1}
+            assert report["oldest_queued"]["turn_id"] == queued.turn_id
+            assert report["oldest_queued"]["session_id"] == gated.id
+            assert report["oldest_queued"]["age_seconds"] >= 0
+            [listed] = report["running"]
+            assert listed["turn_id"] == running.turn_id
+            assert listed["worker"] == client.store.run_state(running.turn_id).worker
+            assert listed["driven"] is True
+            assert [t["turn_id"] for t in report["waiting"]] == [waiting.turn_id]
+            assert report["waiting"][0]["waiting_seconds"] >= 0
+            assert [t["turn_id"] for t in report["queued"]] == [queued.turn_id]
+            assert report["redis"] == {"url": CHAOS_REDIS_URL, "reachable": True}
+            [name] = report["workers"]["live"]
+            assert name.startswith("status0@") and report["workers"]["error"] is None
+            assert "postgres@" in report["database"]
+
+            text = run(env, "parley", "status")
+            assert text.returncode == 0, text
+            lines = text.stdout.splitlines()
+            assert "turns: 1 queued, 1 running, 1 waiting" in lines
+            assert f"workers: 1 live: {name}" in lines
+            assert any(
+                line.startswith("oldest queued: ") and queued.turn_id in line for line in lines
+            )
+            assert any(running.turn_id in line and "on " in line for line in lines)
+
+            # Flower, from task events: the waiting turn's kick has ended, the running
+            # turn's goes on; the producer's "sent" event is there too.
+            tasks = wait_until(
+                lambda: (
+                    (found := flower_tasks(flower_url)).get(asking.id, {}).get("state") == "SUCCESS"
+                    and found
+                ),
+                what="Flower to see the kicks",
+            )
+            assert tasks[gated.id]["state"] == "STARTED"
+            assert tasks[asking.id]["sent"] is not None
+            assert tasks[asking.id]["name"] == "parley.drive_session"
+
+            pinged = run(env, "celery", "-A", "parley.celery_tasks", "inspect", "ping")
+            assert pinged.returncode == 0, pinged
+            assert name in pinged.stdout and "pong" in pinged.stdout
+            active = run(env, "celery", "-A", "parley.celery_tasks", "inspect", "active", "--json")
+            assert active.returncode == 0, active
+            kicks = json.loads(active.stdout)[name]
+            assert [(k["name"], k["args"]) for k in kicks] == [("parley.drive_session", [gated.id])]
+
+            # The worker dies: nobody answers, and the running turn has no driver once its
+            # lock runs out (no sweeper runs here to kick it elsewhere).
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+            report = wait_until(
+                lambda: (found := status_json(env))["running"][0]["driven"] is False and found,
+                what="the running turn to show no driver",
+            )
+            assert report["workers"] == {"live": [], "error": None}
+            lines = run(env, "parley", "status").stdout.splitlines()
+            assert "workers: 0 live" in lines
+            assert any("no live driver" in line for line in lines)
+        finally:
+            client.close()
+            flower.terminate()
+            flower.wait(10)
+            fleet.stop()
+
+
+def start_flower(env: Mapping[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
+    """Flower on the fleet's app, serving its API without auth (to this machine only)."""
+    port = free_port()
+    flower = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "celery", "-A", "parley.celery_tasks", "flower"),
+            *(f"--port={port}", "--address=127.0.0.1"),
+        ],
+        env={**env, "FLOWER_UNAUTHENTICATED_API": "true"},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def serving() -> bool:
+        try:
+            return httpx.get(f"{url}/healthcheck", timeout=2).text == "OK"
+        except httpx.TransportError:
+            assert flower.poll() is None, "Flower exited"
+            return False
+
+    wait_until(serving, what="Flower to serve")
+    return url, flower
+
+
+def flower_tasks(url: str) -> dict[str, dict[str, Any]]:
+    """The drive tasks Flower has seen, by the session they kicked."""
+    tasks = httpx.get(f"{url}/api/tasks", timeout=5).json()
+    return {
+        task["args"].strip("[]'\""): task
+        for task in tasks.values()
+        if task["name"] == "parley.drive_session"
+    }
+
+
+def test_status_of_an_embedded_database_says_it_has_no_redis(tmp_path: Path) -> None:
+    database = tmp_path / "runs.db"
+    root = tmp_path / "repo"
+    root.mkdir()
+    host = scripted_host(
+        [{"when": ".*", "steps": [{"tool_calls": [{"name": "list_files"}]}, {"text": "ok"}]}],
+        policy=parley.Policy(ask_tools=["list_files"]),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env["PARLEY_DATABASE_URL"] = f"sqlite:///{database}"
+    with parley.connect(f"sqlite:///{database}", host=host) as client:
+        handle = client.open_session(root).submit("list them")
+        wait_until(handle.approvals, what="the call to ask")
+        report = status_json(env)
+        assert report["deployment"] == "embedded"
+        assert report["turns"] == {"queued": 0, "running": 0, "waiting": 1}
+        assert [t["turn_id"] for t in report["waiting"]] == [handle.turn_id]
+        assert report["redis"] is None and report["workers"] is None
+        assert report["oldest_queued"] is None
+        text = run(env, "parley", "status").stdout.splitlines()
+        assert "embedded: no Redis and no workers; turns run in the process that submits them" in (
+            text
+        )
+        assert "turns: 0 queued, 0 running, 1 waiting" in text
+
+    nowhere = {**env, "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"}
+    missing = run(nowhere, "parley", "status")
+    assert missing.returncode == 2
+    assert "InvalidRequest: no database at" in missing.stderr
+    assert not (tmp_path / "none.db").exists()
+    bad = run(env, "parley", "status", "--timeout", "0")
+    assert bad.returncode == 2 and "--timeout" in bad.stderr
