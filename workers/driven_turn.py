@@ -21,7 +21,8 @@ from workers.driver_ports import DriverInput, DriverStep, TurnStopped
 from workers.host_ports import TurnOptions
 
 if TYPE_CHECKING:
-    from workers.engine import _Ending, _TurnRun, _TurnState
+    from workers.engine import _TurnRun
+    from workers.turn_state import Ending, TurnState
 
 MAX_LABEL = 64
 
@@ -46,7 +47,7 @@ class DrivenTurn:
     def __init__(
         self,
         run: _TurnRun,
-        state: _TurnState,
+        state: TurnState,
         given: DriverInput,
         history: Callable[[], tuple[Message, ...]],
     ) -> None:
@@ -54,11 +55,11 @@ class DrivenTurn:
         self._state = state
         self._input = given
         self._history = history
-        self.stopped: _Ending | None = None
+        self.stopped: Ending | None = None
         """Why the engine stopped the turn at a step (an interrupt, a budget, a hold …)."""
         self.lost: Fenced | StoreError | None = None
         """The session or the database was lost at a step: the attempt must end as is."""
-        self.ended: _Ending | None = None
+        self.ended: Ending | None = None
         """A step's commit ended the turn."""
         self._over = False
 

@@ -7,7 +7,7 @@ the same transaction as the last step, or one more step runs for the steer that 
 with nothing pending, that transaction also commits the turn's end (a contract's check runs
 before it, on the final answer).
 A step with a call that must wait for a person's answer is held instead of committed
-(``workers.held_step``): the turn waits, holding no driver, and the driver that claims it
+(``workers.turn_approvals``, ``workers.held_step``): the turn waits, holding no driver, and the driver that claims it
 once the answers are in runs the step's calls and commits it before anything else.
 The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
 :mod:`workers.backend_ports` (the store and the coordinator).
@@ -16,15 +16,13 @@ The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import socket
 import threading
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from schemas.errors import (
@@ -36,7 +34,6 @@ from schemas.errors import (
     StoreError,
 )
 from schemas.events import (
-    ApprovalRequested,
     Checked,
     Event,
     Steered,
@@ -50,7 +47,7 @@ from schemas.messages import (
     StepPayload,
     request_digest,
 )
-from schemas.records import Approval, Decision, Steer, SteerKind, TaskContract, TurnStatus, Usage
+from schemas.records import Steer, SteerKind, TaskContract, TurnStatus
 from workers import metrics
 from workers.backend_ports import (
     Claim,
@@ -84,8 +81,10 @@ from workers.host_ports import (
     TurnRequest,
 )
 from workers.replay_cache import ReplayCache
-from workers.tool_calls import Answer, Judgement, ToolRunner, unique_ids
+from workers.tool_calls import ToolRunner, unique_ids
 from workers.transcript import rows as transcript_rows
+from workers.turn_approvals import approvals_summary, go_on, hold
+from workers.turn_state import Ending, TurnState, has_interrupt
 
 log = logging.getLogger("parley.engine")
 
@@ -115,40 +114,6 @@ def _host() -> str:
 def worker_name() -> str:
     """host:pid:thread, stored on the run so an operator can tell who ran it."""
     return f"{_host()}:{os.getpid()}:{threading.current_thread().name}"
-
-
-@dataclass(kw_only=True)
-class _Ending:
-    status: TurnStatus
-    reply: str | None = None
-    error: str | None = None
-    partial: str | None = None
-    receipt: FinishReceipt | None = None
-    """Set when the turn's end was committed with its last step."""
-    discarded: Usage = field(default_factory=Usage)
-    """What a step thrown away at the end cost (a vetoed answer): charged with the end."""
-
-
-@dataclass(kw_only=True)
-class _TurnState:
-    steps: list[CommittedStep]
-    cursor: int
-    pending: list[Steer]
-    # How many steers the run had accepted when the store last said (the claim, the
-    # latest step commit): the steer list must hold those past the cursor to be trusted.
-    steer_count: int
-    usage: Usage
-    session_tokens: int
-    feedback: list[StepInput] = field(default_factory=list)
-    # The steer list as read with the latest step's event, for the boundary after it.
-    listed: list[Steer] | None = None
-    inbox_closed: bool = False
-    first_boundary: bool = True
-    # The contract's check run on the final answer of the step at this index.
-    contract_checked: tuple[int, CheckResult] | None = None
-    # The boundary after the driver answered was looked at (steers taken, nothing to
-    # stop for) when it brought a new input: the next drive's first step starts there.
-    boundary_settled: bool = False
 
 
 class TurnEngine:
@@ -265,13 +230,13 @@ class _TurnRun:
         check): the turn's steer list, past the steers this attempt has consumed."""
         coordinator = self.engine.coordinator
         cursor = self.claimed.run.steer_cursor  # those before it were obeyed already
-        return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
+        return has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
 
     # ------------------------------------------------------------------ turn
 
     def run(self) -> tuple[TurnStatus, FinishReceipt | None]:
         claimed = self.claimed
-        state = _TurnState(
+        state = TurnState(
             steps=list(claimed.steps),
             cursor=claimed.run.steer_cursor,
             pending=list(claimed.pending),
@@ -290,7 +255,7 @@ class _TurnRun:
         if claimed.run.stalled_attempts + 1 > MAX_ATTEMPTS:
             # Something kills every driver of this turn before it commits a step: stop
             # paying for it.
-            ending = _Ending(
+            ending = Ending(
                 status=TurnStatus.FAILED,
                 error=(
                     f"gave up after {claimed.run.stalled_attempts} attempts in a row "
@@ -315,7 +280,7 @@ class _TurnRun:
                 # Its step will not commit: a resumed attempt's tokens for it must not
                 # read as a continuation of what it streamed.
                 self.streaming.retract("failed")
-            ending = _Ending(status=TurnStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            ending = Ending(status=TurnStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         return self._finish(state, ending)
 
     def _prepare(self) -> None:
@@ -408,11 +373,11 @@ class _TurnRun:
             )
         return result
 
-    def _loop(self, state: _TurnState) -> _Ending:
+    def _loop(self, state: TurnState) -> Ending:
         """Drive the turn: the prompt (or, when steps committed already, a resume), then
         each new input that arrives after the driver answered, until the turn ends."""
         if self.held is not None:
-            self._go_on(state, self.held)
+            go_on(self, state, self.held)
             self.held = None
         given = (
             DriverInput(kind="resume")
@@ -429,7 +394,7 @@ class _TurnRun:
             assert next_input is not None
             given = next_input
 
-    def _drive(self, state: _TurnState, given: DriverInput) -> _Ending | None:
+    def _drive(self, state: TurnState, given: DriverInput) -> Ending | None:
         """One drive of the host's driver for ``given``; the ending a step brought (the
         turn ended, or must stop), or None once the driver answered its input."""
         turn = DrivenTurn(self, state, given, self._history)
@@ -440,7 +405,7 @@ class _TurnRun:
         except DriverFailed as exc:
             if turn.lost is None and turn.stopped is None and turn.ended is None:
                 partial = exc.partial if isinstance(exc.partial, str) else None
-                return _Ending(
+                return Ending(
                     status=TurnStatus.FAILED, error=f"driver failed: {exc}", partial=partial
                 )
         except Exception:
@@ -459,20 +424,20 @@ class _TurnRun:
             raise turn.lost
         return turn.stopped or turn.ended
 
-    def _answered(self, state: _TurnState) -> tuple[_Ending | None, DriverInput | None]:
+    def _answered(self, state: TurnState) -> tuple[Ending | None, DriverInput | None]:
         """The driver answered its input: end the turn with that answer (checked, the
         inbox closed), or find the next input (steers said since, a failed check)."""
         if not state.steps:
             name = type(self.driver).__name__
-            return _Ending(
+            return Ending(
                 status=TurnStatus.FAILED, error=f"the driver {name} returned before any step"
             ), None
         state.boundary_settled = False
         while True:
             ensure_holding(self.holding, "at a step boundary")
-            self._take_steers(state)
-            if _has_interrupt(state.pending):
-                return _Ending(status=TurnStatus.CANCELLED), None
+            self.take_steers(state)
+            if has_interrupt(state.pending):
+                return Ending(status=TurnStatus.CANCELLED), None
             says = [s for s in state.pending if s.kind is SteerKind.SAY]
             exceeded = self._budget_exceeded(state)
             if exceeded is None and (says or state.feedback):
@@ -489,25 +454,25 @@ class _TurnRun:
 
     def driven_step(
         self,
-        state: _TurnState,
+        state: TurnState,
         *,
         current: tuple[Message, ...] | None,
         offered: frozenset[str] | None,
         final: bool,
         label: str,
-    ) -> _Ending | None:
+    ) -> Ending | None:
         """A step a driver asked for, from its boundary: the ending that stops the turn
         here (or the one its commit made), or None once it committed."""
         if state.boundary_settled:
             state.boundary_settled = False
         else:
             ensure_holding(self.holding, "at a step boundary")
-            self._take_steers(state)
-            if _has_interrupt(state.pending):
-                return _Ending(status=TurnStatus.CANCELLED)
+            self.take_steers(state)
+            if has_interrupt(state.pending):
+                return Ending(status=TurnStatus.CANCELLED)
         exceeded = self._budget_exceeded(state)
         if exceeded:
-            return _Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
+            return Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
         says = [s for s in state.pending if s.kind is SteerKind.SAY]
         return self._step(state, says, current=current, offered=offered, final=final, label=label)
 
@@ -517,7 +482,7 @@ class _TurnRun:
             self.history = history_messages(self.claimed.history, self._replay_turn)
         return self.history
 
-    def _take_steers(self, state: _TurnState) -> None:
+    def take_steers(self, state: TurnState) -> None:
         """Settle the steers pending at this boundary: the turn's steer list, read in the
         look the boundary makes anyway, unless it lacks steers the store counted (lost
         with Redis, a push that failed or has not landed yet); then the store's inbox."""
@@ -533,7 +498,7 @@ class _TurnRun:
             state.pending = list(self.store.pending_steers(self.run_id, state.cursor))
         state.steer_count = max(state.steer_count, state.cursor + len(state.pending))
 
-    def _listed_steers(self, state: _TurnState, *, fresh: bool) -> list[Steer] | None:
+    def _listed_steers(self, state: TurnState, *, fresh: bool) -> list[Steer] | None:
         """The steers pending past the cursor as the steer list has them, or None when
         the list cannot be trusted: a position missing among them, or fewer than the
         store counted."""
@@ -547,14 +512,14 @@ class _TurnRun:
         in_order = all(s.position == state.cursor + n for n, s in enumerate(listed, 1))
         return listed if in_order and len(listed) >= state.steer_count - state.cursor else None
 
-    def _model_stopped(self, state: _TurnState, *, more_steps: bool) -> _Ending | None:
+    def _model_stopped(self, state: TurnState, *, more_steps: bool) -> Ending | None:
         """The model answered without tool calls: check, close the inbox, or go on (only
         while ``more_steps`` are allowed)."""
         reply = state.steps[-1].payload.text
         result = self._contract_check(state, len(state.steps) - 1)
         if result is not None and not result.passed:
             if not more_steps:
-                return _Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
+                return Ending(status=TurnStatus.CHECK_FAILED, error="the check still fails")
             state.feedback = _failed_check_feedback(result)
             return None
         if not state.inbox_closed and more_steps:
@@ -568,9 +533,9 @@ class _TurnRun:
             )
             if state.pending:
                 return None  # a steer slipped in: run one more step for it
-        return _Ending(status=self.answered, reply=reply)
+        return Ending(status=self.answered, reply=reply)
 
-    def _contract_check(self, state: _TurnState, index: int) -> CheckResult | None:
+    def _contract_check(self, state: TurnState, index: int) -> CheckResult | None:
         """The contract's check of the final answer of step ``index`` (None without a
         check): run once per answer, and announced by a ``check`` event."""
         contract = self.contract
@@ -588,7 +553,7 @@ class _TurnRun:
         state.contract_checked = (index, result)
         return result
 
-    def _budget_exceeded(self, state: _TurnState) -> str | None:
+    def _budget_exceeded(self, state: TurnState) -> str | None:
         contract = self.contract
         if contract is not None:
             if contract.max_steps is not None and len(state.steps) >= contract.max_steps:
@@ -604,14 +569,14 @@ class _TurnRun:
 
     def _step(
         self,
-        state: _TurnState,
+        state: TurnState,
         says: list[Any],
         *,
         current: tuple[Message, ...] | None = None,
         offered: frozenset[str] | None = None,
         final: bool = True,
         label: str = "",
-    ) -> _Ending | None:
+    ) -> Ending | None:
         index = len(state.steps)
         inputs = [StepInput(origin="steer", text=s.text) for s in says] + state.feedback
         for steer in says:
@@ -638,13 +603,13 @@ class _TurnRun:
         def interrupt_pending() -> bool:
             # A listed interrupt is one the store accepted (listed after its commit); past
             # the cursor, it is not one the turn obeyed already.
-            return _has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
+            return has_interrupt(coordinator.steers_after(self.turn.turn_id, cursor))
 
         sink = self.streaming = StreamingSink(self.emitter, index, self.holding, interrupt_pending)
         try:
             reply = self.host.model.stream(request, sink)
         except StreamAborted:
-            return _Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
+            return Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
         except (Fenced, StoreError):
             raise
         except Exception as exc:
@@ -652,7 +617,7 @@ class _TurnRun:
             # The step will not commit: retract what it streamed, or a resumed attempt's
             # tokens would be read as a continuation of it.
             sink.restart("failed")
-            return _Ending(
+            return Ending(
                 status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
             )
         sink.settle(reply.text)
@@ -668,7 +633,7 @@ class _TurnRun:
             label=label,
         )
         if any(j.ask is not None for j in judgements):
-            return self._hold(index, said, judgements, cursor)
+            return hold(self, index, said, judgements, cursor)
         results = [self.tool_runner.answer(j, index) for j in judgements]
         payload = replace(said, tool_results=tuple(results))
         # A final answer is checked before its step commits (the check runs on the
@@ -682,7 +647,7 @@ class _TurnRun:
         judged = answered and self.contract_checks
         verdict = self._contract_check(state, index) if judged and not interrupt_pending() else None
         idle = answered and (not judged or (verdict is not None and verdict.passed))
-        ending = _Ending(status=self.answered, reply=reply.text)
+        ending = Ending(status=self.answered, reply=reply.text)
         ends_here = idle
         if idle and self.hooks.before_commit is not None:
             # The hook sees (and may veto) that outcome before any of the step commits:
@@ -719,7 +684,7 @@ class _TurnRun:
             close_inbox_if_idle=idle,
             end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
-        self._committed(state, index, payload, cursor, step_event, receipt.steer_count)
+        self.committed(state, index, payload, cursor, step_event, receipt.steer_count)
         failed = verdict is not None and not verdict.passed
         state.feedback = _failed_check_feedback(verdict) if failed and verdict else []
         state.inbox_closed = idle and receipt.steer_count == cursor
@@ -729,9 +694,9 @@ class _TurnRun:
             return ending
         return None
 
-    def _committed(
+    def committed(
         self,
-        state: _TurnState,
+        state: TurnState,
         index: int,
         payload: StepPayload,
         cursor: int,
@@ -754,125 +719,6 @@ class _TurnRun:
         state.usage = state.usage + payload.usage
         state.session_tokens += payload.usage.total
 
-    # ------------------------------------------------------------------ approvals
-
-    def _hold(self, index: int, said: StepPayload, judged: list[Judgement], cursor: int) -> _Ending:
-        """A call of step ``index`` asks for a person's answer: keep the step's model
-        output and judgements, one approval per asked call, and let the session go.  No
-        call of the step runs before every answer is in (they run in the model's order)."""
-        now = datetime.now(UTC)
-        timeout = self.host.approval_timeout
-        expires = now + timedelta(seconds=timeout) if timeout else None
-        judged = [
-            replace(j, approval_id=str(uuid.uuid4())) if j.ask is not None else j for j in judged
-        ]
-        held = HeldStep(index=index, payload=said, cursor=cursor, judgements=tuple(judged))
-        approvals = [
-            Approval(
-                approval_id=j.approval_id or "",
-                turn_id=self.turn.turn_id,
-                step=index,
-                call_id=j.call.id,
-                tool=j.call.name,
-                arguments=_arguments_of(j.call.arguments),
-                accesses=tuple({"mode": a.mode, "path": a.path} for a in j.accesses),
-                requested_at=now,
-                expires_at=expires,
-            )
-            for j in held.asked
-        ]
-        # Published once committed: a person must never be shown a call to answer
-        # that a lost commit left unaskable.
-        requests = [
-            self.emitter.allocate(
-                ApprovalRequested(
-                    approval_id=approval.approval_id,
-                    step=index,
-                    call_id=approval.call_id,
-                    tool=approval.tool,
-                    arguments=approval.arguments,
-                    accesses=approval.accesses,
-                    rule=j.ask.rule if j.ask else "",
-                    expires_at=expires.isoformat() if expires else None,
-                )
-            )
-            for approval, j in zip(approvals, held.asked, strict=True)
-        ]
-        self.store.hold_step(
-            run_id=self.run_id,
-            session_id=self.claimed.session.session_id,
-            fence=self.fence,
-            held_step=held.to_json(),
-            approvals=approvals,
-            events=[*self.emitter.take_unstored(), *requests],
-        )
-        self.streaming = None
-        for request in requests:
-            self.emitter.publish(request)
-        return _Ending(status=TurnStatus.WAITING)
-
-    def _go_on(self, state: _TurnState, held: HeldStep) -> None:
-        """Every answer to the held step's calls is in (or the turn was interrupted while
-        it waited): run its calls as judged and answered, and commit it whole."""
-        self._take_steers(state)
-        interrupted = _has_interrupt(state.pending)
-        approvals = self.store.approvals_of_run(self.run_id)
-        session_id = self.claimed.session.session_id
-        results = []
-        for judged in held.judgements:
-            answer = None
-            if judged.approval_id is not None:
-                approval = approvals[judged.approval_id]
-
-                def consume(approval_id: str = approval.approval_id) -> bool:
-                    return self.store.consume_approval(
-                        approval_id=approval_id, session_id=session_id, fence=self.fence
-                    )
-
-                answer = Answer(
-                    approved=approval.decision is Decision.APPROVED,
-                    reason=approval.reason,
-                    consume=consume,
-                )
-            results.append(
-                self.tool_runner.answer(judged, held.index, answer=answer, interrupted=interrupted)
-            )
-        payload = replace(held.payload, tool_results=tuple(results))
-        step_event = self.emitter.allocate(
-            StepCommitted(
-                step=held.index,
-                text=payload.text,
-                tool_calls=payload.tool_calls,
-                usage=payload.usage,
-            )
-        )
-        receipt = self.store.commit_step(
-            run_id=self.run_id,
-            session_id=session_id,
-            fence=self.fence,
-            index=held.index,
-            payload=payload,
-            steer_cursor=held.cursor,
-            events=[*self.emitter.take_unstored(), step_event],
-            close_inbox_if_idle=False,
-        )
-        self._committed(state, held.index, payload, held.cursor, step_event, receipt.steer_count)
-
-    def _approvals_summary(self) -> tuple[dict[str, Any], ...]:
-        """What the end event lists of the turn's asked calls (none asked: nothing read)."""
-        if not self.asked:
-            return ()
-        approvals = self.store.approvals_of_run(self.run_id).values()  # in call order
-        return tuple(
-            {
-                "approval_id": a.approval_id,
-                "tool": a.tool,
-                "decision": a.decision.value if a.decision else None,
-                "reason": a.reason,
-            }
-            for a in approvals
-        )
-
     def _replay_turn(self, node: PathTurn) -> tuple[Message, ...]:
         """One history turn as checked messages, from the replay cache where it can."""
         cache = self.engine.replay_cache
@@ -887,9 +733,7 @@ class _TurnRun:
 
     # ------------------------------------------------------------------ end
 
-    def _finish(
-        self, state: _TurnState, ending: _Ending
-    ) -> tuple[TurnStatus, FinishReceipt | None]:
+    def _finish(self, state: TurnState, ending: Ending) -> tuple[TurnStatus, FinishReceipt | None]:
         if ending.status is TurnStatus.WAITING:
             # Held, not ended: no end, no hooks, no receipt; the driver lets the session
             # go (the turn holds its session's line, so nothing after it is claimed).
@@ -933,7 +777,7 @@ class _TurnRun:
         _observe(hooks.on_terminal, outcome)
         return ending.status, receipt
 
-    def _vetoed(self, outcome: TurnOutcome) -> _Ending | None:
+    def _vetoed(self, outcome: TurnOutcome) -> Ending | None:
         """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""
         before_commit = self.hooks.before_commit
         if before_commit is None:
@@ -941,13 +785,13 @@ class _TurnRun:
         try:
             before_commit(outcome, {"prefix": self.prefix})
         except Exception as exc:
-            return _Ending(
+            return Ending(
                 status=TurnStatus.FAILED,
                 error=f"rejected by before_commit: {type(exc).__name__}: {exc}",
             )
         return None
 
-    def _turn_end(self, ending: _Ending, end_seq: int) -> TurnEnd:
+    def _turn_end(self, ending: Ending, end_seq: int) -> TurnEnd:
         """What the turn's final transaction commits for ``ending``."""
         cache = self.engine.replay_cache
         turn_id, settles = self.turn.turn_id, ending.status.settled
@@ -972,11 +816,11 @@ class _TurnRun:
             position=self.claimed.run.queue_position,
             path=(*(p.turn for p in self.claimed.history), self.turn),
             discarded=ending.discarded,
-            approvals=self._approvals_summary(),
+            approvals=approvals_summary(self),
             webhook_url=self.host.webhook_url,  # the end's outbox row: see workers.outbox
         )
 
-    def _outcome(self, state: _TurnState, ending: _Ending) -> TurnOutcome:
+    def _outcome(self, state: TurnState, ending: Ending) -> TurnOutcome:
         return TurnOutcome(
             session_id=self.claimed.session.session_id,
             turn_id=self.turn.turn_id,
@@ -1003,19 +847,6 @@ def _resume_kind(claimed: ClaimedTurn) -> str | None:
     if claimed.run.held_step is not None:
         return "answers"
     return "resume"
-
-
-def _arguments_of(text: str) -> dict[str, Any]:
-    """A call's arguments as a person reads them: the model's JSON object, or its text."""
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"_raw": text}
-    return value if isinstance(value, dict) else {"_raw": text}
-
-
-def _has_interrupt(steers: Sequence[Any]) -> bool:
-    return any(s.kind is SteerKind.INTERRUPT for s in steers)
 
 
 def _observe(hook: Any, argument: Any) -> None:
