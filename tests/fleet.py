@@ -4,7 +4,9 @@ database number."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +19,24 @@ import redis
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+def procfile() -> dict[str, str]:
+    """The Procfile's command lines, by process type."""
+    lines = (REPO / "Procfile").read_text().splitlines()
+    entries = (line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return {name.strip(): command.strip() for name, command in entries}
+
+
+def procfile_worker() -> tuple[str, int]:
+    """The Celery pool and concurrency of the Procfile's worker line: what a deployment
+    that copies it runs, and so what the fleet tests run on."""
+    argv = shlex.split(procfile()["worker"])
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("-P", "--pool", default="prefork")  # (Celery's defaults)
+    options.add_argument("-c", "--concurrency", type=int, default=os.cpu_count())
+    known, _ = options.parse_known_args(argv[argv.index("worker") + 1 :])
+    return str(known.pool), int(known.concurrency)
 
 
 @dataclass
