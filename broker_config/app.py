@@ -1,8 +1,9 @@
 """The Celery app factory: one configuration for producers and workers alike.
 
-At-least-once kicks: late acks, reject on worker lost, prefetch 1.  The visibility
-timeout is set on every app (the shortest one touching a broker wins).  JSON only, and no
-result backend: turn state lives in PostgreSQL.
+At-least-once kicks: late acks, reject on worker lost, prefetch 1.  On a Redis broker
+the visibility timeout is set on every app (the shortest one touching a broker wins);
+RabbitMQ (``amqp://``) needs none.  JSON only, and no result backend: turn state lives in
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -39,6 +40,35 @@ def transport_for(broker_url: str) -> str | None:
     return None
 
 
+REDIS_BROKER_CONNECTIONS = 10
+"""kombu's own size for a Redis broker channel's connection pool, which raises past it: a
+worker on the threads pool raises it to its concurrency (``parley.celery_tasks``)."""
+
+
+def is_redis(broker_url: str) -> bool:
+    """Whether ``broker_url`` names a Redis broker (else RabbitMQ, or another of kombu's)."""
+    return broker_url.startswith(("redis://", "rediss://", "redis+socket://"))
+
+
+def transport_options(broker_url: str) -> dict[str, Any]:
+    """Celery's ``broker_transport_options`` for ``broker_url``.
+
+    A Redis broker redelivers an unacknowledged kick once the visibility timeout passes
+    (while it still runs, if it runs that long), and kombu sets no socket timeout of its
+    own.  These mean nothing to RabbitMQ: it redelivers a kick only when the channel that
+    took it closes (its worker died or lost the connection), and Celery's heartbeats (120
+    s) tell it of a connection gone half-open.  Options kombu's AMQP transport does not
+    know would reach py-amqp's ``Connection`` as keywords it ignores, so it gets none."""
+    if not is_redis(broker_url):
+        return {}
+    return {
+        "visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS,
+        "socket_timeout": c.BROKER_SOCKET_SECONDS,
+        "socket_connect_timeout": c.BROKER_SOCKET_SECONDS,
+        "max_connections": REDIS_BROKER_CONNECTIONS,
+    }
+
+
 def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bool = False) -> Any:
     """A Celery app for ``settings``: producers send kicks with it, workers run them.
 
@@ -66,11 +96,7 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
         # py.warnings, announcing the new default): setting it does not silence that.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            "visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS,
-            "socket_timeout": c.BROKER_SOCKET_SECONDS,
-            "socket_connect_timeout": c.BROKER_SOCKET_SECONDS,
-        },
+        broker_transport_options=transport_options(settings.broker_url),
         task_queues=[Queue(settings.queue)],  # type: ignore[no-untyped-call]
         task_default_queue=settings.queue,
         task_routes={

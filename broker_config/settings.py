@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidRequest
 from workers import constants as c
+from workers.concurrency import DATABASE_POOL_SIZE
 
 # Redis refuses an EXPIRE far enough out; no replay needs more than a year.
 MAX_REPLAY_SECONDS = 365 * 86_400
@@ -25,12 +26,14 @@ class FleetSettings:
     queue: str = c.TURN_QUEUE
     sweep_seconds: float = c.SWEEP_SECONDS
     replay_seconds: int = c.ENDED_BUFFER_SECONDS
+    database_pool_size: int = DATABASE_POOL_SIZE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FleetSettings:
         """``PARLEY_DATABASE_URL``, ``PARLEY_REDIS_URL``, ``PARLEY_HOST``, and optionally
         ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE``,
-        ``PARLEY_SWEEP_SECONDS`` and ``PARLEY_REPLAY_SECONDS``."""
+        ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS`` and
+        ``PARLEY_DATABASE_POOL_SIZE``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
         if missing:
@@ -51,7 +54,22 @@ class FleetSettings:
             queue=env.get("PARLEY_QUEUE") or c.TURN_QUEUE,
             sweep_seconds=sweep_seconds,
             replay_seconds=int(replay_seconds),
+            database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
         )
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    """``env[name]`` as a positive whole number (``default`` if unset or empty)."""
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a whole number, not {text!r}") from None
+    if value < 1:
+        raise InvalidRequest(f"{name} must be at least 1, not {text!r}")
+    return value
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from celery.signals import (
+    celeryd_after_setup,
     worker_init,
     worker_process_init,
     worker_process_shutdown,
@@ -23,7 +24,13 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from broker_config.app import BROKER_ERRORS, create_app, send_kick
+from broker_config.app import (
+    BROKER_ERRORS,
+    REDIS_BROKER_CONNECTIONS,
+    create_app,
+    is_redis,
+    send_kick,
+)
 from broker_config.settings import FleetSettings
 from parley import metrics_export
 from parley.host import host_from_environment, load_host
@@ -31,6 +38,7 @@ from parley.housekeeping import Housekeeper
 from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
 from workers import constants as c
+from workers.concurrency import ConnectionBudget, drivers_per_process
 from workers.fleet_runtime import FleetRuntime, drive_session, sweep
 from workers.store import validate_ids
 
@@ -40,6 +48,9 @@ settings = FleetSettings.from_env()
 metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
 _runtime: FleetRuntime | None = None
+# What one process drives at once, and the connections it takes: one turn until the
+# worker has told its pool and concurrency (the sweeper, a producer: one thread).
+_budget = ConnectionBudget.for_drivers(1, database_pool_size=settings.database_pool_size)
 
 
 def runtime() -> FleetRuntime:
@@ -52,8 +63,50 @@ def runtime() -> FleetRuntime:
             redis_url=settings.redis_url,
             host=host,
             replay_seconds=settings.replay_seconds,
+            budget=_budget,
         )
     return _runtime
+
+
+@celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _size_pools(instance: Any, conf: Any, **_kwargs: Any) -> None:
+    # Sent in the worker's main process once its pool and concurrency are settled, before
+    # it connects to the broker and before prefork's children are forked: each process
+    # sizes its pools for the turns it drives at once (workers.concurrency).
+    global _budget
+    pool = _pool_name(instance.pool_cls)
+    _budget = ConnectionBudget.for_drivers(
+        drivers_per_process(pool, int(instance.concurrency)),
+        database_pool_size=settings.database_pool_size,
+    )
+    if is_redis(settings.broker_url):
+        # A Redis broker: on the threads pool each kick acknowledges its message from its
+        # own thread, over the consumer's channel, whose pool raises past its size
+        # (kombu's default is 10).
+        conf.broker_transport_options = {
+            **conf.broker_transport_options,
+            "max_connections": max(_budget.redis, REDIS_BROKER_CONNECTIONS),
+        }
+    log.info(
+        "%s pool, concurrency %s: %d turn(s) at once per process; up to %d Redis "
+        "connections per pool, %d+%d PostgreSQL",
+        pool,
+        instance.concurrency,
+        _budget.drivers,
+        _budget.redis,
+        _budget.database,
+        _budget.database_overflow,
+    )
+
+
+def _pool_name(pool_cls: Any) -> str:
+    """Celery's name for a pool class (``threads``, ``prefork``, …)."""
+    from celery.concurrency import ALIASES
+
+    if isinstance(pool_cls, str):
+        return pool_cls
+    path = f"{pool_cls.__module__}:{pool_cls.__qualname__}"
+    return next((alias for alias, target in ALIASES.items() if target == path), path)
 
 
 SWITCH_INTERVAL_SECONDS = 0.0005

@@ -266,6 +266,11 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
         *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
         *("worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
     ]
+    if not any(a in ("-n", "--hostname") or a.startswith("--hostname=") for a in argv):
+        # A node name of its own: Celery's default (celery@HOST) is the same for every
+        # worker on a host, and on RabbitMQ two of them fight over one exclusive control
+        # queue, the loser of a reconnect exiting.
+        argv += ["--hostname", f"parley-{os.getpid()}@%h"]
     # Celery's own exit status (1 after an "Unrecoverable error"), which app.worker_main
     # drops: a worker that cannot go on must not look like one that was told to stop.
     try:

@@ -13,19 +13,40 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import parley
+import pytest
+
 from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
+from tests.fleet import Fleet, flush_redis, procfile_worker
 from tests.helpers import Control
 
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
 WORKSPACE_HOST = "tests.hosts:workspace_host"
 
 
+DEPLOYMENTS = ("prefork", "shipped", "amqp")
+"""How a failure test's fleet may be deployed: ``prefork``, one kick at a time per worker
+process (Celery's default pool); ``shipped``, the Procfile's worker line (its pool and
+concurrency); ``amqp``, the same with RabbitMQ as the broker (Redis stays the
+coordination store).  Every failure test runs on the first two; those marked
+``also_amqp`` on the third as well (tests/acceptance/conftest.py)."""
+
+
+def deployment_options(name: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The :class:`Chaos` options of the deployment ``name`` (RabbitMQ's virtual host
+    comes from the ``amqp_url`` fixture)."""
+    if name == "prefork":
+        return {"pool": "prefork"}
+    pool, concurrency = procfile_worker()
+    options: dict[str, Any] = {"pool": pool, "concurrency": concurrency}
+    if name == "amqp":
+        options["broker_url"] = request.getfixturevalue("amqp_url")
+    return options
+
+
 class Chaos:
     """A fleet of ``workers`` workers (two by default) on Celery's ``pool``, each running
-    ``concurrency`` kicks at a time, plus the sweeper, loading ``host``; and a client of
-    it."""
+    ``concurrency`` kicks at a time, plus the sweeper, loading ``host``, its broker
+    ``broker_url`` (default: the coordination Redis); and a client of it."""
 
     def __init__(
         self,
@@ -34,11 +55,14 @@ class Chaos:
         *,
         pool: str,
         redis_url: str = CHAOS_REDIS_URL,
+        broker_url: str | None = None,
         concurrency: int = 1,
         workers: int = 2,
         host: str = WORKSPACE_HOST,
     ) -> None:
-        self.fleet = Fleet(database_url=database_url, redis_url=redis_url, host=host)
+        self.fleet = Fleet(
+            database_url=database_url, redis_url=redis_url, broker_url=broker_url, host=host
+        )
         self.database_url = database_url
         self.redis_url = redis_url
         self.workspace = workspace
@@ -48,7 +72,7 @@ class Chaos:
         self.workers = [self.fleet.start_worker(concurrency, pool) for _ in range(workers)]
         self.fleet.start_beat()
         self.fleet.wait_ready()
-        self.client = parley.connect(database_url, redis_url=redis_url, queue=self.fleet.queue)
+        self.client = self.fleet.client()
 
     def worker_group_of(self, pid: int) -> int:
         """The process group (one `parley worker`) that process ``pid`` belongs to."""

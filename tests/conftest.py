@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.rabbitmq import run_vhost
 from workers.database import create_database_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -22,10 +23,11 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @contextmanager
-def fresh_postgres_database(purpose: str) -> Iterator[str]:
-    """A migrated database created for this test run and dropped after it."""
+def fresh_postgres_database(purpose: str, admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
+    """A migrated database created for this test run and dropped after it (on the server
+    ``admin_url`` names: the machine's by default)."""
     name = f"parley_{purpose}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    admin = admin_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = admin.rsplit("/", 1)[0]
@@ -67,6 +69,14 @@ def fleet_postgres_url() -> Iterator[str]:
     lock, so it must not share a database with embedded clients (nor should a real
     deployment: a database is served by one kind of deployment)."""
     with fresh_postgres_database("fleet") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> Iterator[str]:
+    """RabbitMQ for the fleet tests that use it as their broker: the server
+    ``PARLEY_TEST_AMQP_URL`` names, on a virtual host of this run's own."""
+    with run_vhost() as url:
         yield url
 
 

@@ -4,7 +4,9 @@ database number."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,17 +18,40 @@ from pathlib import Path
 
 import redis
 
+import parley
+from tests.rabbitmq import consumers, delete_queue, is_amqp
+
 REPO = Path(__file__).resolve().parent.parent
 REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
 
+def procfile() -> dict[str, str]:
+    """The Procfile's command lines, by process type."""
+    lines = (REPO / "Procfile").read_text().splitlines()
+    entries = (line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return {name.strip(): command.strip() for name, command in entries}
+
+
+def procfile_worker() -> tuple[str, int]:
+    """The Celery pool and concurrency of the Procfile's worker line: what a deployment
+    that copies it runs, and so what the fleet tests run on."""
+    argv = shlex.split(procfile()["worker"])
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("-P", "--pool", default="prefork")  # (Celery's defaults)
+    options.add_argument("-c", "--concurrency", type=int, default=os.cpu_count())
+    known, _ = options.parse_known_args(argv[argv.index("worker") + 1 :])
+    return str(known.pool), int(known.concurrency)
+
+
 @dataclass
 class Fleet:
-    """A set of worker and beat processes serving one queue."""
+    """A set of worker and beat processes serving one queue, with the coordination Redis
+    ``redis_url`` and the broker ``broker_url`` (default: that Redis; or RabbitMQ)."""
 
     database_url: str
     host: str = "tests.hosts:workspace_host"
     redis_url: str = REDIS_TEST_URL
+    broker_url: str | None = None
     queue: str = field(default_factory=lambda: f"parley.test.{uuid.uuid4().hex[:8]}")
     log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -40,12 +65,24 @@ class Fleet:
             **os.environ,
             "PARLEY_DATABASE_URL": self.database_url,
             "PARLEY_REDIS_URL": self.redis_url,
+            "PARLEY_BROKER_URL": self.broker,
             "PARLEY_HOST": self.host,
             "PARLEY_QUEUE": self.queue,
             "PARLEY_SWEEP_SECONDS": "1",
             "PYTHONPATH": str(REPO),
             **self.environment,
         }
+
+    @property
+    def broker(self) -> str:
+        """The broker's URL."""
+        return self.broker_url or self.redis_url
+
+    def client(self) -> parley.Client:
+        """A fleet client (producer and reader) of this fleet."""
+        return parley.connect(
+            self.database_url, redis_url=self.redis_url, broker_url=self.broker, queue=self.queue
+        )
 
     def start_worker(
         self,
@@ -86,23 +123,28 @@ class Fleet:
         return process
 
     def wait_ready(self, timeout: float = 30) -> None:
-        """Block until a worker consumes this fleet's queue."""
+        """Block until every worker started so far is ready and the queue is consumed (a
+        test that kills one expects another to take over at once)."""
         deadline = time.monotonic() + timeout
-        client = redis.Redis.from_url(self.redis_url)
+        workers = [p for p in self.processes if "worker" in p.args[3:4]]  # type: ignore[index]
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.processes):
+                raise RuntimeError(f"a fleet process exited; see {self.log_dir}/{self.queue}-*.log")
+            ready = all(b"ready." in self.log_of(w).read_bytes() for w in workers)
+            if ready and self._consumed():
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the fleet's workers did not become ready")
+
+    def _consumed(self) -> bool:
+        """Whether a worker consumes the queue, as the broker sees it."""
+        if is_amqp(self.broker):
+            return consumers(self.broker, self.queue) > 0
+        client = redis.Redis.from_url(self.broker)
         try:
-            while time.monotonic() < deadline:
-                if any(p.poll() is not None for p in self.processes):
-                    raise RuntimeError(
-                        f"a fleet process exited; see {self.log_dir}/{self.queue}-*.log"
-                    )
-                if client.exists(f"_kombu.binding.{self.queue}"):
-                    for log in self.log_dir.glob(f"{self.queue}-worker-*.log"):
-                        if b"ready." in log.read_bytes():
-                            return
-                time.sleep(0.1)
+            return bool(client.exists(f"_kombu.binding.{self.queue}"))
         finally:
             client.close()
-        raise TimeoutError("the fleet's workers did not become ready")
 
     def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL)."""
@@ -116,6 +158,8 @@ class Fleet:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(5)
         self.processes.clear()
+        if is_amqp(self.broker):
+            delete_queue(self.broker, self.queue)  # (RabbitMQ keeps a durable queue)
 
 
 def flush_redis(url: str = REDIS_TEST_URL) -> None:

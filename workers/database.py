@@ -25,6 +25,14 @@ from sqlalchemy.pool import StaticPool
 from schemas.errors import InvalidRequest, StoreError
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "schemas" / "migrations"
+POOL_SIZE = 5
+"""PostgreSQL connections an engine keeps, unless told otherwise."""
+MAX_OVERFLOW = 10
+"""PostgreSQL connections an engine opens beyond those in a burst, closed after."""
+POOL_TIMEOUT = 60.0
+"""How long a thread waits for a pooled PostgreSQL connection when every one is in use
+(SQLAlchemy's default is 30 s): transactions are short, so a wait this long means the
+server is not answering, and the caller gets a ``StoreError``."""
 
 
 def normalise_url(url: str) -> str:
@@ -35,8 +43,13 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def create_database_engine(url: str) -> Engine:
-    """An engine for ``url``, configured for parley's transaction pattern."""
+def create_database_engine(
+    url: str, *, pool_size: int = POOL_SIZE, max_overflow: int = MAX_OVERFLOW
+) -> Engine:
+    """An engine for ``url``, configured for parley's transaction pattern.  On
+    PostgreSQL it keeps up to ``pool_size`` connections and opens up to ``max_overflow``
+    more in a burst; a thread that finds them all in use waits up to ``POOL_TIMEOUT``
+    seconds for one (a fleet worker sizes them: :mod:`workers.concurrency`)."""
     url = normalise_url(url)
     try:
         parsed = make_url(url)
@@ -45,7 +58,7 @@ def create_database_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(url)
+        return _postgres_engine(url, pool_size=pool_size, max_overflow=max_overflow)
     raise InvalidRequest(
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
     )
@@ -64,10 +77,16 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _postgres_engine(url: str) -> Engine:
+def _postgres_engine(url: str, *, pool_size: int, max_overflow: int) -> Engine:
     # READ COMMITTED, whatever the server's default: a claim waits for a submission that
     # holds its session's row, then reads the runs it committed in a fresh snapshot.
-    engine = create_engine(url, pool_size=5, max_overflow=10, isolation_level="READ COMMITTED")
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=POOL_TIMEOUT,
+        isolation_level="READ COMMITTED",
+    )
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -7,8 +7,9 @@ the same transaction as the last step, or one more step runs for the steer that 
 with nothing pending, that transaction also commits the turn's end (a contract's check runs
 before it, on the final answer).
 A step with a call that must wait for a person's answer is held instead of committed
-(``workers.turn_approvals``, ``workers.held_step``): the turn waits, holding no driver, and the driver that claims it
-once the answers are in runs the step's calls and commits it before anything else.
+(``workers.turn_approvals``, ``workers.held_step``): the turn waits, holding no driver,
+and the driver that claims it once the answers are in runs the step's calls and commits
+it before anything else.
 The engine talks only to the ports in :mod:`workers.host_ports` (the host) and
 :mod:`workers.backend_ports` (the store and the coordinator).
 """

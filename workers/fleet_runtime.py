@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from workers import constants as c
 from workers import metrics
+from workers.concurrency import ConnectionBudget
 from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.host_ports import Host
@@ -41,10 +42,17 @@ class FleetRuntime:
         redis_url: str,
         host: Host | None,
         replay_seconds: int = c.ENDED_BUFFER_SECONDS,
+        budget: ConnectionBudget | None = None,
     ) -> FleetRuntime:
-        """Connect to PostgreSQL and Redis (call after the fork)."""
-        store = SqlStore.from_url(database_url)
-        coordinator = RedisCoordinator(redis_url, replay_seconds=replay_seconds)
+        """Connect to PostgreSQL and Redis (call after the fork), with pools of the
+        ``budget``'s sizes (by default, those of a process driving one turn at once)."""
+        budget = budget or ConnectionBudget.for_drivers(1)
+        store = SqlStore.from_url(
+            database_url, pool_size=budget.database, max_overflow=budget.database_overflow
+        )
+        coordinator = RedisCoordinator(
+            redis_url, replay_seconds=replay_seconds, max_connections=budget.redis
+        )
         engine = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
         return cls(store=store, coordinator=coordinator, engine=engine, pid=os.getpid())
 

@@ -58,6 +58,10 @@ COMMAND_SOCKET_SECONDS = 5.0
 FORGET_BATCH = 512  # keys per UNLINK: a pruned session of many turns is not one huge command
 """How long any other command may take, connecting included: a submission marks its work
 while it holds its session's row, and a half-open connection must not hold it for long."""
+MAX_CONNECTIONS = 100
+"""How many connections each of a coordinator's two pools opens at most unless told
+otherwise (redis-py's own default): one per thread talking to Redis at that moment.  A
+worker sizes its pools to the turns it drives at once (:mod:`workers.concurrency`)."""
 CHECKED_TURNS_KEPT = 10_000
 
 
@@ -193,20 +197,42 @@ class _Scripts:
 class RedisCoordinator(Coordinator):
     """The coordinator port on Redis."""
 
-    def __init__(self, url: str, *, replay_seconds: int = c.ENDED_BUFFER_SECONDS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        replay_seconds: int = c.ENDED_BUFFER_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         """``replay_seconds``: how long the replay buffer of a turn this process ends is
-        kept after its end (a driver's setting)."""
+        kept after its end (a driver's setting).  ``max_connections``: how many
+        connections each of its pools (commands, blocking reads) may open."""
         self.url = url
         self.replay_seconds = replay_seconds
+        # Blocking pools: a thread that finds every connection in use waits for one (as
+        # long as a command may take) rather than fail at once, as redis-py's default
+        # pool does past its 100th ("Too many connections"), which a driver would take
+        # for Redis being down.  Connections are opened as threads need them.
         # redis-py's return types depend on decode settings; results are converted here.
-        self.redis: Any = redis.Redis.from_url(
-            url,
-            socket_timeout=COMMAND_SOCKET_SECONDS,
-            socket_connect_timeout=COMMAND_SOCKET_SECONDS,
+        self.redis: Any = redis.Redis.from_pool(
+            redis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=COMMAND_SOCKET_SECONDS,
+                socket_timeout=COMMAND_SOCKET_SECONDS,
+                socket_connect_timeout=COMMAND_SOCKET_SECONDS,
+            )
         )
         # Blocking stream reads (at most POLL seconds each) need a longer socket timeout
         # than the default, yet a finite one, so a half-open connection cannot hang them.
-        self._blocking: Any = redis.Redis.from_url(url, socket_timeout=BLOCKING_SOCKET_SECONDS)
+        self._blocking: Any = redis.Redis.from_pool(
+            redis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=BLOCKING_SOCKET_SECONDS,
+                socket_timeout=BLOCKING_SOCKET_SECONDS,
+            )
+        )
         self.scripts = _Scripts(self.redis)
         self.heartbeat = _Heartbeat(self)
         self._pending: list[tuple[int, Event]] = []

@@ -132,9 +132,10 @@ class SqlStore(ApprovalStore, DriverStore, RetentionStore, OutboxStore, StatusSt
     store port the engine talks to, and what clients read and write."""
 
     @classmethod
-    def from_url(cls, url: str) -> SqlStore:
-        """A store on a new engine for ``url``."""
-        return cls(create_database_engine(url))
+    def from_url(cls, url: str, **pool: int) -> SqlStore:
+        """A store on a new engine for ``url`` (``pool``: ``pool_size``, ``max_overflow``
+        for :func:`~workers.database.create_database_engine`)."""
+        return cls(create_database_engine(url, **pool))
 
     # ------------------------------------------------------------------ sessions
 

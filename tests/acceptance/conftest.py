@@ -1,9 +1,15 @@
 """The acceptance suite runs every test body on each deployment: embedded on SQLite,
 embedded on PostgreSQL, and the fleet (real worker and sweeper processes) on PostgreSQL
-and Redis.  Tests of in-process hooks carry ``@pytest.mark.embedded_only``."""
+and Redis.  Tests of in-process hooks carry ``@pytest.mark.embedded_only``; those marked
+``also_amqp`` run on a second fleet too, whose broker is RabbitMQ.
+
+``PARLEY_TEST_FLEET_BROKER=amqp`` puts the main fleet on RabbitMQ as well, so that the
+whole suite runs on it (``-k fleet`` for the fleet's share alone).  The failure tests'
+fleets are deployed as ``deployment`` says (``tests.chaos.DEPLOYMENTS``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +18,7 @@ from typing import Any
 import pytest
 
 import parley
+from tests.chaos import DEPLOYMENTS
 from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet, flush_redis
 from tests.helpers import Control
@@ -19,25 +26,55 @@ from tests.hosts import workspace_host
 
 ALL = ["embedded-sqlite", "embedded-postgres", "fleet-postgres"]
 EMBEDDED = ALL[:2]
+AMQP = "fleet-amqp"
+FLEET_BROKER = os.environ.get("PARLEY_TEST_FLEET_BROKER", "redis")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    also_amqp = metafunc.definition.get_closest_marker("also_amqp") is not None
     if "backend" in metafunc.fixturenames:
         embedded_only = metafunc.definition.get_closest_marker("embedded_only") is not None
-        params = EMBEDDED if embedded_only else ALL
-        metafunc.parametrize(
-            "backend",
-            [
-                pytest.param(p, marks=[pytest.mark.postgres] if "postgres" in p else [])
-                for p in params
-            ],
-        )
+        params = EMBEDDED if embedded_only else ALL + [AMQP] * also_amqp
+        metafunc.parametrize("backend", [_marked(p) for p in params])
+    if "deployment" in metafunc.fixturenames:
+        names = DEPLOYMENTS if also_amqp else [d for d in DEPLOYMENTS if d != "amqp"]
+        metafunc.parametrize("deployment", [_marked(d) for d in names])
+
+
+def _marked(param: str) -> Any:
+    """``param`` with the marks of the services it needs."""
+    marks = [pytest.mark.postgres] if "postgres" in param or "fleet" in param else []
+    if "amqp" in param:
+        marks.append(pytest.mark.amqp)
+    return pytest.param(param, marks=marks)
 
 
 @pytest.fixture(scope="session")
-def fleet(fleet_postgres_url: str) -> Iterator[Fleet]:
-    """One worker (two processes) and a sweeper for the whole acceptance run."""
-    pool = Fleet(database_url=fleet_postgres_url)
+def fleet(fleet_postgres_url: str, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    """One worker (two processes) and a sweeper for the whole acceptance run, on the
+    broker ``PARLEY_TEST_FLEET_BROKER`` names (``redis``, the default, or ``amqp``)."""
+    broker = request.getfixturevalue("amqp_url") if FLEET_BROKER == "amqp" else None
+    yield from _fleet(fleet_postgres_url, broker)
+
+
+@pytest.fixture(scope="session")
+def amqp_fleet_postgres_url() -> Iterator[str]:
+    """The RabbitMQ fleet's own database (a fleet's sweeper adopts every turn it finds in
+    its database: with one database, the other fleet would drive this one's turns)."""
+    with fresh_postgres_database("amqp_fleet") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def amqp_fleet(amqp_fleet_postgres_url: str, amqp_url: str) -> Iterator[Fleet]:
+    """The same fleet with RabbitMQ as its broker, for the tests marked ``also_amqp``;
+    its Redis (the coordination store) is the main fleet's, whose keys name sessions
+    and turns that are not its own."""
+    yield from _fleet(amqp_fleet_postgres_url, amqp_url)
+
+
+def _fleet(database_url: str, broker_url: str | None) -> Iterator[Fleet]:
+    pool = Fleet(database_url=database_url, broker_url=broker_url)
     flush_redis(pool.redis_url)
     pool.start_worker()
     pool.start_beat()
@@ -48,12 +85,20 @@ def fleet(fleet_postgres_url: str) -> Iterator[Fleet]:
         pool.stop()
 
 
+def fleet_of(backend: str, request: pytest.FixtureRequest) -> Fleet | None:
+    """The fleet the backend ``backend`` runs on (None: embedded)."""
+    if not backend.startswith("fleet"):
+        return None
+    pool: Fleet = request.getfixturevalue("amqp_fleet" if backend == AMQP else "fleet")
+    return pool
+
+
 @pytest.fixture
 def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if backend == "embedded-sqlite":
         return f"sqlite:///{tmp_path / 'parley.db'}"
-    name = "fleet_postgres_url" if backend.startswith("fleet") else "postgres_url"
-    url: str = request.getfixturevalue(name)
+    pool = fleet_of(backend, request)
+    url: str = pool.database_url if pool is not None else request.getfixturevalue("postgres_url")
     return url
 
 
@@ -66,8 +111,8 @@ def control(workspace: Path) -> Control:
 @pytest.fixture
 def subprocess_env(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
     """What a second process needs to reach the same deployment."""
-    if backend.startswith("fleet"):
-        pool: Fleet = request.getfixturevalue("fleet")
+    pool = fleet_of(backend, request)
+    if pool is not None:
         env = pool.env()
         env.pop("PARLEY_HOST")
         return env
@@ -88,9 +133,8 @@ def make_client(
     a client of the deployment under test; ``make_client(host=...)`` (embedded only) runs
     an in-process host instead."""
     clients: list[parley.Client] = []
-    pool: Fleet | None = None
-    if backend.startswith("fleet"):
-        pool = request.getfixturevalue("fleet")
+    pool = fleet_of(backend, request)
+    if pool is not None:
         flush_redis(pool.redis_url)
 
     def factory(
@@ -107,7 +151,7 @@ def make_client(
             assert host is None, (
                 "an in-process host cannot reach the fleet: mark the test embedded_only"
             )
-            client = parley.connect(db_url, redis_url=pool.redis_url, queue=pool.queue)
+            client = pool.client()
         else:
             client = parley.connect(db_url, host=host or workspace_host(), migrate_schema=True)
         clients.append(client)

@@ -5,7 +5,8 @@ is not run again by the next worker when its worker died while it ran; the sweep
 an unanswered call out with no worker alive; and after an interrupt while waiting, the
 next turn's request is one a strict OpenAI-compatible server on loopback accepts.
 
-Each test starts a fleet of its own (:mod:`tests.chaos`), on both of Celery's pools."""
+Each test starts a fleet of its own (:mod:`tests.chaos`), on prefork and on the Procfile's
+worker line (``tests.chaos.DEPLOYMENTS``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 import parley
 from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
-from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, wait_until
+from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
 from tests.fleet import flush_redis
 from tests.helpers import displayed_text
 from tests.providers.servers import (
@@ -38,13 +39,17 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 ChaosFactory = Callable[..., Chaos]
 
 
-@pytest.fixture(params=["prefork", "threads"])
-def start_fleet(workspace: Path, request: pytest.FixtureRequest) -> Iterator[ChaosFactory]:
-    """``start_fleet(workers=…, concurrency=…, host=…)``: this test's fleet (one)."""
+@pytest.fixture
+def start_fleet(
+    workspace: Path, deployment: str, request: pytest.FixtureRequest
+) -> Iterator[ChaosFactory]:
+    """``start_fleet(workers=…, concurrency=…, host=…)``: this test's fleet (one), as the
+    deployment says unless told otherwise."""
     with ExitStack() as stack:
 
         def start(**options: Any) -> Chaos:
-            return stack.enter_context(chaos_fleet(workspace, pool=request.param, **options))
+            options = {**deployment_options(deployment, request), **options}
+            return stack.enter_context(chaos_fleet(workspace, **options))
 
         yield start
 
@@ -120,6 +125,7 @@ def test_twelve_waiting_turns_hold_no_slot_of_a_two_slot_worker(
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.also_amqp
 def test_waiting_turns_survive_every_worker_killed_and_redis_emptied(
     start_fleet: ChaosFactory,
 ) -> None:

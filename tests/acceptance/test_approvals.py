@@ -58,6 +58,7 @@ def tool_results(control: Control) -> list[dict[str, Any]]:
     return [m for m in control.requests()[-1]["messages"] if m["role"] == "tool"]
 
 
+@pytest.mark.also_amqp
 def test_an_approved_call_runs_once_after_its_answer(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:

@@ -1,26 +1,37 @@
 """The fleet's broker restarted under it, with real processes: a `redis-server` of the
 test's own on a free port is shut down (nothing saved) while workers drive turns, and
-started again five seconds later.  And a worker that cannot go on exits non-zero, so that
-its supervisor restarts it rather than taking it for one that was told to stop."""
+started again five seconds later; the same with a RabbitMQ node of the test's own
+(which keeps its durable queue and the kicks on it).  And a worker that cannot go on
+exits non-zero, so that its supervisor restarts it rather than taking it for one that was
+told to stop.  On prefork and on the Procfile's worker line (``tests.chaos``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
 import parley
 from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
-from tests.chaos import Chaos
+from tests.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet
+from tests.fleet import Fleet, flush_redis
+from tests.rabbitmq import RabbitServer
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-POOLS = ["prefork", "threads"]
+
+class Broker(Protocol):
+    """A broker server of the test's own that it stops and starts again."""
+
+    url: str
+
+    def shutdown(self) -> None: ...
+    def start(self) -> None: ...
 
 
 @pytest.fixture
@@ -33,21 +44,52 @@ def broker(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-@pytest.mark.parametrize("pool", POOLS)
+@pytest.fixture
+def rabbitmq(tmp_path: Path) -> Iterator[RabbitServer]:
+    server = RabbitServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def restart_options(deployment: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The deployment's fleet, with at least three slots a worker: kicks in flight and a
+    free slot, whose BRPOP is pending when the broker goes (what kombu trips over)."""
+    options = deployment_options(deployment, request)
+    options["concurrency"] = max(3, options.get("concurrency", 1))
+    return options
+
+
 def test_workers_ride_through_a_broker_restart_under_load(
-    pool: str, broker: RedisServer, workspace: Path
+    deployment: str, broker: RedisServer, workspace: Path, request: pytest.FixtureRequest
 ) -> None:
     with fresh_postgres_database("restart") as url:
-        # Two workers with three slots each: kicks in flight and a free slot, whose
-        # BRPOP is pending when the broker goes (that is what kombu trips over).
-        chaos = Chaos(url, workspace, pool=pool, redis_url=broker.url, concurrency=3)
+        # The broker's Redis is the coordination store too, as by default.
+        options = restart_options(deployment, request)
+        chaos = Chaos(url, workspace, redis_url=broker.url, **options)
         try:
             _restart_under_load(chaos, broker)
         finally:
             chaos.close()
 
 
-def _restart_under_load(chaos: Chaos, broker: RedisServer) -> None:
+@pytest.mark.amqp
+def test_workers_ride_through_a_rabbitmq_restart_under_load(
+    rabbitmq: RabbitServer, workspace: Path, request: pytest.FixtureRequest
+) -> None:
+    flush_redis(CHAOS_REDIS_URL)  # the coordination store, which stays up
+    with fresh_postgres_database("restart") as url:
+        options = restart_options("shipped", request)
+        chaos = Chaos(url, workspace, broker_url=rabbitmq.url, **options)
+        try:
+            _restart_under_load(chaos, rabbitmq)
+        finally:
+            chaos.close()
+
+
+def _restart_under_load(chaos: Chaos, broker: Broker) -> None:
     step = {"chunk_chars": 2, "delay_ms": 20}
     chaos.control.script(
         [
@@ -94,9 +136,8 @@ def _restart_under_load(chaos: Chaos, broker: RedisServer) -> None:
         assert b"Unrecoverable error" not in chaos.fleet.log_of(worker).read_bytes()
 
 
-@pytest.mark.parametrize("pool", POOLS)
 def test_a_worker_that_cannot_go_on_exits_non_zero(
-    pool: str, broker: RedisServer, workspace: Path
+    deployment: str, broker: RedisServer, request: pytest.FixtureRequest
 ) -> None:
     # A broker whose access list lets the worker connect but refuses it BRPOP: no
     # reconnect mends that, so Celery gives up ("Unrecoverable error").
@@ -112,7 +153,7 @@ def test_a_worker_that_cannot_go_on_exits_non_zero(
     admin.close()
     with fresh_postgres_database("refused") as url:
         fleet = Fleet(database_url=url, redis_url=f"redis://parley:any@127.0.0.1:{broker.port}/0")
-        worker = fleet.start_worker(pool=pool)
+        worker = fleet.start_worker(pool=deployment_options(deployment, request)["pool"])
         try:
             status = worker.wait(60)
         finally:

@@ -42,6 +42,7 @@ RETRY = {
 }
 
 
+@pytest.mark.also_amqp
 def test_a_turn_reads_a_file_and_streams_its_answer(
     make_client: ClientFactory, workspace: Path
 ) -> None:
@@ -125,6 +126,7 @@ def test_latest_seq_is_where_a_reader_of_only_what_comes_next_starts(
     assert list(handle.events(after=handle.latest_seq())) == []  # the turn has ended
 
 
+@pytest.mark.also_amqp
 def test_reopen_from_a_new_process_with_only_the_session_id(
     make_client: ClientFactory, workspace: Path, db_url: str, subprocess_env: dict[str, str]
 ) -> None:
@@ -243,6 +245,7 @@ def test_branching_to_a_turn_that_has_not_started_is_refused(
     assert parents[queued.turn_id] == held.turn_id
 
 
+@pytest.mark.also_amqp
 def test_a_steer_reaches_the_model_at_the_next_step_boundary(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:
@@ -331,6 +334,7 @@ def test_a_steer_after_the_end_is_an_error(make_client: ClientFactory, workspace
     assert [e.kind for e in handle.events()].count(EventKind.STEER) == 0
 
 
+@pytest.mark.also_amqp
 def test_interrupt_at_a_boundary_cancels_and_resume_continues_the_same_turn_and_run(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:
@@ -590,6 +594,7 @@ def test_an_interrupt_waiting_when_the_model_answers_skips_the_check(
     assert not (workspace / "checked").exists()  # the turn stopped without running it
 
 
+@pytest.mark.also_amqp
 def test_a_repeated_request_id_returns_the_same_turn(
     make_client: ClientFactory, workspace: Path
 ) -> None:
@@ -609,6 +614,7 @@ def test_a_repeated_request_id_returns_the_same_turn(
     assert len(session.tree()) == 1
 
 
+@pytest.mark.also_amqp
 def test_if_busy_reject_and_enqueue_order(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:

@@ -1,9 +1,11 @@
 """The fleet under failure, with real processes: workers killed with SIGKILL, a worker
 paused past its lock, Redis emptied or its connections cut, database backends
 terminated, and a load of sessions.  Each test gets its own database, Redis database
-and fleet (two workers that run one kick at a time, and the sweeper), and runs on both of
-Celery's pools a deployment may choose: prefork (the kick in a child process) and threads
-(in the worker process itself)."""
+and fleet (two workers and the sweeper), and runs on two deployments
+(``tests.chaos.DEPLOYMENTS``): prefork, one kick at a time in a child process of each
+worker, and the Procfile's worker line (Celery's threads pool, its concurrency, kicks in
+the worker process itself); those marked ``also_amqp`` also on the Procfile's line with
+RabbitMQ as the broker."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, wait_until
+from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
 from tests.conftest import terminate_backends
 from tests.fleet import flush_redis
 from tests.helpers import assert_once_in_order_gap_free_but_at_takeovers
@@ -30,12 +32,13 @@ from workers.engine import MAX_ATTEMPTS
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.fixture(params=["prefork", "threads"])
-def chaos(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Chaos]:
-    with chaos_fleet(workspace, pool=request.param) as harness:
+@pytest.fixture
+def chaos(workspace: Path, deployment: str, request: pytest.FixtureRequest) -> Iterator[Chaos]:
+    with chaos_fleet(workspace, **deployment_options(deployment, request)) as harness:
         yield harness
 
 
+@pytest.mark.also_amqp
 def test_a_worker_killed_during_a_tool_call_is_replaced_and_the_step_redone(chaos: Chaos) -> None:
     chaos.control.script(
         [
@@ -105,6 +108,7 @@ def test_a_worker_killed_while_streaming_is_replaced_and_readers_are_told(chaos:
     assert "".join(redone) == text  # after the restart, the tokens are the committed text
 
 
+@pytest.mark.also_amqp
 def test_a_worker_told_to_stop_finishes_its_turn_and_hands_the_session_over(
     chaos: Chaos,
 ) -> None:
@@ -153,6 +157,7 @@ def _group_of(pid: int) -> int | None:
         return None
 
 
+@pytest.mark.also_amqp
 def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> None:
     chaos.control.script(
         [{"when": "pause", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "ok"}]}]
@@ -220,6 +225,7 @@ def assert_completed_once_in_order(chaos: Chaos, load: list[list[parley.TurnHand
         assert [t.turn_id for t in session.history()] == [h.turn_id for h in handles]
 
 
+@pytest.mark.also_amqp
 def test_emptying_redis_under_load_loses_no_turn(chaos: Chaos) -> None:
     load = submit_load(chaos, sessions=8, turns=4)
     wait_until(
@@ -262,6 +268,7 @@ def test_terminating_the_workers_database_backends_mid_turn(chaos: Chaos) -> Non
     assert [s.index for s in steps] == [0, 1]  # nothing half-written, nothing twice
 
 
+@pytest.mark.also_amqp
 def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> None:
     chaos.control.script(
         [
@@ -401,9 +408,7 @@ def test_a_producer_paused_inside_a_submission_does_not_stall_the_running_turn(
     running = session.submit("running turn")
     chaos.control.wait_entered()
     # Another producer whose Redis stalls while it submits to the same session.
-    producer = parley.connect(
-        chaos.database_url, redis_url=CHAOS_REDIS_URL, queue=chaos.fleet.queue
-    )
+    producer = chaos.fleet.client()
     stalled, resume = threading.Event(), threading.Event()
     mark_work = producer.coordinator.mark_work
 

@@ -1,15 +1,22 @@
 """Fleet benchmark: the floors and the fleet measured in one run, figures as ratios.
 
-    .venv/bin/python -m tests.bench.fleet
+    .venv/bin/python -m tests.bench.fleet [--slow-model [--turns 1000]]
 
 Needs the machine's PostgreSQL and Redis (Redis database 11 is flushed).  Starts two
 single-process `parley worker`s and `parley beat`, and, for the floor, two
 single-process Celery workers running a noop task with the same broker settings on
 kombu's own Redis channel (then once more on parley's, for comparison only).
+
+Then the slow-model load (alone with ``--slow-model``): 1000 sessions each submit one
+turn whose model streams for two seconds, all at once, to one `parley worker` on
+Celery's threads pool with a slot for each; the floor is one bare Celery worker on the
+same pool running 1000 tasks that wait as long, in the same run.  Beside them: the
+Procfile's worker line, and the prefork line it replaced, on the same load or a part.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -20,7 +27,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -29,11 +38,13 @@ import redis
 import parley
 from schemas.events import EventKind
 from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis
+from tests.fleet import REPO, Fleet, flush_redis, procfile_worker
 from workers import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
+SLOW_WAITS, SLOW_WAIT_MS = 100, 20  # a model that streams 101 deltas 20 ms apart: 2 s
+SLOW_TEXT = "".join(f"s{i:03d}" for i in range(SLOW_WAITS + 1))  # (4 characters each)
 RULES = [
     {"when": "^one", "steps": [{"text": TEXT, "chunk_chars": 3}]},
     {
@@ -43,6 +54,7 @@ RULES = [
             {"text": "x" * 600, "chunk_chars": 3, "delay_ms": 10},
         ],
     },
+    {"when": "^slow", "steps": [{"text": SLOW_TEXT, "chunk_chars": 4, "delay_ms": SLOW_WAIT_MS}]},
 ]
 
 
@@ -59,10 +71,19 @@ def ms(value: float) -> str:
 
 
 class NoopFloor:
-    """Two single-process Celery workers running a noop task, and a producer for it.
-    ``channel``: "stock" for kombu's Redis channel (the floor), "parley" for parley's."""
+    """``workers`` Celery workers (two single-process ones by default) running the floor's
+    tasks, and a producer for them.  ``channel``: "stock" for kombu's Redis channel (the
+    floor), "parley" for parley's."""
 
-    def __init__(self, database_url: str, channel: str) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        channel: str,
+        *,
+        workers: int = 2,
+        pool: str = "prefork",
+        concurrency: int = 1,
+    ) -> None:
         self.queue = f"bench.noop.{uuid.uuid4().hex[:6]}"
         env = {
             **os.environ,
@@ -83,8 +104,10 @@ class NoopFloor:
                     "worker",
                     "--queues",
                     self.queue,
+                    "--pool",
+                    pool,
                     "--concurrency",
-                    "1",
+                    str(concurrency),
                     "--loglevel",
                     "WARNING",
                     "--hostname",
@@ -96,13 +119,14 @@ class NoopFloor:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            for n in range(2)
+            for n in range(workers)
         ]
         from broker_config.app import create_app
         from broker_config.settings import FleetSettings
 
         self.app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
-        self.redis = redis.Redis.from_url(REDIS_URL)
+        # (Its reads block for up to minutes: redis-py 8 would time them out after 5 s.)
+        self.redis = redis.Redis.from_url(REDIS_URL, socket_timeout=None)
         self.key = f"bench:{uuid.uuid4().hex}"
         self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
         assert self.redis.blpop([self.key], timeout=60), "noop workers did not start"
@@ -195,29 +219,82 @@ def worker_counters(fleet: Fleet) -> tuple[int, ...]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_by_role(fleet: Fleet) -> dict[str, float]:
-    """CPU seconds used so far by this producer, the fleet's workers (Celery's main and
-    pool processes), its sweeper, PostgreSQL and Redis, read from /proc."""
-    groups = {p.pid: ("sweeper" if n == 2 else "workers") for n, p in enumerate(fleet.processes)}
-    totals = dict.fromkeys(("producer", "workers", "sweeper", "PostgreSQL", "Redis"), 0.0)
+def roles(fleet: Fleet) -> dict[int, str]:
+    """The fleet's process groups by role: its `parley beat` is the sweeper."""
+    # (Fleet starts each as a list: python -m parley COMMAND …)
+    return {
+        p.pid: "sweeper" if "beat" in p.args[3:4] else "workers"  # type: ignore[index]
+        for p in fleet.processes
+    }
+
+
+def processes() -> Iterable[tuple[int, str, list[str]]]:
+    """Every process's pid, name and /proc stat fields after the name."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue  # gone meanwhile
         name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
-        pid, pgid = int(stat.parent.name), int(fields[2])
+        yield int(stat.parent.name), name, text[text.rindex(")") + 2 :].split()
+
+
+def cpu_by_role(
+    fleet: Fleet | None, groups: dict[int, str] | None = None, *, database: str | None = None
+) -> dict[str, float]:
+    """CPU seconds used so far by this producer, the fleet's workers (Celery's main and
+    pool processes), its sweeper, PostgreSQL and Redis, read from /proc; ``groups``
+    names further process groups (pgid: role) to count.  With ``database``, PostgreSQL
+    is the server's own processes and the backends of that database only, not those of
+    the other databases on a shared machine (Redis is counted whole)."""
+    groups = {**(roles(fleet) if fleet is not None else {}), **(groups or {})}
+    totals = dict.fromkeys(("producer", "workers", "sweeper", "PostgreSQL", "Redis"), 0.0)
+    totals.update(dict.fromkeys(groups.values(), 0.0))
+    for pid, name, fields in processes():
+        pgid = int(fields[2])
         seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         if pid == os.getpid():
             totals["producer"] += seconds
         elif pgid in groups:
             totals[groups[pgid]] += seconds
-        elif name.startswith("postgres"):
+        elif name.startswith("postgres") and (database is None or _serves(pid, database)):
             totals["PostgreSQL"] += seconds
         elif name.startswith("redis-server"):
             totals["Redis"] += seconds
     return totals
+
+
+POSTGRES_OWN = ("checkpointer", "background writer", "walwriter", "autovacuum launcher")
+
+
+def _serves(pid: int, database: str) -> bool:
+    """Whether PostgreSQL process ``pid`` is the server's own (the postmaster, its
+    writers) or a backend of ``database``, by the title it gives itself."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    if not title.startswith("postgres: "):
+        return True  # the postmaster
+    what = title.split(": ", 2)[-1]
+    return f" {database} " in f" {what} " or what.strip().startswith(POSTGRES_OWN)
+
+
+def peak_rss(pgids: Iterable[int]) -> int:
+    """The bytes each process of the groups ``pgids`` held resident at its peak, summed
+    (one process per worker on the threads pool; a prefork worker's children too)."""
+    wanted, total = set(pgids), 0
+    for pid, _name, fields in processes():
+        if int(fields[2]) not in wanted:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 def bytes_of_turn(database_url: str, turn_id: str) -> int:
@@ -276,7 +353,132 @@ def crash_to_resume(fleet: Fleet, client: parley.Client, root: Path) -> float:
     raise AssertionError("the turn never started again")
 
 
+# ---------------------------------------------------------------- a slow model
+
+
+@dataclass(frozen=True)
+class SlowRun:
+    """What one side of the slow-model load measured."""
+
+    turns: int
+    wall: float  # seconds from the first submission to the last end
+    sent: float  # seconds the submissions (or sends) took, within ``wall``
+    cpu: dict[str, float]  # CPU seconds by role
+    rss: int  # the workers' peak resident bytes
+
+    def line(self, label: str) -> str:
+        per_turn = "   ".join(
+            f"{role} {1e3 * seconds / self.turns:5.2f}" for role, seconds in self.cpu.items()
+        )
+        return (
+            f"{label:<34} {self.turns:5d} turns in {self.wall:6.2f} s (sent in {self.sent:4.2f} s)"
+            f"   CPU/turn ms: {per_turn}   (all {1e3 * sum(self.cpu.values()) / self.turns:5.2f})"
+            f"   worker peak RSS {self.rss / 2**20:6.1f} MB"
+        )
+
+
+def slow_fleet_run(
+    database_url: str, script: Path, root: Path, log_dir: Path, *, turns: int, worker: list[str]
+) -> SlowRun:
+    """``turns`` sessions submit a slow turn each, all at once (from eight threads), to a
+    fleet of ``parley worker`` processes, one per ``worker`` line (CONCURRENCY or
+    POOL:CONCURRENCY), and `parley beat`."""
+    flush_redis(REDIS_URL)
+    fleet = Fleet(
+        database_url=database_url, redis_url=REDIS_URL, host=f"scripted:{script}", log_dir=log_dir
+    )
+    for spec in worker:
+        pool, _, concurrency = spec.rpartition(":")
+        fleet.start_worker(concurrency=int(concurrency), pool=pool or "threads")
+    fleet.start_beat()
+    fleet.wait_ready()
+    client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
+    try:
+        with ThreadPoolExecutor(8) as submitters:
+            sessions = list(submitters.map(lambda _: client.open_session(root), range(turns)))
+            database = database_url.rsplit("/", 1)[1]
+            before = cpu_by_role(fleet, database=database)
+            start = time.perf_counter()
+            handles = list(submitters.map(lambda s: s.submit("slow turn"), sessions))
+            sent = time.perf_counter() - start
+            for handle in handles:
+                result = handle.wait(600)
+                assert result.outcome is parley.TurnStatus.FINISHED and result.reply == SLOW_TEXT
+            wall = time.perf_counter() - start
+        after = cpu_by_role(fleet, database=database)
+        workers = [pgid for pgid, role in roles(fleet).items() if role == "workers"]
+        rss = peak_rss(workers)
+    finally:
+        client.close()
+        fleet.stop()
+    return SlowRun(turns, wall, sent, {k: v - before[k] for k, v in after.items()}, rss)
+
+
+def slow_floor_run(database_url: str, *, turns: int) -> SlowRun:
+    """The floor: one bare Celery worker on the threads pool with ``turns`` slots, sent
+    ``turns`` tasks that each wait as the slow model streams, and do nothing else."""
+    flush_redis(REDIS_URL)
+    with NoopFloor(database_url, "stock", workers=1, pool="threads", concurrency=turns) as floor:
+        groups = {w.pid: "workers" for w in floor.workers}
+        database = database_url.rsplit("/", 1)[1]  # (which the floor never uses)
+        before = cpu_by_role(None, groups, database=database)
+        start = time.perf_counter()
+        for _ in range(turns):
+            floor.app.send_task(
+                "bench.wait", args=[floor.key, SLOW_WAITS, SLOW_WAIT_MS], queue=floor.queue
+            )
+        sent = time.perf_counter() - start
+        for _ in range(turns):
+            assert floor.redis.blpop([floor.key], timeout=600), "a floor task never ended"
+        wall = time.perf_counter() - start
+        cpu = {k: v - before[k] for k, v in cpu_by_role(None, groups, database=database).items()}
+        rss = peak_rss(groups)
+    return SlowRun(turns, wall, sent, cpu, rss)
+
+
+def slow_model(database_url: str, tmp: Path, turns: int) -> None:
+    """The slow-model load, its floor, the Procfile's worker line and the old one."""
+    root = tmp / "workspace"
+    root.mkdir(exist_ok=True)
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"rules": RULES}))
+    pool, concurrency = procfile_worker()
+    load = os.getloadavg()
+    print(f"slow model: {turns} turns streaming {SLOW_WAITS + 1} deltas over 2 s each")
+    print(f"  load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    floor = slow_floor_run(database_url, turns=turns)
+    print(floor.line(f"floor: bare Celery, threads:{turns}"))
+    fleet = slow_fleet_run(
+        database_url, script, root, tmp, turns=turns, worker=[f"threads:{turns}"]
+    )
+    print(fleet.line(f"parley, 1 worker threads:{turns}"))
+    print(
+        f"  ratio to the floor: wall {fleet.wall / floor.wall:4.2f}×, CPU per turn "
+        f"{sum(fleet.cpu.values()) / sum(floor.cpu.values()):4.1f}× (the floor's includes "
+        f"Celery and its broker only), RSS {fleet.rss / floor.rss:4.2f}×"
+    )
+    shipped = slow_fleet_run(
+        database_url, script, root, tmp, turns=turns, worker=[f"{pool}:{concurrency}"]
+    )
+    print(shipped.line(f"the Procfile's line, {pool}:{concurrency}"))
+    old = slow_fleet_run(database_url, script, root, tmp, turns=40, worker=["prefork:2"] * 2)
+    print(old.line("the old line, 2 workers prefork:2"))
+    load = os.getloadavg()
+    print(f"  load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.fleet")
+    parser.add_argument("--slow-model", action="store_true", help="only the slow-model load")
+    parser.add_argument("--turns", type=int, default=1000, help="of the slow-model load")
+    args = parser.parse_args()
+    if args.slow_model:
+        with (
+            fresh_postgres_database("bench") as database_url,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
+            slow_model(database_url, Path(tmp), args.turns)
+        return 0
     flush_redis(REDIS_URL)
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "workspace"
@@ -307,9 +509,12 @@ def main() -> int:
                 floor.close()  # not needed past here
                 client_before = client.store.transactions
                 counters_before = worker_counters(fleet)
-                cpu_before = cpu_by_role(fleet)
+                database = database_url.rsplit("/", 1)[1]
+                cpu_before = cpu_by_role(fleet, database=database)
                 rate = throughput(client, root)
-                cpu = {k: v - cpu_before[k] for k, v in cpu_by_role(fleet).items()}
+                cpu = {
+                    k: v - cpu_before[k] for k, v in cpu_by_role(fleet, database=database).items()
+                }
                 client_xacts = client.store.transactions - client_before
                 turns, worker_xacts, trips, events, coalesced = (
                     a - b for a, b in zip(worker_counters(fleet), counters_before, strict=True)
@@ -374,6 +579,8 @@ def main() -> int:
         "carries the whole history)"
     )
     print(f"SIGKILL → running elsewhere   {resume:5.2f} s (target ≤ 15)")
+    with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
+        slow_model(database_url, Path(tmp), args.turns)
     return 0
 
 

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from broker_config.app import create_app
+from broker_config.app import REDIS_BROKER_CONNECTIONS, create_app, transport_options
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers import constants as c
+from workers.concurrency import DATABASE_POOL_SIZE
 
 ENV = {
     "PARLEY_DATABASE_URL": "postgresql+psycopg://db/parley",
@@ -85,6 +86,36 @@ def test_every_app_is_json_only_and_at_least_once() -> None:
     assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE]
     assert conf.task_routes[c.DRIVE_TASK] == {"queue": c.TURN_QUEUE}
     app.close()
+
+
+def test_a_rabbitmq_broker_gets_no_redis_transport_options() -> None:
+    # kombu hands AMQP transport options to py-amqp's Connection as keywords, which
+    # ignores those it does not know: a visibility timeout would do nothing there, and
+    # RabbitMQ redelivers a kick only when the channel that took it closes.
+    settings = FleetSettings.from_env({**ENV, "PARLEY_BROKER_URL": "amqp://guest@mq:5672/parley"})
+    app = create_app(settings)
+    assert app.conf.broker_transport_options == {}
+    assert app.conf.broker_transport is None  # kombu's AMQP transport, not parley's channel
+    assert app.conf.task_acks_late and app.conf.worker_prefetch_multiplier == 1
+    app.close()
+    for url in ("redis://cache/1", "rediss://cache/1", "redis+socket:///run/redis.sock"):
+        assert transport_options(url)["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
+        assert transport_options(url)["max_connections"] == REDIS_BROKER_CONNECTIONS
+
+
+def test_the_database_pool_size_comes_from_the_environment() -> None:
+    assert FleetSettings.from_env(ENV).database_pool_size == DATABASE_POOL_SIZE
+    settings = FleetSettings.from_env({**ENV, "PARLEY_DATABASE_POOL_SIZE": "25"})
+    assert settings.database_pool_size == 25
+    assert FleetSettings.from_env(
+        {**ENV, "PARLEY_DATABASE_POOL_SIZE": ""}
+    ) == FleetSettings.from_env(ENV)
+
+
+@pytest.mark.parametrize("value", ["many", "0", "-3", "2.5"])
+def test_a_bad_database_pool_size_is_a_clear_error(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="PARLEY_DATABASE_POOL_SIZE"):
+        FleetSettings.from_env({**ENV, "PARLEY_DATABASE_POOL_SIZE": value})
 
 
 def test_importing_parley_leaves_the_brokers_transport_to_the_first_connection() -> None:

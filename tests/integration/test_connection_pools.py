@@ -1,0 +1,78 @@
+"""A fleet process's connection pools, sized for the turns it drives at once: a thread
+that finds every Redis connection of a pool in use waits for one instead of failing
+(redis-py's own pool raises "Too many connections" past its size, which a driver takes
+for Redis being down), and a runtime's pools have the sizes its budget says."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from tests.chaos import wait_until
+from tests.fleet import REDIS_TEST_URL, flush_redis
+from workers.concurrency import ConnectionBudget
+from workers.emitter import Emitter
+from workers.fleet_runtime import FleetRuntime
+from workers.redis_coordinator import RedisCoordinator
+
+
+def blocked_reads(admin: redis.Redis, db: int) -> int:
+    """How many clients of database ``db`` are blocked in an XREAD now."""
+    return sum(1 for c in admin.client_list() if c.get("db") == str(db) and c.get("cmd") == "xread")
+
+
+def test_readers_past_the_pools_size_wait_for_a_connection_instead_of_failing() -> None:
+    flush_redis(REDIS_TEST_URL)
+    small = RedisCoordinator(REDIS_TEST_URL, max_connections=2)
+    writer = RedisCoordinator(REDIS_TEST_URL)
+    admin = redis.Redis.from_url(REDIS_TEST_URL)
+    db = int(admin.connection_pool.connection_kwargs.get("db", 0))
+    turn_id = str(uuid.uuid4())
+    readers = 6
+    entered = threading.Semaphore(0)
+    got: list[list[str]] = []
+
+    def read() -> None:
+        entered.release()
+        events = small.read_events(turn_id, 0, timeout=5)
+        got.append([e.data["text"] for e in events])
+
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in range(readers):
+            assert entered.acquire(timeout=10)
+        # Two readers hold the pool's two connections, blocked on the empty stream; the
+        # other four have asked the pool for one by now (a failing pool has failed them).
+        wait_until(lambda: blocked_reads(admin, db) == 2, what="two blocked reads")
+        time.sleep(0.2)
+        assert blocked_reads(admin, db) == 2  # never more than the pool's size
+        Emitter(turn_id, 1, writer, fence=1).emit_delta(0, "hello")
+        writer.flush()
+        for thread in threads:
+            thread.join(30)
+        assert got == [["hello"]] * readers
+    finally:
+        small.close()
+        writer.close()
+        admin.close()
+
+
+@pytest.mark.postgres
+def test_a_runtime_sizes_its_pools_for_the_turns_it_drives(postgres_url: str) -> None:
+    budget = ConnectionBudget.for_drivers(300, database_pool_size=7)
+    runtime = FleetRuntime.build(
+        database_url=postgres_url, redis_url=REDIS_TEST_URL, host=None, budget=budget
+    )
+    try:
+        assert runtime.coordinator.redis.connection_pool.max_connections == budget.redis
+        assert budget.redis > 300
+        pool = runtime.store.engine.pool
+        assert (pool.size(), pool._max_overflow) == (7, 7)  # type: ignore[attr-defined]
+    finally:
+        runtime.close()
