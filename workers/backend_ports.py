@@ -213,9 +213,11 @@ class SessionLock(Protocol):
         """False once the lock was lost (expired, taken over)."""
         ...
 
-    def release(self) -> object:
+    def release(self, *, handing_over: bool = False) -> object:
         """Give the lock back; returns the session's work mark as it stands then (None
-        if unknown), for the driver to compare with the one it took the lock with."""
+        if unknown), for the driver to compare with the one it took the lock with.
+        ``handing_over``: the driver kicks the session next, so the kick-pending flag
+        stays up (no sweeper kicks it meanwhile)."""
         ...
 
 

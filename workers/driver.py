@@ -114,7 +114,9 @@ class SessionDrainer:
                 with _about(running):
                     log.warning("lost session %s to another driver", session_id)
             finally:
-                after = lock.release()
+                # Later turns are known before letting go: the kick that hands them over
+                # is as good as pending already.
+                after = lock.release(handing_over=handing_over and later_turns)
             if handing_over:
                 # Turns counted after the last one that ran, or submitted while we held
                 # the lock (their kick was left to us): the session goes on after a

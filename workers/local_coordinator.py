@@ -34,8 +34,9 @@ class LocalLock:
         """In one process a lock cannot expire: held until released."""
         return self._held
 
-    def release(self) -> int | None:
-        """Give the lock back (once); returns the work mark as it stands then."""
+    def release(self, *, handing_over: bool = False) -> int | None:
+        """Give the lock back (once); returns the work mark as it stands then (no kick
+        is ever pending in process: ``handing_over`` changes nothing)."""
         if not self._held:
             return None
         self._held = False

@@ -89,9 +89,10 @@ class RedisLock:
             self._held = False
         return self._held
 
-    def release(self) -> object:
+    def release(self, *, handing_over: bool = False) -> object:
         """Stop extending the lock and delete it if it is still ours; returns the work
-        mark as it stands then (None once released, or if Redis cannot say)."""
+        mark as it stands then (None once released, or if Redis cannot say).
+        ``handing_over``: the kick-pending flag is raised afresh rather than lowered."""
         if self._released:
             return None
         self._released = True
@@ -101,7 +102,7 @@ class RedisLock:
         try:
             return self._coordinator.scripts.release(
                 keys=[self.key, c.kick_pending_key(session_id), c.work_key(session_id)],
-                args=[self.token],
+                args=[self.token, c.KICK_PENDING_SECONDS] if handing_over else [self.token],
             )
         except redis.RedisError:
             log.warning("could not release %s; it expires by itself", self.key)

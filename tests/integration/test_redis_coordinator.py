@@ -137,6 +137,22 @@ def test_the_sweeper_leaves_a_session_to_a_fresh_kick_or_a_live_lock_only(
     assert coordinator.unattended([]) == []
 
 
+def test_a_driver_that_hands_its_session_over_leaves_no_gap_for_the_sweeper(
+    coordinator: RedisCoordinator,
+) -> None:
+    """Letting go to hand over raises the kick-pending flag in the same step (the kick
+    follows); plain letting go lowers it, so the next submission kicks."""
+    handed, done = str(uuid.uuid4()), str(uuid.uuid4())
+    for session_id in (handed, done):
+        assert coordinator.mark_work(session_id) is True  # the kick that started a drive
+        lock = coordinator.try_lock(session_id)
+        assert lock is not None
+        lock.release(handing_over=session_id == handed)
+    assert coordinator.unattended([handed, done]) == [done]
+    assert coordinator.redis.ttl(c.kick_pending_key(handed)) > c.KICK_PENDING_SECONDS - 2
+    assert coordinator.mark_work(done) is True and coordinator.mark_work(handed) is False
+
+
 def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_after_its_end(
     coordinator: RedisCoordinator,
 ) -> None:
