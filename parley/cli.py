@@ -1,4 +1,4 @@
-"""The ``parley`` command line (the README's "Command line" section).
+"""The ``parley`` command line (docs/reference.md, "Command line").
 
 Configuration comes from the environment (``PARLEY_DATABASE_URL``, ``PARLEY_HOST``) or
 the matching options.  Errors from :mod:`parley.errors` print one clear line and exit 2.
