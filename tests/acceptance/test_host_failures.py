@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,8 @@ import pytest
 
 import parley
 from parley.errors import StoreError
-from tests.acceptance.conftest import ALL, deployed_client, host_fleet
+from tests.acceptance.conftest import deployed_client, host_fleet
+from tests.chaos import wait_until
 from tests.helpers import Control
 from tests.hosts import failing_host
 
@@ -38,17 +38,12 @@ ANSWERED = ["before_turn", "before_commit", "after_commit", "on_terminal"]
 failing_fleet = host_fleet("tests.hosts:failing_host")
 
 
-@pytest.fixture(params=ALL)
-def deployment(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
-def client(
-    deployment: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[parley.Client]:
+def client(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[parley.Client]:
+    """A client of the deployment under test (``backend``, which the acceptance suite
+    parametrizes: embedded on SQLite and PostgreSQL, and this module's fleet)."""
     with deployed_client(
-        deployment, request, tmp_path, fleet="failing_fleet", host=failing_host
+        backend, request, tmp_path, fleet="failing_fleet", host=failing_host
     ) as deployed:
         yield deployed
 
@@ -57,14 +52,16 @@ def hooks_seen(control: Control, turn_id: str, *, ended: int = 1) -> list[dict[s
     """The hook calls of the turn, once ``on_terminal`` was called ``ended`` times (the
     observational hooks run after the end is published, so a waiter may see it first)."""
     path = control.dir / "hooks.jsonl"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def calls() -> list[dict[str, Any]]:
         lines = path.read_text().splitlines() if path.exists() else []
-        calls = [call for call in map(json.loads, lines) if call["turn_id"] == turn_id]
-        if sum(c["hook"] == "on_terminal" for c in calls) >= ended or ended == 0:
-            return calls
-        assert time.monotonic() < deadline, f"on_terminal was not called: {calls}"
-        time.sleep(0.02)
+        return [call for call in map(json.loads, lines) if call["turn_id"] == turn_id]
+
+    wait_until(
+        lambda: sum(c["hook"] == "on_terminal" for c in calls()) >= ended,
+        what=f"on_terminal called {ended} time(s)",
+    )
+    return calls()
 
 
 def hook_names(control: Control, turn_id: str, *, ended: int = 1) -> list[str]:
@@ -221,7 +218,7 @@ def database_of(client: parley.Client) -> str:
 
 
 def test_a_commit_the_database_refuses_is_never_seen_by_after_commit(
-    client: parley.Client, deployment: str, workspace: Path, control: Control
+    client: parley.Client, backend: str, workspace: Path, control: Control
 ) -> None:
     """The final step's commit fails: the turn is left as its last commit left it
     (running, one step), no hook is told it ended, and once the database takes commits
@@ -231,11 +228,13 @@ def test_a_commit_the_database_refuses_is_never_seen_by_after_commit(
     session = client.open_session(workspace)
     with refusing_steps(database_of(client)):
         handle = session.submit("two steps", context={"control": str(control.dir)})
-        if deployment.startswith("fleet"):
-            deadline = time.monotonic() + 60
-            while len(control.requests()) < 3:  # step 1 asked again: a commit was refused
-                assert time.monotonic() < deadline, "the refused commit was never retried"
-                time.sleep(0.05)
+        if backend.startswith("fleet"):
+            # Step 1 asked again: a commit was refused, and retried.
+            wait_until(
+                lambda: len(control.requests()) >= 3,
+                timeout=60,
+                what="the refused commit to be retried",
+            )
         else:
             with pytest.raises(StoreError, match="refuses this step"):
                 handle.wait(timeout=60)
@@ -244,7 +243,7 @@ def test_a_commit_the_database_refuses_is_never_seen_by_after_commit(
         assert committed(client, handle.turn_id) == 1
         seen = hook_names(control, handle.turn_id, ended=0)
         assert "after_commit" not in seen and "on_terminal" not in seen
-    if not deployment.startswith("fleet"):
+    if not backend.startswith("fleet"):
         handle = session.resume(handle.turn_id)
     result = handle.wait(timeout=60)
     assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
