@@ -435,9 +435,7 @@ class _TurnRun:
             ), None
         state.boundary_settled = False
         while True:
-            ensure_holding(self.holding, "at a step boundary")
-            self.take_steers(state)
-            if has_interrupt(state.pending):
+            if self._interrupted_at_boundary(state):
                 return Ending(status=TurnStatus.CANCELLED), None
             says = [s for s in state.pending if s.kind is SteerKind.SAY]
             exceeded = self._budget_exceeded(state)
@@ -466,16 +464,20 @@ class _TurnRun:
         here (or the one its commit made), or None once it committed."""
         if state.boundary_settled:
             state.boundary_settled = False
-        else:
-            ensure_holding(self.holding, "at a step boundary")
-            self.take_steers(state)
-            if has_interrupt(state.pending):
-                return Ending(status=TurnStatus.CANCELLED)
+        elif self._interrupted_at_boundary(state):
+            return Ending(status=TurnStatus.CANCELLED)
         exceeded = self._budget_exceeded(state)
         if exceeded:
             return Ending(status=TurnStatus.BUDGET_EXCEEDED, error=exceeded)
         says = [s for s in state.pending if s.kind is SteerKind.SAY]
         return self._step(state, says, current=current, offered=offered, final=final, label=label)
+
+    def _interrupted_at_boundary(self, state: TurnState) -> bool:
+        """A step boundary: the lock still ours (or :class:`Fenced`), the pending steers
+        taken; whether an interrupt is among them."""
+        ensure_holding(self.holding, "at a step boundary")
+        self.take_steers(state)
+        return has_interrupt(state.pending)
 
     def _history(self) -> tuple[Message, ...]:
         """The committed history before this turn, as messages (built once per attempt)."""
