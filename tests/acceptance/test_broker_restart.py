@@ -25,6 +25,35 @@ from tests.redis_server import RedisServer
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+STEP: dict[str, Any] = {"chunk_chars": 2, "delay_ms": 20}
+RESTART_RULES: list[dict[str, Any]] = [
+    {
+        "when": "^gated",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "done: {prompt}"}],
+    },
+    {
+        "when": "^load",
+        "steps": [
+            {"text": "working ", **STEP, "tool_calls": [{"name": "list_files"}]},
+            {"text": "done: {prompt}", **STEP},
+        ],
+    },
+]
+"""The restart tests' load: turns that wait at the gate through the outage, and turns
+that stream and call a tool, so the outage falls inside steps."""
+
+
+def assert_the_fleet_went_on(chaos: Chaos, load: list[list[parley.TurnHandle]]) -> None:
+    """Every turn of ``load`` completed once and in order, a turn submitted after the
+    restart runs, and no worker exited."""
+    assert_completed_once_in_order(chaos, load)
+    after = chaos.client.open_session(chaos.workspace).submit("load after the restart")
+    result = after.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED
+    assert result.reply == "done: load after the restart"
+    assert [w.poll() for w in chaos.workers] == [None, None], "a worker exited"
+
+
 class Broker(Protocol):
     """A broker server of the test's own that it stops and starts again."""
 
@@ -90,25 +119,7 @@ def test_workers_ride_through_a_rabbitmq_restart_under_load(
 
 
 def _restart_under_load(chaos: Chaos, broker: Broker) -> None:
-    step = {"chunk_chars": 2, "delay_ms": 20}
-    chaos.control.script(
-        [
-            {
-                "when": "^gated",
-                "steps": [
-                    {"tool_calls": [{"name": "wait_for_gate"}]},
-                    {"text": "done: {prompt}"},
-                ],
-            },
-            {
-                "when": "^load",
-                "steps": [
-                    {"text": "working ", **step, "tool_calls": [{"name": "list_files"}]},
-                    {"text": "done: {prompt}", **step},
-                ],
-            },
-        ]
-    )
+    chaos.control.script(RESTART_RULES)
     # Two sessions whose driver waits at the gate with turns queued behind it, two that
     # stream turn after turn.
     gated = [chaos.client.open_session(chaos.workspace) for _ in range(2)]
@@ -126,12 +137,7 @@ def _restart_under_load(chaos: Chaos, broker: Broker) -> None:
     broker.start()
     chaos.control.open_gate()
 
-    assert_completed_once_in_order(chaos, load)
-    after = chaos.client.open_session(chaos.workspace).submit("load after the restart")
-    result = after.wait(60)
-    assert result.outcome is parley.TurnStatus.FINISHED
-    assert result.reply == "done: load after the restart"
-    assert [w.poll() for w in chaos.workers] == [None, None], "a worker exited"
+    assert_the_fleet_went_on(chaos, load)
     for worker in chaos.workers:
         assert b"Unrecoverable error" not in chaos.fleet.log_of(worker).read_bytes()
 

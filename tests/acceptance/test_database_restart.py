@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import parley
-from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
+from tests.acceptance.test_broker_restart import RESTART_RULES, assert_the_fleet_went_on
 from tests.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.conftest import fresh_postgres_database
 from tests.fleet import flush_redis
@@ -45,25 +44,7 @@ def test_workers_ride_through_a_postgresql_restart_under_load(
 
 
 def _restart_under_load(chaos: Chaos, postgres: PostgresServer) -> None:
-    step = {"chunk_chars": 2, "delay_ms": 20}
-    chaos.control.script(
-        [
-            {
-                "when": "^gated",
-                "steps": [
-                    {"tool_calls": [{"name": "wait_for_gate"}]},
-                    {"text": "done: {prompt}"},
-                ],
-            },
-            {
-                "when": "^load",
-                "steps": [
-                    {"text": "working ", **step, "tool_calls": [{"name": "list_files"}]},
-                    {"text": "done: {prompt}", **step},
-                ],
-            },
-        ]
-    )
+    chaos.control.script(RESTART_RULES)
     # One session whose driver waits at the gate with a turn queued behind it (its step
     # commits after the restart), three that stream turn after turn through it.
     gated = chaos.client.open_session(chaos.workspace)
@@ -77,11 +58,6 @@ def _restart_under_load(chaos: Chaos, postgres: PostgresServer) -> None:
     postgres.start()
     chaos.control.open_gate()
 
-    assert_completed_once_in_order(chaos, load)
-    after = chaos.client.open_session(chaos.workspace).submit("load after the restart")
-    result = after.wait(60)
-    assert result.outcome is parley.TurnStatus.FINISHED
-    assert result.reply == "done: load after the restart"
-    assert [w.poll() for w in chaos.workers] == [None, None], "a worker exited"
+    assert_the_fleet_went_on(chaos, load)
     # The gated turn's driver held its session across the outage and committed after it.
     assert chaos.client.store.run_state(load[0][0].turn_id).attempts == 1

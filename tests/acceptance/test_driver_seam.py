@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import parley
 from examples.plan_then_act.driver import ACTING, PLANNING
 from schemas.events import EventKind
 from tests.acceptance.conftest import ALL, deployed_client, host_fleet
+from tests.acceptance.test_approvals import wait_for
 from tests.chaos import chaos_fleet
 from tests.helpers import Control
 from tests.hosts import plan_then_act_host
@@ -214,10 +214,7 @@ def test_a_driven_call_that_asks_waits_and_the_driver_goes_on_from_its_answer(
         ]
     )
     handle = client.open_session(workspace).submit("record this")
-    deadline = time.monotonic() + 30
-    while handle.record().status is not parley.TurnStatus.WAITING:
-        assert time.monotonic() < deadline, "the call never asked"
-        time.sleep(0.05)
+    wait_for(handle, parley.TurnStatus.WAITING)
     assert control.recorded_calls() == []
     [pending] = handle.approvals()
     handle.approve(pending.approval_id)
