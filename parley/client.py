@@ -54,13 +54,7 @@ from schemas.records import (
 from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.constants import SEEDED, TURN_QUEUE
-from workers.database import (
-    create_database_engine,
-    current_revision,
-    head_revision,
-    migrate,
-    sqlite_file,
-)
+from workers.database import check_migrated, create_database_engine, migrate, sqlite_file
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.log_context import bind
@@ -129,9 +123,12 @@ def connect(
         migrate_schema = engine.dialect.name == "sqlite"
     if migrate_schema:
         migrate(engine)
-    elif current_revision(engine) != head_revision():
-        engine.dispose()
-        raise StoreError(f"the database at {url!r} is not migrated: run `parley migrate`")
+    else:
+        try:
+            check_migrated(engine)
+        except StoreError:
+            engine.dispose()
+            raise
     store = SqlStore(engine)
     if redis_url is None:
         coordinator = _local_coordinator(url, engine)
