@@ -396,17 +396,30 @@ class Session:
         timeout: float | None = None,
         context: dict[str, Any] | None = None,
     ) -> TurnResult:
-        """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
+        """Run a turn and wait for its result; ``on_event`` sees every event as it happens.
+        :class:`WaitTimeout` once ``timeout`` seconds have passed, events included."""
         if on_event is not None and not callable(on_event):
             raise InvalidRequest("on_event must be a callable taking an Event")
         _check_timeout(timeout)
         handle = self.submit(
             prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
         )
+        deadline = None if timeout is None else time.monotonic() + timeout
         if on_event is not None:
-            for event in handle.events():
-                on_event(event)
-        return handle.wait(timeout=timeout)
+            stop = threading.Event()
+            # The events stop at the deadline (a turn that never ends must not hold the
+            # call past it), and the wait after them then says why.
+            timer = None if timeout is None else threading.Timer(timeout, stop.set)
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                for event in handle.events(stop=stop):
+                    on_event(event)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        return handle._wait_until(deadline, timeout)
 
     def submit(
         self,
@@ -659,9 +672,13 @@ class TurnHandle:
         return self._client.store.turn_result(self.turn_id)
 
     def wait(self, timeout: float | None = None) -> TurnResult:
-        """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
+        """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds (naming
+        Redis if it could not be reached: the fleet cannot run the turn without it)."""
         _check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._wait_until(None if timeout is None else time.monotonic() + timeout, timeout)
+
+    def _wait_until(self, deadline: float | None, timeout: float | None) -> TurnResult:
+        """:meth:`wait` until the monotonic ``deadline``, that of a ``timeout``."""
         client = self._client
         # The store, which holds the truth, is asked first, then after each end the
         # coordinator reports and after each silent poll (it may have lost the signal, or
@@ -673,6 +690,12 @@ class TurnHandle:
             self._raise_if_driver_died()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
+                outage = client.coordinator.outage()
+                if outage is not None:
+                    raise WaitTimeout(
+                        f"turn {self.turn_id} did not end within {timeout}s: {outage}, and "
+                        "the fleet's workers need it to run the turn"
+                    )
                 raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
             pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
             seen = client.coordinator.wait_end(self.turn_id, seen, timeout=pause) or seen
