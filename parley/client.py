@@ -678,7 +678,8 @@ class TurnHandle:
         return self._wait_until(None if timeout is None else time.monotonic() + timeout, timeout)
 
     def _wait_until(self, deadline: float | None, timeout: float | None) -> TurnResult:
-        """:meth:`wait` until the monotonic ``deadline``, that of a ``timeout``."""
+        """What :meth:`wait` does, until the monotonic ``deadline`` (that of ``timeout``,
+        which its error names)."""
         client = self._client
         # The store, which holds the truth, is asked first, then after each end the
         # coordinator reports and after each silent poll (it may have lost the signal, or
