@@ -39,6 +39,7 @@ from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
 from workers import constants as c
 from workers.concurrency import ConnectionBudget, drivers_per_process
+from workers.database import unmigrated
 from workers.fleet_runtime import FleetRuntime, drive_session, sweep
 from workers.store import validate_ids
 
@@ -222,15 +223,25 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
     except Exception:
         log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
     housekeeper: Housekeeper | None = None
+    migrated = False
     try:
         while not stop.is_set():
+            # Looked at until the database first answers: no sweep of an unmigrated one
+            # can work, so beat stops on one line naming `parley migrate` (an outage,
+            # by contrast, is waited out).
+            missing: StoreError | None = None
             try:
-                sweep_once()
-                housekeeper = housekeeper or start_housekeeper()
+                missing = None if migrated else unmigrated(runtime().store.engine)
+                if missing is None:
+                    migrated = True
+                    sweep_once()
+                    housekeeper = housekeeper or start_housekeeper()
             except OUTAGES as exc:  # (every sweep until it ends: one line each)
                 log.warning("sweep failed (%s: %s); retrying", type(exc).__name__, exc)
             except Exception:
                 log.warning("sweep failed; retrying", exc_info=True)
+            if missing is not None:
+                raise missing
             stop.wait(settings.sweep_seconds)
     finally:
         if housekeeper is not None:

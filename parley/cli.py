@@ -225,8 +225,10 @@ def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Cli
         path = sqlite_file(url)
         if path is not None and not path.exists():
             raise parley.errors.InvalidRequest(f"no database at {path}")
+    # On a fleet the workers hold the host: its producer needs none.
+    needs_host = runs_turns and not _is_fleet(url)
     host: parley.Host | None
-    if not runs_turns:
+    if not needs_host:
         host = None  # reading needs no model: a misconfigured PARLEY_MODEL must not matter
     elif args.host:
         host = parley.load_host(args.host)
@@ -234,11 +236,20 @@ def _client(args: argparse.Namespace, *, runs_turns: bool = False) -> parley.Cli
         host = parley.Host(model=parley.models.model_from_spec(args.model))
     else:
         host = host_from_environment()
-    if runs_turns and host is None:
+    if needs_host and host is None:
         raise parley.errors.InvalidRequest(
             "no host: pass --host, set PARLEY_HOST, or name a model in PARLEY_MODEL"
         )
     return parley.connect(url, host=host)
+
+
+def _is_fleet(url: str) -> bool:
+    """Whether a client of ``url`` is a fleet producer, as ``parley.connect`` decides: not
+    SQLite, and ``PARLEY_REDIS_URL`` set."""
+    engine = create_database_engine(url)
+    fleet = engine.dialect.name != "sqlite" and bool(os.environ.get("PARLEY_REDIS_URL"))
+    engine.dispose()
+    return fleet
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
@@ -455,10 +466,7 @@ def _gateway(args: argparse.Namespace, console: Console) -> int:
     bind = Bind.parse(args.bind)
     url = database_url_of(args.db)
     note = None
-    engine = create_database_engine(url)
-    fleet = engine.dialect.name != "sqlite" and bool(os.environ.get("PARLEY_REDIS_URL"))
-    engine.dispose()
-    if fleet:
+    if _is_fleet(url):
         # A fleet producer and reader: the workers hold the host.
         if args.host:
             raise parley.errors.InvalidRequest(

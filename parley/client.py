@@ -54,13 +54,7 @@ from schemas.records import (
 from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.constants import SEEDED, TURN_QUEUE
-from workers.database import (
-    create_database_engine,
-    current_revision,
-    head_revision,
-    migrate,
-    sqlite_file,
-)
+from workers.database import check_migrated, create_database_engine, migrate, sqlite_file
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.log_context import bind
@@ -129,9 +123,12 @@ def connect(
         migrate_schema = engine.dialect.name == "sqlite"
     if migrate_schema:
         migrate(engine)
-    elif current_revision(engine) != head_revision():
-        engine.dispose()
-        raise StoreError(f"the database at {url!r} is not migrated: run `parley migrate`")
+    else:
+        try:
+            check_migrated(engine)
+        except StoreError:
+            engine.dispose()
+            raise
     store = SqlStore(engine)
     if redis_url is None:
         coordinator = _local_coordinator(url, engine)
@@ -399,17 +396,30 @@ class Session:
         timeout: float | None = None,
         context: dict[str, Any] | None = None,
     ) -> TurnResult:
-        """Run a turn and wait for its result; ``on_event`` sees every event as it happens."""
+        """Run a turn and wait for its result; ``on_event`` sees every event as it happens.
+        :class:`WaitTimeout` once ``timeout`` seconds have passed, events included."""
         if on_event is not None and not callable(on_event):
             raise InvalidRequest("on_event must be a callable taking an Event")
         _check_timeout(timeout)
         handle = self.submit(
             prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
         )
+        deadline = None if timeout is None else time.monotonic() + timeout
         if on_event is not None:
-            for event in handle.events():
-                on_event(event)
-        return handle.wait(timeout=timeout)
+            stop = threading.Event()
+            # The events stop at the deadline (a turn that never ends must not hold the
+            # call past it), and the wait after them then says why.
+            timer = None if timeout is None else threading.Timer(timeout, stop.set)
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                for event in handle.events(stop=stop):
+                    on_event(event)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        return handle._wait_until(deadline, timeout)
 
     def submit(
         self,
@@ -662,9 +672,14 @@ class TurnHandle:
         return self._client.store.turn_result(self.turn_id)
 
     def wait(self, timeout: float | None = None) -> TurnResult:
-        """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds."""
+        """Block until the turn ends; :class:`WaitTimeout` after ``timeout`` seconds (naming
+        Redis if it could not be reached: the fleet cannot run the turn without it)."""
         _check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._wait_until(None if timeout is None else time.monotonic() + timeout, timeout)
+
+    def _wait_until(self, deadline: float | None, timeout: float | None) -> TurnResult:
+        """What :meth:`wait` does, until the monotonic ``deadline`` (that of ``timeout``,
+        which its error names)."""
         client = self._client
         # The store, which holds the truth, is asked first, then after each end the
         # coordinator reports and after each silent poll (it may have lost the signal, or
@@ -676,6 +691,12 @@ class TurnHandle:
             self._raise_if_driver_died()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
+                outage = client.coordinator.outage()
+                if outage is not None:
+                    raise WaitTimeout(
+                        f"turn {self.turn_id} did not end within {timeout}s: {outage}, and "
+                        "the fleet's workers need it to run the turn"
+                    )
                 raise WaitTimeout(f"turn {self.turn_id} still running after {timeout}s")
             pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
             seen = client.coordinator.wait_end(self.turn_id, seen, timeout=pause) or seen

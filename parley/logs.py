@@ -37,8 +37,9 @@ TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"
 """The text lines' format (the default): time, logger, message."""
 
 # Celery's two lines per task ("received", "succeeded") say less than the one the driver
-# logs per kick, and cost each kick two formatted writes: warnings only.
-QUIET_CELERY_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+# logs per kick, and cost each kick two formatted writes; Alembic's two lines each time a
+# process reads the schema's revision say nothing an operator acts on: warnings only.
+QUIET_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "alembic.runtime.migration")
 
 
 class LogFormat(StrEnum):
@@ -111,7 +112,7 @@ def configure_logging(level: int, log_format: LogFormat) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    for name in QUIET_CELERY_LOGGERS:
+    for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if log_format is LogFormat.JSON:
         logging.captureWarnings(True)

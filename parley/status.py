@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from broker_config.app import BROKER_ERRORS, create_app
 from broker_config.settings import FleetSettings
 from schemas.records import TurnStatus
-from workers.database import normalise_url
+from workers.database import check_migrated, normalise_url
 from workers.redis_coordinator import RedisCoordinator
 from workers.store import SqlStore
 from workers.store_status import UNFINISHED, UnfinishedTurn, UnfinishedWork
@@ -158,6 +158,7 @@ def fleet_status(
     and ``PARLEY_REDIS_URL`` is set (as for the gateway), else embedded."""
     store = SqlStore.from_url(database_url)
     try:
+        check_migrated(store.engine)  # else the first read's SQL error, lines of it
         work = store.unfinished_work(LISTED)
         fleet = store.engine.dialect.name != "sqlite" and bool(env.get("PARLEY_REDIS_URL"))
     finally:

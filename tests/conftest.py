@@ -23,18 +23,21 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @contextmanager
-def fresh_postgres_database(purpose: str, admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
-    """A migrated database created for this test run and dropped after it (on the server
-    ``admin_url`` names: the machine's by default)."""
+def fresh_postgres_database(
+    purpose: str, admin_url: str = PG_ADMIN_URL, *, migrated: bool = True
+) -> Iterator[str]:
+    """A database created for this test run, migrated unless ``migrated`` is false, and
+    dropped after it (on the server ``admin_url`` names: the machine's by default)."""
     name = f"parley_{purpose}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = admin_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = admin.rsplit("/", 1)[0]
     url = f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
-    engine = create_database_engine(url)
-    migrate(engine)
-    engine.dispose()
+    if migrated:
+        engine = create_database_engine(url)
+        migrate(engine)
+        engine.dispose()
     try:
         yield url
     finally:

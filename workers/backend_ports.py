@@ -293,6 +293,11 @@ class Coordinator(Protocol):
         """Whether the coordinator answers now (readiness checks)."""
         ...
 
+    def outage(self) -> str | None:
+        """Why the coordinator's latest read failed, naming what could not be reached,
+        for an error to say (None: it answered)."""
+        ...
+
     def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
         """Drop what is kept for a session that was pruned and for its turns (replay
         buffers, ends, steer lists, work marks; not a lock, which expires on its own)."""

@@ -191,3 +191,20 @@ def current_revision(engine: Engine) -> str | None:
             return MigrationContext.configure(connection).get_current_revision()
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot reach the database: {exc}") from exc
+
+
+def unmigrated(engine: Engine) -> StoreError | None:
+    """The error to raise if the database is not at the package's newest revision, naming
+    ``parley migrate`` (None if it is); ``StoreError`` if it cannot be reached."""
+    if current_revision(engine) == head_revision():
+        return None
+    shown = engine.url.render_as_string(hide_password=True)
+    return StoreError(f"the database at {shown} is not migrated: run `parley migrate`")
+
+
+def check_migrated(engine: Engine) -> None:
+    """``StoreError`` naming ``parley migrate`` unless the database is at the package's
+    newest revision (or if it cannot be reached)."""
+    error = unmigrated(engine)
+    if error is not None:
+        raise error

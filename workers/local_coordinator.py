@@ -96,6 +96,10 @@ class LocalCoordinator(Coordinator):
         """Always: it lives in this process."""
         return True
 
+    def outage(self) -> str | None:
+        """Never: it lives in this process."""
+        return None
+
     def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
         """Drop a pruned session's turns' buffers, ends, owners and steers."""
         with self._guard:

@@ -27,6 +27,7 @@ from schemas.events import Event, EventKind
 from schemas.records import Steer, SteerKind
 from workers import constants as c
 from workers.backend_ports import Coordinator
+from workers.redis_reachability import Reachability, redis_address
 
 log = logging.getLogger("parley.redis")
 
@@ -236,6 +237,9 @@ class RedisCoordinator(Coordinator):
         )
         self.scripts = _Scripts(self.redis)
         self.heartbeat = _Heartbeat(self)
+        self.reachability = Reachability(
+            redis_address(self.redis.connection_pool.connection_kwargs)
+        )
         self._pending: list[tuple[int, Event]] = []
         self._wake = threading.Condition()
         self._sending = threading.Lock()
@@ -269,6 +273,10 @@ class RedisCoordinator(Coordinator):
             return bool(self.redis.ping())
         except redis.RedisError:
             return False
+
+    def outage(self) -> str | None:
+        """Why the latest read of Redis failed, naming it (None: it answered)."""
+        return self.reachability.outage()
 
     def forget(self, session_id: str, turn_ids: Sequence[str]) -> None:
         """UNLINK a pruned session's keys and its turns' (the lock is left to expire: a
@@ -567,13 +575,16 @@ class RedisCoordinator(Coordinator):
         try:
             if timeout > 0:
                 found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
-                return list(found[0][1]) if found else []
-            return list(self.redis.xrange(key, min=f"({after}-0"))
-        except redis.RedisError:
-            log.warning("cannot read %s", key)
+                entries = list(found[0][1]) if found else []
+            else:
+                entries = list(self.redis.xrange(key, min=f"({after}-0"))
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
             if timeout > 0:
                 time.sleep(timeout)
             return []
+        self.reachability.answered()
+        return entries
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
@@ -595,16 +606,20 @@ class RedisCoordinator(Coordinator):
         self.flush()  # what this process still holds counts too
         try:
             last = self.redis.xrevrange(c.events_key(turn_id), count=1)
-        except redis.RedisError:
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
             return 0
+        self.reachability.answered()
         return _seq_of(last[0][0]) if last else 0
 
     def buffer_covers(self, turn_id: str, seq: int) -> bool:
         """The turn's stream exists and starts at or before ``seq + 1``."""
         try:
             first = self.redis.xrange(c.events_key(turn_id), count=1)
-        except redis.RedisError:
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
             return False
+        self.reachability.answered()
         return bool(first) and _seq_of(first[0][0]) <= seq + 1
 
     # ------------------------------------------------------------------ steers

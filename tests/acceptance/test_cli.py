@@ -201,6 +201,39 @@ def test_submit_with_no_worker_says_once_that_the_turn_waits_for_one(tmp_path: P
     )
 
 
+def test_submit_on_a_fleet_needs_no_host_the_workers_hold_it(workspace: Path) -> None:
+    with chaos_fleet(workspace, pool="threads", workers=1) as chaos:
+        chaos.control.script([{"when": ".*", "steps": [{"text": "the worker heard: {prompt}"}]}])
+        env = {
+            k: v for k, v in chaos.fleet.env().items() if k not in ("PARLEY_HOST", "PARLEY_MODEL")
+        }
+        session_id = chaos.client.open_session(chaos.workspace).id
+        turn = parley("submit", session_id, "hello fleet", env=env)
+    assert turn.returncode == 0, turn.stderr
+    assert "the worker heard: hello fleet" in turn.stdout
+    assert "no host" not in turn.stderr
+
+
+def test_status_and_beat_on_an_unmigrated_database_say_so_on_one_line(tmp_path: Path) -> None:
+    with fresh_postgres_database("unmigrated", migrated=False) as url:
+        env = {
+            "PARLEY_DATABASE_URL": url,
+            "PARLEY_REDIS_URL": REDIS_TEST_URL,
+            "PARLEY_QUEUE": f"parley.test.{uuid.uuid4().hex[:8]}",
+        }
+        status = parley("status", env=env)
+        embedded = parley("status", env={**env, "PARLEY_REDIS_URL": ""})
+        beat = parley("beat", env=env)
+    expected = f"StoreError: the database at {url} is not migrated: run `parley migrate`"
+    for run in (status, embedded):
+        assert (run.returncode, run.stdout, run.stderr.splitlines()) == (2, "", [expected])
+    # beat stops at once (every sweep would fail) rather than log the SQL error every 2 s;
+    # its one line before the error is the start every beat logs.
+    assert beat.returncode == 2
+    started, error = beat.stderr.splitlines()
+    assert "parley.worker sweeping every" in started and error == expected
+
+
 def test_approve_lists_and_answers_a_waiting_call_from_another_process(tmp_path: Path) -> None:
     """``parley submit`` waits while its turn's call waits for a person; ``parley approve``
     lists the call in another process, answers it, and (embedded, with the host) runs the
