@@ -41,7 +41,13 @@ RECORD: dict[str, Any] = {
     "when": "^record",
     "steps": [{"tool_calls": [{"name": "record_call", "arguments": {}}]}, {"text": "recorded."}],
 }
-RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, RECORD, ECHO]
+KEEPALIVE_SECONDS = 0.2
+PAUSE_MS = 1500  # a silence of several keep-alives, mid-text
+PAUSED: dict[str, Any] = {
+    "when": "^pause",
+    "steps": [{"text": "Before the pause, after it.", "chunk_chars": 17, "delay_ms": PAUSE_MS}],
+}
+RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, RECORD, PAUSED, ECHO]
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
 
 
@@ -50,7 +56,10 @@ CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(tmp_path_factory.mktemp("responses-gateways"))
+    pool = Gateways(
+        tmp_path_factory.mktemp("responses-gateways"),
+        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
+    )
     yield pool
     pool.stop()
 
@@ -204,6 +213,43 @@ def test_a_background_stream_cut_after_a_few_deltas_resumes_exactly(
         final = resumed.get_final_response()
     assert [e.sequence_number for e in events] == [e.sequence_number for e in rest]
     assert final.output_text == STREAM_TEXT
+
+
+def test_a_stream_silent_for_longer_than_the_keep_alive_reads_to_its_end(
+    tenant: Tenant, api: OpenAI
+) -> None:
+    """A response that goes quiet mid-text (a slow model, tool or approval) is kept alive
+    in a form the official client reads past: ``create(stream=True)``,
+    ``retrieve(id, stream=True, starting_after=N)`` and the ``responses.stream()``
+    accumulator each read across the silence to the end.  On the wire the silence holds
+    keep-alive comments, and no event carries an ``id:`` (as OpenAI's own streams: the
+    client's decoder would make each keep-alive after an id an event of no data)."""
+    reply = "Before the pause, after it."
+    events = list(api.responses.create(model="m", input="pause a while", stream=True))
+    assert events[-1].type == "response.completed"
+    assert deltas(events) == reply == events[-1].response.output_text
+    response_id = events[0].response.id
+
+    first = next(e for e in events if e.type == "response.output_text.delta")
+    rest = list(
+        api.responses.retrieve(response_id, stream=True, starting_after=first.sequence_number)
+    )
+    assert [key(e) for e in rest] == [key(e) for e in events[events.index(first) + 1 :]]
+    with api.responses.stream(model="m", input="pause again") as accumulated:
+        final = accumulated.get_final_response()
+    assert final.output_text == reply
+
+    raw = b""
+    body = {"model": "m", "input": "pause once more", "stream": True}
+    with tenant.http.stream("POST", "/v1/responses", json=body) as response:
+        assert response.status_code == 200
+        for chunk in response.iter_bytes():
+            raw += chunk
+    frames = raw.decode().split("\n\n")
+    keep_alives = [n for n, frame in enumerate(frames) if frame == ": keep-alive"]
+    first_delta = next(n for n, f in enumerate(frames) if "response.output_text.delta" in f)
+    assert any(n > first_delta for n in keep_alives), frames  # kept alive mid-response
+    assert not [line for line in raw.decode().splitlines() if line.startswith("id:")]
 
 
 def test_previous_response_id_continues_the_conversation_and_can_branch(
