@@ -51,6 +51,7 @@ from parley.gateway.responses_events import (
     meta_of,
     response_object,
     stored_response,
+    unix_seconds,
 )
 from parley.gateway.tenants import Tenant, owned_session, owned_turn
 from schemas.events import EventKind
@@ -442,17 +443,17 @@ async def create_response(body: ResponseCreate, request: Request, owner: Tenant)
     hints = {
         "model": body.model or "",
         "previous_response_id": body.previous_response_id,
-        "background": body.background,
+        "background": bool(body.background),
     }
     if body.stream or body.background:
         turn = await asyncio.to_thread(handle.record)
         meta = ResponseMeta(
             response_id=turn.turn_id,
-            created_at=turn.created_at.timestamp(),
+            created_at=unix_seconds(turn.created_at),
             conversation_id=turn.session_id,
             model=body.model or "",
             previous_response_id=body.previous_response_id,
-            background=body.background,
+            background=bool(body.background),
             max_output_tokens=body.max_output_tokens,
         )
         if body.stream:
