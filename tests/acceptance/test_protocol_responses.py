@@ -228,9 +228,10 @@ def test_a_stream_silent_for_longer_than_the_keep_alive_reads_to_its_end(
     client's decoder would make each keep-alive after an id an event of no data)."""
     reply = "Before the pause, after it."
     events = list(api.responses.create(model="m", input="pause a while", stream=True))
-    assert events[-1].type == "response.completed"
-    assert deltas(events) == reply == events[-1].response.output_text
-    response_id = events[0].response.id
+    created, completed = events[0], events[-1]
+    assert created.type == "response.created" and completed.type == "response.completed"
+    assert deltas(events) == reply == completed.response.output_text
+    response_id = created.response.id
 
     first = next(e for e in events if e.type == "response.output_text.delta")
     rest = list(
