@@ -348,5 +348,7 @@ class RunState:
     held_step: dict[str, Any] | None = None
     # How many of its calls asked for an answer, over all its steps.
     approval_count: int = 0
+    # When the run last ended (None while it has not).
+    ended_at: datetime | None = None
     # The JSON object the submission carried for the host (SPEC §4 "Host seams").
     host_context: dict[str, Any] = field(default_factory=dict)

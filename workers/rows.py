@@ -118,6 +118,7 @@ def run_state_of(run: Any) -> RunState:
         stalled_attempts=run.stalled_attempts,
         held_step=getattr(run, "held_step", None),
         approval_count=getattr(run, "approval_count", 0),
+        ended_at=aware(run.ended_at) if run.ended_at is not None else None,
         host_context=dict(getattr(run, "host_context", None) or {}),
     )
 

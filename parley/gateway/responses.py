@@ -51,6 +51,7 @@ from parley.gateway.responses_events import (
     meta_of,
     response_object,
     stored_response,
+    unix_seconds,
 )
 from parley.gateway.tenants import Tenant, owned_session, owned_turn
 from schemas.events import EventKind
@@ -192,7 +193,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 RESPONSE_OR_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The Response object, or with stream=true its Server-Sent Events "
-        "(`event: TYPE`, `data: event JSON`, `id: sequence_number`)",
+        "(`event: TYPE`, `data: event JSON`; `: keep-alive` comments while idle)",
         "content": {"application/json": {}, "text/event-stream": {}},
     }
 }
@@ -442,17 +443,17 @@ async def create_response(body: ResponseCreate, request: Request, owner: Tenant)
     hints = {
         "model": body.model or "",
         "previous_response_id": body.previous_response_id,
-        "background": body.background,
+        "background": bool(body.background),
     }
     if body.stream or body.background:
         turn = await asyncio.to_thread(handle.record)
         meta = ResponseMeta(
             response_id=turn.turn_id,
-            created_at=turn.created_at.timestamp(),
+            created_at=unix_seconds(turn.created_at),
             conversation_id=turn.session_id,
             model=body.model or "",
             previous_response_id=body.previous_response_id,
-            background=body.background,
+            background=bool(body.background),
             max_output_tokens=body.max_output_tokens,
         )
         if body.stream:
@@ -702,14 +703,13 @@ def _event_stream(
 
 
 def _frames(events: list[dict[str, Any]], after: int) -> list[ServerSentEvent]:
-    """The events numbered above ``after``, as SSE (``event: TYPE`` as OpenAI sends it;
-    ``id`` lets an ``EventSource`` resume with ``Last-Event-ID``)."""
+    """The events numbered above ``after``, as SSE: ``event: TYPE`` and ``data``, as OpenAI
+    sends them, and no ``id``.  The official client's decoder keeps the last id it saw and
+    makes every blank line after it an event, so a keep-alive comment following an id would
+    reach it as an event of no data, which it fails to parse; a reader resumes with the
+    ``sequence_number`` of the data instead (``starting_after``)."""
     return [
-        ServerSentEvent(
-            data=json.dumps(event, separators=(",", ":")),
-            event=event["type"],
-            id=str(event["sequence_number"]),
-        )
+        ServerSentEvent(data=json.dumps(event, separators=(",", ":")), event=event["type"])
         for event in events
         if event["sequence_number"] > after
     ]

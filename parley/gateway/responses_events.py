@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from schemas.events import (
@@ -89,16 +90,21 @@ def sequence_number(seq: int, index: int) -> int:
 # ---------------------------------------------------------------------------- objects
 
 
+def unix_seconds(moment: datetime) -> int:
+    """A time as the Responses objects give it: whole seconds since the epoch."""
+    return int(moment.timestamp())
+
+
 @dataclass(frozen=True, kw_only=True)
 class ResponseMeta:
     """What a response object says besides its output and status."""
 
     response_id: str
-    created_at: float
+    created_at: int
     conversation_id: str
     model: str = ""
     previous_response_id: str | None = None
-    background: bool | None = None
+    background: bool = False
     max_output_tokens: int | None = None
 
 
@@ -111,14 +117,21 @@ def response_object(
     usage: Usage | None = None,
     error: str | None = None,
     incomplete_reason: str | None = None,
+    completed_at: int | None = None,
 ) -> dict[str, Any]:
-    """A ``Response`` as OpenAI's client parses it (``openai.types.responses.Response``).
-    ``output_text`` is not part of OpenAI's wire form (the clients compute it from
-    ``output``); it is sent too, as the reply, for readers without such a client."""
+    """A ``Response`` as the Open Responses specification publishes it (its
+    ``ResponseResource``: every field it requires, of the type it requires) and OpenAI's
+    client parses it (``openai.types.responses.Response``).  The host's model decides
+    the sampling, which parley leaves alone: the sampling fields say what OpenAI's
+    defaults are (``temperature`` and ``top_p`` 1, no penalties, no log probabilities),
+    not what the request asked.  ``output_text`` is not part of either wire form (the
+    clients compute it from ``output``); it is sent too, as the reply, for readers
+    without such a client."""
     return {
         "id": meta.response_id,
         "object": "response",
         "created_at": meta.created_at,
+        "completed_at": completed_at,
         "status": status,
         "model": meta.model,
         "output": list(output),
@@ -132,16 +145,25 @@ def response_object(
         "conversation": {"id": meta.conversation_id},
         "background": meta.background,
         "max_output_tokens": meta.max_output_tokens,
+        "max_tool_calls": None,
         "instructions": None,
         "metadata": {},
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
-        "temperature": None,
-        "top_p": None,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "reasoning": None,
         "text": {"format": {"type": "text"}},
         "truncation": "disabled",
         "store": True,
+        "service_tier": "default",
+        "user": None,
+        "safety_identifier": None,
+        "prompt_cache_key": None,
     }
 
 
@@ -164,13 +186,14 @@ def stored_response(
     approvals: Sequence[Approval] = (),
     model: str = "",
     previous_response_id: str | None = None,
-    background: bool | None = None,
+    background: bool = False,
 ) -> dict[str, Any]:
     """The response object of a stored turn (``approvals``: its calls that asked for a
     person's answer; those still waiting are shown).  ``model`` is what the request
     named: it is shown until a step records the model the host actually used;
     ``previous_response_id`` likewise until the turn has taken its place under a parent;
-    ``background`` is echoed (parley does not store it)."""
+    ``background`` is echoed (parley does not store it: a later read says false).
+    ``completed_at`` is when a completed response's turn ended."""
     meta = meta_of(
         turn,
         run,
@@ -190,6 +213,11 @@ def stored_response(
         usage=run.usage,
         error=(run.error or "the turn failed") if run.status is TurnStatus.FAILED else None,
         incomplete_reason=incomplete_reason(run.status, run.error),
+        completed_at=(
+            unix_seconds(run.ended_at)
+            if status == "completed" and run.ended_at is not None
+            else None
+        ),
     )
 
 
@@ -200,14 +228,14 @@ def meta_of(
     *,
     model: str = "",
     previous_response_id: str | None = None,
-    background: bool | None = None,
+    background: bool = False,
 ) -> ResponseMeta:
     """The meta of a stored turn (see :func:`stored_response` for the hints)."""
     used = next((s.payload.model for s in reversed(steps) if s.payload.model), "")
     contract = run.contract
     return ResponseMeta(
         response_id=turn.turn_id,
-        created_at=turn.created_at.timestamp(),
+        created_at=unix_seconds(turn.created_at),
         conversation_id=turn.session_id,
         model=used or model,
         previous_response_id=turn.parent_id or previous_response_id,

@@ -3,7 +3,9 @@
 prints.  A message streams its reply; the same box steers a running turn and the model
 hears it; Interrupt cancels and Resume finishes; "Branch from here" moves the head and a
 new turn hangs under the earlier one; a reload keeps the conversation, and picks up a
-turn that is still running; a stream cut mid-turn reconnects with nothing shown twice.
+turn that is still running; a stream cut mid-turn reconnects with nothing shown twice;
+and the browser's own ``EventSource`` reads the native stream across a silence longer
+than the keep-alive.
 
 Screenshots of each stage go to ``tmp_path`` and, when ``PARLEY_SCREENSHOTS`` names a
 directory, are copied there."""
@@ -40,6 +42,9 @@ pytestmark = [
 
 expect.set_options(timeout=20_000)
 
+KEEPALIVE_SECONDS = 0.3
+PAUSED_REPLY = "Before the pause, after it."
+"""A reply quiet mid-text for several keep-alives."""
 SLOW_OPENING = "Here is a slow story, told slowly so that there is time to steer it or stop it. "
 NUMBERS = "".join(f"w{i:03d} " for i in range(1, 121))
 """A long step of distinct words: a word shown twice or skipped is easy to see."""
@@ -86,6 +91,12 @@ SCRIPT: dict[str, Any] = {
                     ],
                 },
                 {"text": "The policy said no, so I left it."},
+            ],
+        },
+        {
+            "when": "(?i)pause",
+            "steps": [
+                {"text": PAUSED_REPLY, "chunk_chars": 17, "delay_ms": KEEPALIVE_SECONDS * 5000}
             ],
         },
         {"when": ".*", "steps": [{"text": "You said: {last_message}", "chunk_chars": 3}]},
@@ -141,6 +152,7 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
         PARLEY_HOST=f"scripted:{script}",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         PYTHONUNBUFFERED="1",
+        PARLEY_GATEWAY_KEEPALIVE=str(KEEPALIVE_SECONDS),
     )
     log = tmp_path / "gateway.log"
     port = free_port()
@@ -529,3 +541,47 @@ def test_the_page_reads_sse_frames_cut_anywhere(gateway: Gateway, page: Page) ->
         {"id": "2", "type": "step", "data": "one\ntwo"},
         {"id": "2", "type": "message", "data": "three"},
     ]
+
+
+EVENT_SOURCE_READ = """async (token) => {
+    const headers = { Authorization: `Bearer ${token}`, "Content-Type": "application/json" };
+    const post = async (path, body) =>
+        (await fetch(path, { method: "POST", headers, body: JSON.stringify(body) })).json();
+    const session = await post("/v1/sessions", {});
+    const turn = await post(`/v1/sessions/${session.id}/turns`, { prompt: "pause a while" });
+    return await new Promise((resolve) => {
+        const source = new EventSource(`/v1/turns/${turn.turn_id}/events`);
+        const read = { text: "", errors: 0, tokenTimes: [] };
+        source.addEventListener("token", (message) => {
+            read.tokenTimes.push(performance.now());
+            read.text += JSON.parse(message.data).data.text;
+        });
+        source.addEventListener("end", (message) => {
+            source.close();
+            resolve({ ...read, outcome: JSON.parse(message.data).data.outcome });
+        });
+        source.onerror = () => { read.errors += 1; };
+    });
+}"""
+
+
+def test_an_event_source_reads_a_stream_silent_for_longer_than_the_keep_alive(
+    gateway: Gateway, page: Page
+) -> None:
+    """The browser's own ``EventSource`` on the native stream (SPEC §6 "Event stream"),
+    across a turn quiet mid-text for several keep-alives: it reads to the end, once,
+    without an error or a reconnect.  (An ``EventSource`` cannot send a token: the test's
+    route adds the header its request lacks.)"""
+    page.goto(gateway.url)
+
+    def with_token(route: Route) -> None:
+        route.continue_(
+            headers={**route.request.headers, "authorization": f"Bearer {gateway.token}"}
+        )
+
+    page.route(re.compile(r".*/v1/turns/[^/]+/events$"), with_token)
+    read = page.evaluate(EVENT_SOURCE_READ, gateway.token)
+    assert read["errors"] == 0
+    assert (read["outcome"], read["text"]) == ("finished", PAUSED_REPLY)
+    first, last = read["tokenTimes"][0], read["tokenTimes"][-1]
+    assert last - first >= KEEPALIVE_SECONDS * 5000 * 0.9  # the silence was there

@@ -1,10 +1,11 @@
 """The OpenAI Responses API (SPEC §6 "Protocols for existing UIs") through a real
 ``parley gateway`` process, with the official ``openai`` client pointed at it
 (``OpenAI(base_url=<gateway>/v1, api_key=<token>)``), on every deployment: a blocking
-create, a background stream cut and resumed after ``N``, a continuation in the same
-conversation (and a branch from an earlier response), a cancel, a budget that ran out,
-bad input refused in OpenAI's form without changing anything, and on a fleet of its own a
-stream resumed across a worker killed with SIGKILL mid-response."""
+create, a background stream cut and resumed after ``N``, a stream silent for longer than
+the keep-alive, a continuation in the same conversation (and a branch from an earlier
+response), a cancel, a budget that ran out, bad input refused in OpenAI's form without
+changing anything, every status and event as the Open Responses schema has them, and on
+a fleet of its own a stream resumed across a worker killed with SIGKILL mid-response."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from openai import OpenAI
 import parley
 from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet, flush_redis
-from tests.gateway import Gateway, Gateways, Tenant, make_tokens, start_gateway
+from tests.gateway import Gateway, Gateways, Tenant, make_tokens, sse_messages, start_gateway
+from tests.open_responses import check_event, check_response
 
 LIST: dict[str, Any] = {"name": "list_files", "arguments": {}}
 RETRY: dict[str, Any] = {
@@ -41,7 +43,13 @@ RECORD: dict[str, Any] = {
     "when": "^record",
     "steps": [{"tool_calls": [{"name": "record_call", "arguments": {}}]}, {"text": "recorded."}],
 }
-RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, RECORD, ECHO]
+KEEPALIVE_SECONDS = 0.2
+PAUSE_MS = 1500  # a silence of several keep-alives, mid-text
+PAUSED: dict[str, Any] = {
+    "when": "^pause",
+    "steps": [{"text": "Before the pause, after it.", "chunk_chars": 17, "delay_ms": PAUSE_MS}],
+}
+RULES: list[dict[str, Any]] = [RETRY, STREAM, LOOP, RECORD, PAUSED, ECHO]
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
 
 
@@ -50,7 +58,10 @@ CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(tmp_path_factory.mktemp("responses-gateways"))
+    pool = Gateways(
+        tmp_path_factory.mktemp("responses-gateways"),
+        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
+    )
     yield pool
     pool.stop()
 
@@ -204,6 +215,123 @@ def test_a_background_stream_cut_after_a_few_deltas_resumes_exactly(
         final = resumed.get_final_response()
     assert [e.sequence_number for e in events] == [e.sequence_number for e in rest]
     assert final.output_text == STREAM_TEXT
+
+
+def test_a_stream_silent_for_longer_than_the_keep_alive_reads_to_its_end(
+    tenant: Tenant, api: OpenAI
+) -> None:
+    """A response that goes quiet mid-text (a slow model, tool or approval) is kept alive
+    in a form the official client reads past: ``create(stream=True)``,
+    ``retrieve(id, stream=True, starting_after=N)`` and the ``responses.stream()``
+    accumulator each read across the silence to the end.  On the wire the silence holds
+    keep-alive comments, and no event carries an ``id:`` (as OpenAI's own streams: the
+    client's decoder would make each keep-alive after an id an event of no data)."""
+    reply = "Before the pause, after it."
+    events = list(api.responses.create(model="m", input="pause a while", stream=True))
+    created, completed = events[0], events[-1]
+    assert created.type == "response.created" and completed.type == "response.completed"
+    assert deltas(events) == reply == completed.response.output_text
+    response_id = created.response.id
+
+    first = next(e for e in events if e.type == "response.output_text.delta")
+    rest = list(
+        api.responses.retrieve(response_id, stream=True, starting_after=first.sequence_number)
+    )
+    assert [key(e) for e in rest] == [key(e) for e in events[events.index(first) + 1 :]]
+    with api.responses.stream(model="m", input="pause again") as accumulated:
+        final = accumulated.get_final_response()
+    assert final.output_text == reply
+
+    raw = b""
+    body = {"model": "m", "input": "pause once more", "stream": True}
+    with tenant.http.stream("POST", "/v1/responses", json=body) as response:
+        assert response.status_code == 200
+        for chunk in response.iter_bytes():
+            raw += chunk
+    frames = raw.decode().split("\n\n")
+    keep_alives = [n for n, frame in enumerate(frames) if frame == ": keep-alive"]
+    first_delta = next(n for n, f in enumerate(frames) if "response.output_text.delta" in f)
+    assert any(n > first_delta for n in keep_alives), frames  # kept alive mid-response
+    assert not [line for line in raw.decode().splitlines() if line.startswith("id:")]
+
+
+EMITTED = {
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+}
+"""Every kind of event a Responses stream of parley's sends."""
+
+
+def wire_events(tenant: Tenant, response_id: str) -> list[dict[str, Any]]:
+    """The events of a response's whole stream, as JSON off the wire."""
+    path = f"/v1/responses/{response_id}"
+    with tenant.http.stream("GET", path, params={"stream": "true"}) as response:
+        assert response.status_code == 200
+        return [m.json() for m in sse_messages(response.iter_lines()) if m.comment is None]
+
+
+def test_every_status_and_event_is_as_the_open_responses_schema_has_them(
+    tenant: Tenant,
+) -> None:
+    """The Response object of every status (``queued``, ``in_progress``, ``completed``,
+    ``cancelled``, ``failed``, ``incomplete``), as the routes answer it, and every kind of
+    event their streams send validate against the specification's own schema (strict
+    clients, the specification's compliance runner, typed SDKs in other languages)."""
+
+    def create(**body: Any) -> dict[str, Any]:
+        answer = tenant.http.post("/v1/responses", json={"model": "m", **body})
+        assert answer.status_code == 200, answer.text
+        created: dict[str, Any] = answer.json()
+        return created
+
+    def retrieve_once(response_id: str, status: str) -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while (current := tenant.http.get(f"/v1/responses/{response_id}").json())[
+            "status"
+        ] != status:
+            assert time.monotonic() < deadline, current
+            time.sleep(0.02)
+        found: dict[str, Any] = current
+        return found
+
+    objects = {"queued": create(input="pause a while", background=True)}
+    objects["in_progress"] = retrieve_once(objects["queued"]["id"], "in_progress")
+    objects["completed"] = create(input="what is the retry policy?")
+    objects["incomplete"] = create(input="loop for ever", max_output_tokens=1)
+    cancelling = create(input="stream a long answer", background=True)
+    retrieve_once(cancelling["id"], "in_progress")
+    cancelled = tenant.http.post(f"/v1/responses/{cancelling['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    objects["cancelled"] = cancelled.json()
+    tenant.control.fail_model("the model is down")
+    objects["failed"] = create(input="hello")
+
+    for status, body in objects.items():
+        assert body["status"] == status
+        check_response(body)
+        assert isinstance(body["created_at"], int)
+        assert (body["completed_at"] is not None) is (status == "completed"), body
+    completed = objects["completed"]
+    assert completed["created_at"] <= completed["completed_at"] <= time.time()
+
+    kinds = set()
+    for response_id in {body["id"] for body in objects.values()}:
+        for event in wire_events(tenant, response_id):
+            check_event(event)
+            kinds.add(event["type"])
+    assert kinds == EMITTED
 
 
 def test_previous_response_id_continues_the_conversation_and_can_branch(

@@ -255,8 +255,14 @@ ASKING: dict[str, Any] = {
         {"text": "done: {last_message}"},
     ],
 }
-RULES: list[dict[str, Any]] = [TOOL, STEERED, GATED, ASKING, ECHO]
 KEEPALIVE_SECONDS = 0.3
+PAUSED_REPLY = "Before the pause, after it."
+PAUSED: dict[str, Any] = {
+    "when": "^pause",
+    # A silence of several keep-alives, mid-text.
+    "steps": [{"text": PAUSED_REPLY, "chunk_chars": 17, "delay_ms": KEEPALIVE_SECONDS * 5000}],
+}
+RULES: list[dict[str, Any]] = [TOOL, STEERED, GATED, ASKING, PAUSED, ECHO]
 ASK = {"ask_tools": ["record_call"]}
 
 
@@ -567,6 +573,23 @@ def test_an_idle_protocol_stream_keeps_alive_in_lf_lines(
         assert last == "data: [DONE]"
     else:
         assert '"type":"RUN_FINISHED"' in last
+
+
+def test_the_stock_clients_read_a_stream_silent_for_longer_than_the_keep_alive(
+    gateway: Gateway, alice: Tenant
+) -> None:
+    """A turn quiet mid-text for several keep-alives (a slow model, tool or approval):
+    ``HttpAgent.runAgent()`` and the AI SDK's transport each read across the silence to
+    the reply, with nothing amiss."""
+    got = node("agui.mjs", agui(gateway, alice, "thread-pause", "pause a while"))
+    assert got["warnings"] == []
+    [run] = got["runs"]
+    assert kinds(run["events"])[-1] == "RUN_FINISHED"
+    assert run["newMessages"][-1]["content"] == PAUSED_REPLY
+    [result] = chat(gateway, alice, "chat-pause", {"send": "pause again"})
+    assert result["error"] is None
+    assert [p["text"] for p in result["message"]["parts"] if p["type"] == "text"] == [PAUSED_REPLY]
+    assert result["chunks"][-1]["type"] == "finish"
 
 
 def test_agui_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: Tenant) -> None:

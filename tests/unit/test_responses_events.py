@@ -1,5 +1,6 @@
 """The OpenAI Responses projection (``parley.gateway.responses_events``), checked with the
-official ``openai`` package: every event validates against its model, the client's own
+official ``openai`` package and against the Open Responses specification's schema
+(``tests/open_responses.py``): every event validates against both, the client's own
 stream accumulator takes the stream and ends with the reply, and a restarted step leaves
 the client holding its text once."""
 
@@ -44,10 +45,11 @@ from schemas.events import (
 from schemas.messages import StepPayload, ToolCall, ToolResult
 from schemas.records import TurnStatus
 from tests.helpers import scripted_host
+from tests.open_responses import OPENAI_ITEMS, check_event, check_response
 from workers.backend_ports import CommittedStep
 
 TURN = "0b6c0c3e-4a1f-4d55-9d1e-2f9d5d1f7a10"
-META = ResponseMeta(response_id=TURN, created_at=1_700_000_000.0, conversation_id="s-1")
+META = ResponseMeta(response_id=TURN, created_at=1_700_000_000, conversation_id="s-1")
 EVENTS = TypeAdapter(ResponseStreamEvent)
 RESPONSE = TypeAdapter(Response)
 
@@ -63,12 +65,20 @@ def project(events: list[Event], final: dict[str, Any] | None = None) -> list[di
     return out
 
 
-def parse(stream: list[dict[str, Any]]) -> ParsedResponse[None]:
-    """What the official client makes of ``stream``: each event validated against its
-    model, then the SSE bytes through ``openai.Stream`` and the ``responses.stream()``
-    accumulator, to its final response."""
+def validate(stream: list[dict[str, Any]]) -> None:
+    """Each event of ``stream`` validated against the official client's model and against
+    the specification's schema (but for an event of an item only OpenAI defines)."""
     for event in stream:
         EVENTS.validate_python(event)
+        if event.get("item", {}).get("type") not in OPENAI_ITEMS:
+            check_event(event)
+
+
+def parse(stream: list[dict[str, Any]]) -> ParsedResponse[None]:
+    """What the official client makes of ``stream``: each event validated, then the SSE
+    bytes through ``openai.Stream`` and the ``responses.stream()`` accumulator, to its
+    final response."""
+    validate(stream)
     body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in stream).encode()
     request = httpx2.Request("GET", "http://gateway/v1/responses/x")
     response = httpx2.Response(
@@ -149,6 +159,9 @@ def test_a_real_turn_with_a_tool_round_parses_to_its_reply(tmp_path: Path) -> No
     assert result.type == "function_call_output" and result.call_id == call.call_id
     assert "hello" in str(result.output)
     # The object the route answers for the turn (GET, a blocking create) is the same.
+    check_response(final)
+    assert isinstance(final["created_at"], int) and isinstance(final["completed_at"], int)
+    assert turn.created_at.timestamp() - 1 < final["created_at"] <= final["completed_at"]
     stored = RESPONSE.validate_python(final)
     assert stored.output_text == "The notes say hello."
     assert stored.model == "scripted"  # the model the host used, not the one asked for
@@ -362,8 +375,7 @@ def test_a_cancelled_response_ends_incomplete_with_status_cancelled() -> None:
     )
     assert stream[-1]["type"] == "response.incomplete"
     assert stream[-1]["response"]["status"] == "cancelled"
-    for event in stream:
-        EVENTS.validate_python(event)
+    validate(stream)
     done = [e["item"] for e in stream if e["type"] == "response.output_item.done"]
     assert [i["status"] for i in done] == ["incomplete"]
 
@@ -423,6 +435,8 @@ def test_budgets_and_failures_end_the_stream_in_openai_terms(
         run = client.store.run_state(handle.turn_id)
         committed = client.store.steps_of(handle.turn_id)
     final = stored_response(turn, run, committed)
+    check_response(final)
+    assert final["completed_at"] is None  # it did not complete
     obj = RESPONSE.validate_python(final)
     assert obj.status == status and obj.output_text == ""
     if status == "incomplete":
@@ -438,8 +452,7 @@ def test_budgets_and_failures_end_the_stream_in_openai_terms(
         for e in projection.project(event, final=final if event is events[-1] else None)
     ]
     assert stream[-1]["type"] == kind
-    for event in stream:
-        EVENTS.validate_python(event)
+    validate(stream)
 
 
 class _FailingModel:
@@ -483,6 +496,8 @@ def test_a_call_waiting_for_a_person_is_an_approval_request_of_a_response_in_pro
         final = stored_response(
             turn, run, store.steps_of(handle.turn_id), approvals=store.approvals(handle.turn_id)
         )
+    # The waiting call is OpenAI's item, not the specification's: all else is the latter's.
+    check_response({**waiting, "output": []})
     shown = RESPONSE.validate_python(waiting)
     assert shown.status == "in_progress"
     [request] = shown.output
