@@ -59,6 +59,7 @@ from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.log_context import bind
 from workers.redis_coordinator import RedisCoordinator
+from workers.session_leases import ProcessLeases
 from workers.store import SqlStore, storable, validate_ids
 from workers.store_approvals import Answered
 
@@ -144,7 +145,23 @@ def connect(
             # Deliveries an earlier process left, or the host's own URL or retention:
             # started now, not at the first turn (a restarted process may run none).
             housekeeping.touch(host)
-        kicker = EmbeddedKicker(runner, store.expire_approvals, housekeeping)
+
+        # Other processes may share the database (a file, or a server): a session's lock
+        # is a lease in it too, this client's own (workers.session_leases).
+        in_memory = engine.dialect.name == "sqlite" and sqlite_file(url) is None
+        leases = None if in_memory else ProcessLeases(store)
+
+        def strays() -> list[str]:
+            undriven = coordinator.unattended(store.sessions_with_work())
+            return undriven if leases is None or not undriven else leases.unheld(undriven)
+
+        kicker = EmbeddedKicker(
+            runner, store.expire_approvals, housekeeping, strays=strays, leases=leases
+        )
+        if host is not None:
+            # Turns an earlier process left (killed mid-turn, say) go on from now, not
+            # at this client's first turn: a restarted process may run none.
+            kicker.start()
         return Client(store, coordinator, kicker, host=host)
     settings = FleetSettings(
         database_url=url,

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
+from workers.constants import SWEEP_SECONDS
 from workers.driver import SessionDrainer
 from workers.engine import TurnEngine
 from workers.log_context import log_context
+from workers.session_leases import ProcessLeases
 from workers.store_approvals import Answered
 
 if TYPE_CHECKING:
@@ -32,14 +34,23 @@ class EmbeddedKicker:
         engine: Callable[[], TurnEngine | None],
         expire: Callable[[], list[Answered]] = list,
         housekeeping: EmbeddedHousekeeping | None = None,
+        strays: Callable[[], list[str]] = list,
+        leases: ProcessLeases | None = None,
     ) -> None:
         """``engine`` builds the engine (None: no host) when the first turn needs it;
         ``expire`` denies the waiting calls whose time is up (the store's);
         ``housekeeping`` delivers webhooks and expires sessions once there is work for
-        it (told when the engine is built and after every drive)."""
+        it (told when the engine is built and after every drive); ``strays`` lists the
+        sessions with work that no live process drives (a process that died left them,
+        or its kick never came), which this one drives from the engine's start on;
+        ``leases`` make each session's lock a lease in the database too, for the other
+        processes that share it."""
         self._build_engine = engine
         self._expire_due = expire
         self._housekeeping = housekeeping
+        self._strays = strays
+        self._leases = leases
+        self._recovery: threading.Thread | None = None
         self._engine: TurnEngine | None = None
         self._built = False
         self._drivers: dict[str, threading.Thread] = {}
@@ -59,6 +70,7 @@ class EmbeddedKicker:
                 self._built = True
         if building:
             self._keep_house()  # work left from an earlier process, or the host's
+            self._start_recovery()
         if self._engine is None:
             raise InvalidRequest(
                 "this client has no host, so it cannot run turns: pass host=... to connect() "
@@ -87,6 +99,47 @@ class EmbeddedKicker:
             self._errors.pop(session_id, None)
             thread.start()
             self._start_timer()
+
+    def start(self) -> None:
+        """Build the engine now, and start driving what earlier processes left."""
+        self.ready()
+
+    def _start_recovery(self) -> None:
+        """With an engine: a thread that drives the sessions nothing drives, at once and
+        every ``SWEEP_SECONDS``, as the fleet's sweeper does."""
+        if self._engine is None:
+            return
+        self._recovery = threading.Thread(target=self._recover, name="parley-recovery", daemon=True)
+        self._recovery.start()
+
+    def _recover(self) -> None:
+        failing = False
+        # A session is driven here once it was seen undriven twice, a sweep apart: a
+        # turn another process just submitted has no lease until its own kick, moments
+        # later, takes one (the fleet's sweeper trusts a kick for KICK_GRACE_SECONDS).
+        seen: set[str] = set()
+        while not self._closed:
+            try:
+                strays = self._strays()
+            except Exception as exc:
+                if not failing:
+                    log.warning("could not look for turns left undriven (%s)", exc)
+                failing = True
+            else:
+                failing = False
+                twice = [session_id for session_id in strays if session_id in seen]
+                seen = set(strays)
+                for session_id in twice:
+                    with self._guard:
+                        # A driver of this process that failed left its turn to its
+                        # caller (the error is theirs to see, then to resume).
+                        failed = session_id in self._errors
+                    if not failed:
+                        log.info("driving session %s, which no live process drives", session_id)
+                        with contextlib.suppress(InvalidRequest):  # closed meanwhile
+                            self.kick(session_id)
+            if self._stop.wait(SWEEP_SECONDS):
+                return
 
     def _start_timer(self) -> None:
         """Under the guard: with a host that gives answers a time limit, a thread that
@@ -117,7 +170,7 @@ class EmbeddedKicker:
 
     def _drive_session(self, session_id: str) -> None:
         assert self._engine is not None
-        driver = SessionDrainer(self._engine)
+        driver = SessionDrainer(self._engine, leases=self._leases)
         try:
             while True:
                 with self._guard:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -217,6 +218,23 @@ approvals = Table(
         postgresql_where=text("decision IS NULL AND expires_at IS NOT NULL"),
         sqlite_where=text("decision IS NULL AND expires_at IS NOT NULL"),
     ),
+)
+
+# Which embedded process drives a session (SPEC §2.3 across processes on one database):
+# a row while one holds it, deleted when it lets go.  A holder renews every lease it has
+# with one statement per beat, so ``expires_at`` (seconds since the epoch, by the
+# holder's clock) says whether it is alive; a row past it, or whose holder's process is
+# gone from this machine, may be taken over.  The fleet's sessions are held in Redis
+# instead: they never have a row here.
+session_leases = Table(
+    "session_leases",
+    metadata,
+    Column("session_id", Id, ForeignKey("sessions.id"), primary_key=True),
+    # ``host:pid:nonce`` of the holding process (the nonce tells a reused pid apart).
+    Column("owner", String(200), nullable=False),
+    Column("expires_at", Float, nullable=False),
+    # The holder's beat renews its own rows.
+    Index(None, "owner"),
 )
 
 # A session's imported history as it was given (``Session.seed_history``): the turns it

@@ -28,6 +28,7 @@ ROWS_OF_SESSION = {
     "turns": "SELECT count(*) FROM turns WHERE session_id = :s",
     "runs": "SELECT count(*) FROM runs WHERE session_id = :s",
     "webhook_outbox": "SELECT count(*) FROM webhook_outbox WHERE session_id = :s",
+    "session_leases": "SELECT count(*) FROM session_leases WHERE session_id = :s",
     "steps": "SELECT count(*) FROM steps JOIN runs ON runs.id = steps.run_id "
     "WHERE runs.session_id = :s",
     "steers": "SELECT count(*) FROM steers JOIN runs ON runs.id = steers.run_id "
@@ -37,6 +38,11 @@ ROWS_OF_SESSION = {
     "events": "SELECT count(*) FROM events JOIN turns ON turns.id = events.turn_id "
     "WHERE turns.session_id = :s",
 }
+
+
+HELD_WHILE_DRIVEN = frozenset({"session_leases"})
+"""Tables whose rows of a session live only while a driver holds it: an ended session
+has none, unless a driver's letting go failed (then prune deletes them too)."""
 
 
 def rows_of(store: SqlStore, session_id: str) -> dict[str, int]:

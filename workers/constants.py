@@ -16,7 +16,12 @@ LOCK_TTL_MS = 6_000
 HEARTBEAT_SECONDS = 1.5
 """How often a driver extends its lock: four beats fit in one TTL."""
 SWEEP_SECONDS = 2.0
-"""How often the sweeper looks for sessions with work and no live lock."""
+"""How often the sweeper looks for sessions with work and no live lock (and each embedded
+process, for sessions with work and no live lease)."""
+LEASE_SECONDS = LOCK_TTL_MS / 1000
+"""An embedded process's session leases (in the database) last this long unless it
+renews them, every HEARTBEAT_SECONDS: a process that died on another machine is taken
+over after this; one that died on this machine, at once."""
 KICK_THROTTLE_SECONDS = 5
 """The sweeper kicks one session at most once per this long, so a backlog larger than the
 fleet does not flood the queue with kicks."""

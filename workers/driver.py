@@ -25,6 +25,7 @@ from workers import metrics
 from workers.backend_ports import ClaimedTurn
 from workers.engine import TurnEngine
 from workers.log_context import log_context
+from workers.session_leases import ProcessLeases
 
 log = logging.getLogger("parley.driver")
 
@@ -36,7 +37,9 @@ class SessionDrainer:
     is how long one drive may keep a worker slot while other sessions' kicks may wait.
     Past either, the driver finishes the turn it runs, claims no other, and, if the
     session has turns left, hands it over with ``hand_over`` (a kick, so that another
-    worker, or this one after the kicks queued before it, goes on with it)."""
+    worker, or this one after the kicks queued before it, goes on with it).  With
+    ``leases`` (embedded, on a database other processes may share) a session's lock is
+    also its lease there."""
 
     def __init__(
         self,
@@ -45,8 +48,10 @@ class SessionDrainer:
         stopping: Callable[[], bool] = lambda: False,
         slice_seconds: float | None = None,
         hand_over: Callable[[str], None] = lambda _session_id: None,
+        leases: ProcessLeases | None = None,
     ) -> None:
         self.engine = engine
+        self.leases = leases
         self.store = engine.store
         self.coordinator = engine.coordinator
         self.stopping = stopping
@@ -73,6 +78,8 @@ class SessionDrainer:
                 self.hand_over(session_id)
                 return ran
             lock = self.coordinator.try_lock(session_id)
+            if lock is not None and self.leases is not None:
+                lock = self.leases.lease(session_id, lock)
             if lock is None:
                 return ran  # another driver has it; it will see our turn
             mark = lock.work_mark

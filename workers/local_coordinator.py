@@ -70,6 +70,11 @@ class LocalCoordinator(Coordinator):
             mark = self._marks.get(session_id, 0)
         return LocalLock(mark, lambda: self._unlock(session_id))
 
+    def unattended(self, session_ids: Sequence[str]) -> list[str]:
+        """Of ``session_ids``, those that no driver of this process holds."""
+        with self._guard:
+            return [session_id for session_id in session_ids if session_id not in self._held]
+
     def _unlock(self, session_id: str) -> int:
         """Let the session go; returns its work mark as it stood then.  An idle session
         keeps nothing here (a long-lived process sees sessions without end): the next

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
+    delete,
     func,
     insert,
     literal,
@@ -429,6 +430,39 @@ UNFINISHED_OF_STATUS = (
     .limit(b("limit"))
 )
 
+# ------------------------------------------------------------------ session leases
+
+# Which embedded process drives a session (see schemas.tables.session_leases).  Taking a
+# lease is one statement per dialect (an upsert that only overwrites the holder's own
+# row or an expired one): DialectStatements.take_lease.
+_leases = t.session_leases
+
+TAKE_LEASE_OF_THE_DEAD = (
+    update(_leases)
+    .where(_leases.c.session_id == b("session_id"), _leases.c.owner == b("dead"))
+    .values(owner=b("owner"), expires_at=b("expires_at"))
+)
+
+LEASE_HOLDER = select(_leases.c.owner).where(_leases.c.session_id == b("session_id"))
+
+RENEW_LEASES = (
+    update(_leases)
+    .where(
+        _leases.c.owner == b("owner"),
+        _leases.c.session_id.in_(b("session_ids", expanding=True)),
+    )
+    .values(expires_at=b("expires_at"))
+)
+
+RELEASE_LEASE = delete(_leases).where(
+    _leases.c.session_id == b("session_id"), _leases.c.owner == b("owner")
+)
+
+LEASES_OF = select(_leases.c.session_id, _leases.c.owner, _leases.c.expires_at).where(
+    _leases.c.session_id.in_(b("session_ids", expanding=True))
+)
+
+
 # ------------------------------------------------------------------ steps, steers, events
 
 STEPS_OF_RUNS = (
@@ -479,6 +513,19 @@ class DialectStatements:
             if postgres
             else None
         )
+        lease = insert(t.session_leases).values(
+            session_id=b("session_id"), owner=b("owner"), expires_at=b("expires_at")
+        )
+        # Taken when free, expired or already ours; a live holder's row is left alone,
+        # and then nothing is returned.
+        self.take_lease = lease.on_conflict_do_update(
+            index_elements=[t.session_leases.c.session_id],
+            set_={"owner": lease.excluded.owner, "expires_at": lease.excluded.expires_at},
+            where=or_(
+                t.session_leases.c.owner == lease.excluded.owner,
+                t.session_leases.c.expires_at < b("now"),
+            ),
+        ).returning(t.session_leases.c.owner)
         self.claim_next = _claim_next_fresh() if postgres else None
         self.start_drive = _start_drive_fresh() if postgres else None
         self._postgres = postgres

@@ -68,6 +68,7 @@ from workers.rows import (
 from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
+from workers.store_leases import LeaseStore
 from workers.store_status import StatusStore
 
 __all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "storable", "validate_ids"]
@@ -127,7 +128,9 @@ class SteerReceipt:
     denied: Answered | None = None
 
 
-class SqlStore(ApprovalStore, DriverStore, RetentionStore, OutboxStore, StatusStore, Store):
+class SqlStore(
+    ApprovalStore, DriverStore, LeaseStore, RetentionStore, OutboxStore, StatusStore, Store
+):
     """parley's durable state on SQLite or PostgreSQL (see the module docstring): the
     store port the engine talks to, and what clients read and write."""
 

@@ -172,7 +172,8 @@ def test_a_cancellation_keeps_its_committed_steps_and_calls_only_on_terminal(
     ]
     resumed = session.resume(result.turn_id).wait(timeout=60)
     assert resumed.reply == "done" and committed(client, result.turn_id) == 2
-    assert [c["hook"] for c in hooks_seen(control, result.turn_id)][-2:] == [
+    # Ended twice now: the resumed end's hooks may come just after its waiter returned.
+    assert [c["hook"] for c in hooks_seen(control, result.turn_id, ended=2)][-2:] == [
         "after_commit",
         "on_terminal",
     ]

@@ -65,7 +65,7 @@ def test_a_kick_that_meets_a_failing_driver_gets_a_driver_of_its_own(
     second_drive = threading.Event()
 
     class FailsOnce:
-        def __init__(self, _engine: object) -> None:
+        def __init__(self, _engine: object, **_options: object) -> None:
             pass
 
         def drive(self, session_id: str) -> None:
@@ -95,7 +95,7 @@ def test_no_driver_starts_after_close(monkeypatch: pytest.MonkeyPatch) -> None:
     drives: list[str] = []
 
     class Records:
-        def __init__(self, _engine: object) -> None:
+        def __init__(self, _engine: object, **_options: object) -> None:
             pass
 
         def drive(self, session_id: str) -> None:
