@@ -198,6 +198,9 @@ TREE = TURN_COLUMNS.where(t.turns.c.session_id == b("session_id")).order_by(t.tu
 
 TURN_OWNER = select(t.turns.c.session_id).where(t.turns.c.id == b("turn_id"))
 
+# A turn that hangs under the given one, if any (a resume refuses to extend its parent).
+CHILD_OF_TURN = select(t.turns.c.id).where(t.turns.c.parent_id == b("turn_id")).limit(1)
+
 
 def _path() -> Any:
     # Walk parent links from a head in one recursive query (same SQL on both back ends),

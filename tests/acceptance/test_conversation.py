@@ -372,6 +372,85 @@ def test_interrupt_at_a_boundary_cancels_and_resume_continues_the_same_turn_and_
     assert session.head == handle.turn_id
 
 
+def test_resuming_a_turn_that_later_turns_follow_is_a_conflict_that_changes_nothing(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    """Resumed, a turn moves the head to itself when it ends: a turn answered under it
+    (or still to run) would leave the conversation's path without a word."""
+    gated = {
+        "when": "long job",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "done"}],
+    }
+    client = make_client([gated, ECHO])
+    session = client.open_session(workspace)
+    cancelled = session.submit("a long job")
+    control.wait_entered()
+    answered = session.submit("queued behind it")
+    cancelled.interrupt()
+    control.open_gate()
+    assert cancelled.wait(30).outcome is parley.TurnStatus.CANCELLED
+    assert answered.wait(30).reply == "heard: queued behind it"
+    path = [cancelled.turn_id, answered.turn_id]
+    assert [t.turn_id for t in session.history()] == path
+
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(cancelled.turn_id)
+    session.branch_from(cancelled.turn_id)  # the head back at it: a turn still hangs under it
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(cancelled.turn_id)
+    assert cancelled.record().status is parley.TurnStatus.CANCELLED  # changed nothing
+    session.branch_from(answered.turn_id)
+
+    # A failed turn leaves the head at its parent: the turns after it hang there too.
+    control.fail_model("the provider is down")
+    failed = session.submit("this fails")
+    assert failed.wait(30).outcome is parley.TurnStatus.FAILED
+    control.script([gated, ECHO])
+    control.reset_gate()
+    running = session.submit("a long job, again")
+    control.wait_entered()
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(failed.turn_id)  # a turn is still to run before it would
+    control.open_gate()
+    assert running.wait(30).reply == "done"
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(failed.turn_id)  # the head moved on past its parent
+    assert failed.record().status is parley.TurnStatus.FAILED
+    assert [t.turn_id for t in session.history()] == [*path, running.turn_id]
+    # Going on from a cancelled turn that others follow is a branch and a new turn.
+    session.branch_from(cancelled.turn_id)
+    assert session.turn("go on").reply == "heard: go on"
+    assert [t.prompt for t in session.history()] == ["a long job", "go on"]
+
+
+def test_a_cancelled_or_failed_turn_nothing_follows_is_resumed_onto_the_path(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    gated = {
+        "when": "long job",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "done"}],
+    }
+    client = make_client([gated, ECHO])
+    session = client.open_session(workspace)
+    first = session.turn("first")
+    handle = session.submit("a long job")
+    control.wait_entered()
+    handle.interrupt()
+    control.open_gate()
+    assert handle.wait(30).outcome is parley.TurnStatus.CANCELLED
+    session.branch_from(first.turn_id)  # the head at its parent: nothing follows it either
+    assert session.resume(handle.turn_id).wait(30).reply == "done"
+    assert [t.prompt for t in session.history()] == ["first", "a long job"]
+
+    control.fail_model("the provider is down")
+    failed = session.submit("then this")
+    assert failed.wait(30).outcome is parley.TurnStatus.FAILED
+    assert session.head == handle.turn_id  # a failed turn leaves the head
+    control.script([gated, ECHO])
+    assert session.resume(failed.turn_id).wait(30).reply == "heard: then this"
+    assert [t.prompt for t in session.history()] == ["first", "a long job", "then this"]
+
+
 def test_interrupt_while_streaming_keeps_a_display_only_partial(
     make_client: ClientFactory, workspace: Path, control: Control
 ) -> None:
