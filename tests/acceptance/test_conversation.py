@@ -269,8 +269,11 @@ def test_a_steer_reaches_the_model_at_the_next_step_boundary(
     assert len(requests) == 2
     assert control.user_texts(requests[1], "steer") == ["actually, only touch the docs"]
     assert control.user_texts(requests[0], "steer") == []
-    kinds = [e.kind for e in handle.events()]
-    assert kinds.index(EventKind.STEER) > kinds.index(EventKind.STEP)
+    events = list(handle.events())
+    [steer] = [e for e in events if e.kind is EventKind.STEER]
+    steps = [e for e in events if e.kind is EventKind.STEP]
+    # Announced with the step whose request carried it, once that step committed.
+    assert steer.data["step"] == 1 and steps[0].seq < steer.seq < steps[1].seq
 
 
 def test_a_steer_that_arrives_during_the_last_step_gets_one_more_step(
@@ -320,6 +323,46 @@ def test_a_steer_racing_the_end_is_delivered_or_refused_never_lost(
         ]
         assert delivered == [f"steer {attempt}"] or result.undelivered == (f"steer {attempt}",)
         assert result.undelivered == ()  # a finished turn closes its inbox only when empty
+
+
+def test_a_steer_taken_into_a_step_that_never_commits_is_reported_undelivered_once(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    """The steer reached a model request that was interrupted: no committed step carries
+    it, so it is undelivered (in the end event, the result and across a resume), and no
+    ``steer`` event says otherwise."""
+    text = "".join(f"word{i} " for i in range(150))  # streams for about 2 s
+    rule = {
+        "when": "docs",
+        "steps": [
+            {"tool_calls": [{"name": "wait_for_gate"}]},
+            {"text": text, "chunk_chars": 6, "delay_ms": 10},
+        ],
+    }
+    client = make_client([rule])
+    session = client.open_session(workspace)
+    handle = session.submit("bring the docs up to date")
+    control.wait_entered()
+    handle.say("only the docs")
+    control.open_gate()
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN and event.data["step"] == 1:
+            handle.interrupt()
+            break
+    cancelled = handle.wait(30)
+    assert cancelled.outcome is parley.TurnStatus.CANCELLED and cancelled.steps == 1
+    assert control.user_texts(control.requests()[-1], "steer") == ["only the docs"]
+    assert cancelled.undelivered == ("only the docs",)
+
+    finished = session.resume(handle.turn_id).wait(30)
+    assert finished.outcome is parley.TurnStatus.FINISHED and finished.reply == text
+    assert finished.undelivered == ("only the docs",)  # still: the resume did not answer it
+    inputs = [i.text for s in client.store.steps_of(handle.turn_id) for i in s.payload.inputs]
+    assert inputs == []
+    events = list(handle.events())
+    assert EventKind.STEER not in [e.kind for e in events]
+    ends = [e.data["undelivered"] for e in events if e.kind is EventKind.END]
+    assert ends == [["only the docs"], []]  # each steer reported by one end
 
 
 def test_a_steer_after_the_end_is_an_error(make_client: ClientFactory, workspace: Path) -> None:
