@@ -567,7 +567,10 @@ class Session:
 
     def resume(self, turn_id: str) -> TurnHandle:
         """Continue a cancelled, failed or stranded turn from its last committed step,
-        with the same turn id and run id."""
+        with the same turn id and run id.  Its end moves the head to it, so an ended turn
+        is resumed only while nothing follows it: a turn under it, a turn still to run,
+        or a head moved past it (or past its parent) is a :class:`Conflict`; to go on
+        from such a turn, ``branch_from`` it and submit a new turn."""
         _check_id(turn_id)
         client = self._client
         client._check_open()

@@ -156,14 +156,20 @@ class Refused:
 
 @dataclass(frozen=True, kw_only=True)
 class Steered:
-    """A ``say`` (its inbox ``position`` and text) reached the model with this step."""
+    """A ``say`` (its inbox ``position`` and text) was delivered: it is in the request of
+    ``step``, which committed (or is held for answers, and commits once they are in).
+    Stored and published with that step, so a steer taken into a step that never
+    commits has no such event: it is reported undelivered instead."""
 
     KIND: ClassVar[EventKind] = EventKind.STEER
     position: int
     text: str
+    step: int | None = None
+    """None in events stored before the step was recorded."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"position": self.position, "text": self.text}
+        wire: dict[str, Any] = {"position": self.position, "text": self.text}
+        return wire if self.step is None else {**wire, "step": self.step}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,10 +82,10 @@ class Emitter:
             metrics.turn_ended(str(event.data["outcome"]), time.monotonic() - self._claimed_at)
         self._coordinator.publish([event], self._fence, now=now)
 
-    def publish_listing_steers(self, event: Event, cursor: int) -> list[Steer]:
-        """Publish an event allocated earlier now, and read the turn's steers past
+    def publish_listing_steers(self, events: list[Event], cursor: int) -> list[Steer]:
+        """Publish events allocated earlier now, and read the turn's steers past
         ``cursor`` in the same round trip."""
-        return self._coordinator.publish_listing_steers([event], self._fence, self.turn_id, cursor)
+        return self._coordinator.publish_listing_steers(events, self._fence, self.turn_id, cursor)
 
     def take_unstored(self) -> list[Event]:
         """The durable events published since the last commit; the caller stores them."""

@@ -582,8 +582,6 @@ class _TurnRun:
     ) -> Ending | None:
         index = len(state.steps)
         inputs = [StepInput(origin="steer", text=s.text) for s in says] + state.feedback
-        for steer in says:
-            self.emitter.emit(Steered(position=steer.position, text=steer.text))
         cursor = max([state.cursor] + [s.position for s in state.pending])
         prefix = self.request_prefix
         assert prefix is not None
@@ -636,7 +634,7 @@ class _TurnRun:
             label=label,
         )
         if any(j.ask is not None for j in judgements):
-            return hold(self, index, said, judgements, cursor)
+            return hold(self, index, said, judgements, cursor, self._delivered(says, index))
         results = [self.tool_runner.answer(j, index) for j in judgements]
         payload = replace(said, tool_results=tuple(results))
         # A final answer is checked before its step commits (the check runs on the
@@ -673,8 +671,11 @@ class _TurnRun:
                     sink.retract("rejected")
                     vetoed.discarded = reply.usage  # spent, if never committed
                     return vetoed
-        step_event = self.emitter.allocate(
-            StepCommitted(step=index, text=reply.text, tool_calls=calls, usage=reply.usage)
+        announced = self._delivered(says, index)
+        announced.append(
+            self.emitter.allocate(
+                StepCommitted(step=index, text=reply.text, tool_calls=calls, usage=reply.usage)
+            )
         )
         receipt = self.store.commit_step(
             run_id=self.run_id,
@@ -683,11 +684,11 @@ class _TurnRun:
             index=index,
             payload=payload,
             steer_cursor=cursor,
-            events=[*self.emitter.take_unstored(), step_event],
+            events=[*self.emitter.take_unstored(), *announced],
             close_inbox_if_idle=idle,
             end=self._turn_end(ending, self.emitter.next_seq) if ends_here else None,
         )
-        self.committed(state, index, payload, cursor, step_event, receipt.steer_count)
+        self.committed(state, index, payload, cursor, announced, receipt.steer_count)
         failed = verdict is not None and not verdict.passed
         state.feedback = _failed_check_feedback(verdict) if failed and verdict else []
         state.inbox_closed = idle and receipt.steer_count == cursor
@@ -697,24 +698,36 @@ class _TurnRun:
             return ending
         return None
 
+    def _delivered(self, says: list[Steer], index: int) -> list[Event]:
+        """The ``steer`` events of the says in step ``index``'s request, numbered to be
+        stored and published with the step: a say is delivered only once a step that
+        carries it commits (or is held, to commit once answered), so one taken into a
+        step that never commits is reported undelivered at the end, never both."""
+        return [
+            self.emitter.allocate(Steered(position=s.position, text=s.text, step=index))
+            for s in says
+        ]
+
     def committed(
         self,
         state: TurnState,
         index: int,
         payload: StepPayload,
         cursor: int,
-        step_event: Event,
+        announced: list[Event],
         steer_count: int,
     ) -> None:
-        """Step ``index`` committed: publish its event and move the state past it."""
+        """Step ``index`` committed: publish what it ``announced`` (its steers, then its
+        ``step`` event) and move the state past it."""
         self.streaming = None
         metrics.step_committed(payload)
         if steer_count > cursor:
             # Steers are pending, so the next boundary needs the steer list: read in the
-            # round trip that sends the step's event.
-            state.listed = self.emitter.publish_listing_steers(step_event, cursor)
+            # round trip that sends the step's events.
+            state.listed = self.emitter.publish_listing_steers(announced, cursor)
         else:
-            self.emitter.publish(step_event)
+            for event in announced:
+                self.emitter.publish(event)
         state.steps.append(CommittedStep(index=index, payload=payload))
         state.cursor = cursor
         state.pending = []  # those the commit counted past the cursor: read at the boundary

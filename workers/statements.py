@@ -199,6 +199,9 @@ TREE = TURN_COLUMNS.where(t.turns.c.session_id == b("session_id")).order_by(t.tu
 
 TURN_OWNER = select(t.turns.c.session_id).where(t.turns.c.id == b("turn_id"))
 
+# A turn that hangs under the given one, if any (a resume refuses to extend its parent).
+CHILD_OF_TURN = select(t.turns.c.id).where(t.turns.c.parent_id == b("turn_id")).limit(1)
+
 
 def _path() -> Any:
     # Walk parent links from a head in one recursive query (same SQL on both back ends),
@@ -347,12 +350,13 @@ ADVANCE_RUN = (
 
 CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)
 
-# Closing the inbox first takes the run row's lock for the rest of the turn commit.
+# Closing the inbox first takes the run row's lock for the rest of the turn commit; it
+# returns what an earlier attempt's end reported undelivered, which this end keeps.
 CLOSE_RUNNING = (
     update(t.runs)
     .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
     .values(inbox_open=False)
-    .returning(t.runs.c.steer_count)
+    .returning(t.runs.c.steer_count, t.runs.c.undelivered)
 )
 
 _END_VALUES = {
@@ -360,16 +364,22 @@ _END_VALUES = {
     "reply": b("reply"),
     "error": b("error"),
     "partial": b("partial"),
-    "undelivered": b("undelivered", type_=t.Json),
     "steer_cursor": b("cursor"),
     "ended_at": b("now"),
     "last_seq": b("seq"),
 }
 
-END_RUN = update(t.runs).where(t.runs.c.id == b("run_id")).values(**_END_VALUES)
+# ``undelivered``: every say of the run that never reached a committed step, this
+# attempt's and those of the attempts before a resume.
+END_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(**_END_VALUES, undelivered=b("undelivered", type_=t.Json))
+)
 
 # A final step and its turn's end in one row update (one statement where ADVANCE_RUN and
-# END_RUN take two).  It also requires that no steer was accepted past the cursor: the
+# END_RUN take two), which leaves ``undelivered`` as an earlier attempt's end left it
+# (nothing is pending now).  It also requires that no steer was accepted past the cursor: the
 # update takes the run row's lock that a concurrent say() needs, so a steer either
 # counted before (and this matches nothing) or finds the inbox closed.
 END_RUN_WITH_STEP = (

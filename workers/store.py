@@ -521,6 +521,13 @@ class SqlStore(
                     f"turn {turn_id!r} ended {run.status}; only a cancelled or failed turn "
                     "can be resumed (branch from it to go on)"
                 )
+            following = _following(db, session_id, read_turn(db, turn_id))
+            if following is not None:
+                raise Conflict(
+                    f"turn {turn_id!r} cannot be resumed while later turns follow it "
+                    f"({following}): its end would move the head back to it.  To go on "
+                    f"from it, branch_from({turn_id!r}) and submit a new turn"
+                )
             seq = max(run.last_seq, seq_floor) + 1
             db.execute(
                 q.RESUME_RUN,
@@ -662,3 +669,22 @@ def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
             f"(turn {turn.turn_id})"
         )
     return SubmitReceipt(turn=turn, created=False, interrupted=())
+
+
+def _following(db: StoreConnection, session_id: str, turn: TurnRecord) -> str | None:
+    """What follows ``turn``, an ended turn of ``session_id``, in its conversation, if
+    anything does (None: resuming it drops no turn from the path).  A resumed turn moves
+    the head to itself when it ends, so it may only be resumed while it is the last word:
+    no turn hangs under it (whose history would change under it), none is still to run
+    (it would run first, and hang under the head), and the head is the turn itself or,
+    for a turn whose end left the head where it was, its parent."""
+    child = db.execute(q.CHILD_OF_TURN, {"b_turn_id": turn.turn_id}).scalar_one_or_none()
+    if child is not None:
+        return f"turn {child!r} hangs under it"
+    unfinished = db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
+    if unfinished:
+        return f"turn {unfinished[0].turn_id!r} is still to run ({unfinished[0].status})"
+    head = read_session(db, session_id).head_turn_id
+    if head not in (turn.turn_id, turn.parent_id):
+        return f"the head has moved on to turn {head!r}"
+    return None

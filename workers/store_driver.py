@@ -457,9 +457,10 @@ class DriverStore(Transactions):
         else:
             discarded = end.discarded
             session = self._finish_session(db, session_id, fence, end, discarded.total, now)
-            steer_count = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).scalar_one_or_none()
-            if steer_count is None:
+            closed = db.execute(q.CLOSE_RUNNING, {"b_run_id": run_id}).one_or_none()
+            if closed is None:
                 raise Fenced(f"run {run_id} is no longer running; not finished")
+            steer_count = closed.steer_count
             if discarded.total:
                 db.execute(
                     q.CHARGE_RUN,
@@ -471,10 +472,13 @@ class DriverStore(Transactions):
                     },
                 )
             pending = read_pending(db, run_id, cursor) if steer_count > cursor else ()
+            # The end event reports what this attempt gives up on; the run keeps every say
+            # of the turn that never reached the model, across resumes.
             undelivered = tuple(s.text for s in pending if s.kind is SteerKind.SAY)
             end_event = _end_event(end, undelivered)
             last = max([cursor] + [s.position for s in pending])
-            ended = _end_values(end, run_id, last, now, undelivered)
+            kept = [*(closed.undelivered or ()), *undelivered]
+            ended = {**_end_values(end, run_id, last, now), "b_undelivered": kept or None}
             db.execute(q.END_RUN, ended)
             write_events(db, self._q, [*events, end_event], now)
         url = session.webhook_url or end.webhook_url
@@ -627,10 +631,9 @@ def _finish_values(
     }
 
 
-def _end_values(
-    end: TurnEnd, run_id: str, cursor: int, now: datetime, undelivered: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """END_RUN's values (and END_RUN_WITH_STEP's, but for the step's)."""
+def _end_values(end: TurnEnd, run_id: str, cursor: int, now: datetime) -> dict[str, Any]:
+    """END_RUN's values but ``undelivered`` (and END_RUN_WITH_STEP's, but for the
+    step's)."""
     status = end.status
     return {
         "b_run_id": run_id,
@@ -638,7 +641,6 @@ def _end_values(
         "b_reply": end.reply if status.has_reply else None,
         "b_error": end.error,
         "b_partial": end.partial,
-        "b_undelivered": list(undelivered) or None,
         "b_cursor": cursor,
         "b_now": now,
         "b_seq": end.end_seq,

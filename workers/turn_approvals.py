@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from schemas.events import ApprovalRequested, StepCommitted
+from schemas.events import ApprovalRequested, Event, StepCommitted
 from schemas.messages import StepPayload
 from schemas.records import Approval, Decision, TurnStatus
 from workers.held_step import HeldStep
@@ -22,11 +22,18 @@ if TYPE_CHECKING:
 
 
 def hold(
-    run: _TurnRun, index: int, said: StepPayload, judged: list[Judgement], cursor: int
+    run: _TurnRun,
+    index: int,
+    said: StepPayload,
+    judged: list[Judgement],
+    cursor: int,
+    delivered: list[Event],
 ) -> Ending:
     """A call of step ``index`` asks for a person's answer: keep the step's model
     output and judgements, one approval per asked call, and let the session go.  No
-    call of the step runs before every answer is in (they run in the model's order)."""
+    call of the step runs before every answer is in (they run in the model's order).
+    The step's ``delivered`` steer events are stored and published with the hold: the
+    held step is kept, and commits once answered."""
     now = datetime.now(UTC)
     timeout = run.host.approval_timeout
     expires = now + timedelta(seconds=timeout) if timeout else None
@@ -69,11 +76,11 @@ def hold(
         fence=run.fence,
         held_step=held.to_json(),
         approvals=approvals,
-        events=[*run.emitter.take_unstored(), *requests],
+        events=[*run.emitter.take_unstored(), *delivered, *requests],
     )
     run.streaming = None
-    for request in requests:
-        run.emitter.publish(request)
+    for event in [*delivered, *requests]:
+        run.emitter.publish(event)
     return Ending(status=TurnStatus.WAITING)
 
 
@@ -122,7 +129,7 @@ def go_on(run: _TurnRun, state: TurnState, held: HeldStep) -> None:
         events=[*run.emitter.take_unstored(), step_event],
         close_inbox_if_idle=False,
     )
-    run.committed(state, held.index, payload, held.cursor, step_event, receipt.steer_count)
+    run.committed(state, held.index, payload, held.cursor, [step_event], receipt.steer_count)
 
 
 def approvals_summary(run: _TurnRun) -> tuple[dict[str, Any], ...]:

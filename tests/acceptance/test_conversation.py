@@ -269,8 +269,11 @@ def test_a_steer_reaches_the_model_at_the_next_step_boundary(
     assert len(requests) == 2
     assert control.user_texts(requests[1], "steer") == ["actually, only touch the docs"]
     assert control.user_texts(requests[0], "steer") == []
-    kinds = [e.kind for e in handle.events()]
-    assert kinds.index(EventKind.STEER) > kinds.index(EventKind.STEP)
+    events = list(handle.events())
+    [steer] = [e for e in events if e.kind is EventKind.STEER]
+    steps = [e for e in events if e.kind is EventKind.STEP]
+    # Announced with the step whose request carried it, once that step committed.
+    assert steer.data["step"] == 1 and steps[0].seq < steer.seq < steps[1].seq
 
 
 def test_a_steer_that_arrives_during_the_last_step_gets_one_more_step(
@@ -322,6 +325,46 @@ def test_a_steer_racing_the_end_is_delivered_or_refused_never_lost(
         assert result.undelivered == ()  # a finished turn closes its inbox only when empty
 
 
+def test_a_steer_taken_into_a_step_that_never_commits_is_reported_undelivered_once(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    """The steer reached a model request that was interrupted: no committed step carries
+    it, so it is undelivered (in the end event, the result and across a resume), and no
+    ``steer`` event says otherwise."""
+    text = "".join(f"word{i} " for i in range(150))  # streams for about 2 s
+    rule = {
+        "when": "docs",
+        "steps": [
+            {"tool_calls": [{"name": "wait_for_gate"}]},
+            {"text": text, "chunk_chars": 6, "delay_ms": 10},
+        ],
+    }
+    client = make_client([rule])
+    session = client.open_session(workspace)
+    handle = session.submit("bring the docs up to date")
+    control.wait_entered()
+    handle.say("only the docs")
+    control.open_gate()
+    for event in handle.events():
+        if event.kind is EventKind.TOKEN and event.data["step"] == 1:
+            handle.interrupt()
+            break
+    cancelled = handle.wait(30)
+    assert cancelled.outcome is parley.TurnStatus.CANCELLED and cancelled.steps == 1
+    assert control.user_texts(control.requests()[-1], "steer") == ["only the docs"]
+    assert cancelled.undelivered == ("only the docs",)
+
+    finished = session.resume(handle.turn_id).wait(30)
+    assert finished.outcome is parley.TurnStatus.FINISHED and finished.reply == text
+    assert finished.undelivered == ("only the docs",)  # still: the resume did not answer it
+    inputs = [i.text for s in client.store.steps_of(handle.turn_id) for i in s.payload.inputs]
+    assert inputs == []
+    events = list(handle.events())
+    assert EventKind.STEER not in [e.kind for e in events]
+    ends = [e.data["undelivered"] for e in events if e.kind is EventKind.END]
+    assert ends == [["only the docs"], []]  # each steer reported by one end
+
+
 def test_a_steer_after_the_end_is_an_error(make_client: ClientFactory, workspace: Path) -> None:
     client = make_client([ECHO])
     session = client.open_session(workspace)
@@ -370,6 +413,85 @@ def test_interrupt_at_a_boundary_cancels_and_resume_continues_the_same_turn_and_
     assert [s.index for s in client.store.steps_of(handle.turn_id)] == [0, 1, 2]
     assert [t.turn_id for t in session.tree()] == [handle.turn_id]
     assert session.head == handle.turn_id
+
+
+def test_resuming_a_turn_that_later_turns_follow_is_a_conflict_that_changes_nothing(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    """Resumed, a turn moves the head to itself when it ends: a turn answered under it
+    (or still to run) would leave the conversation's path without a word."""
+    gated = {
+        "when": "long job",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "done"}],
+    }
+    client = make_client([gated, ECHO])
+    session = client.open_session(workspace)
+    cancelled = session.submit("a long job")
+    control.wait_entered()
+    answered = session.submit("queued behind it")
+    cancelled.interrupt()
+    control.open_gate()
+    assert cancelled.wait(30).outcome is parley.TurnStatus.CANCELLED
+    assert answered.wait(30).reply == "heard: queued behind it"
+    path = [cancelled.turn_id, answered.turn_id]
+    assert [t.turn_id for t in session.history()] == path
+
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(cancelled.turn_id)
+    session.branch_from(cancelled.turn_id)  # the head back at it: a turn still hangs under it
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(cancelled.turn_id)
+    assert cancelled.record().status is parley.TurnStatus.CANCELLED  # changed nothing
+    session.branch_from(answered.turn_id)
+
+    # A failed turn leaves the head at its parent: the turns after it hang there too.
+    control.fail_model("the provider is down")
+    failed = session.submit("this fails")
+    assert failed.wait(30).outcome is parley.TurnStatus.FAILED
+    control.script([gated, ECHO])
+    control.reset_gate()
+    running = session.submit("a long job, again")
+    control.wait_entered()
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(failed.turn_id)  # a turn is still to run before it would
+    control.open_gate()
+    assert running.wait(30).reply == "done"
+    with pytest.raises(Conflict, match="branch_from"):
+        session.resume(failed.turn_id)  # the head moved on past its parent
+    assert failed.record().status is parley.TurnStatus.FAILED
+    assert [t.turn_id for t in session.history()] == [*path, running.turn_id]
+    # Going on from a cancelled turn that others follow is a branch and a new turn.
+    session.branch_from(cancelled.turn_id)
+    assert session.turn("go on").reply == "heard: go on"
+    assert [t.prompt for t in session.history()] == ["a long job", "go on"]
+
+
+def test_a_cancelled_or_failed_turn_nothing_follows_is_resumed_onto_the_path(
+    make_client: ClientFactory, workspace: Path, control: Control
+) -> None:
+    gated = {
+        "when": "long job",
+        "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "done"}],
+    }
+    client = make_client([gated, ECHO])
+    session = client.open_session(workspace)
+    first = session.turn("first")
+    handle = session.submit("a long job")
+    control.wait_entered()
+    handle.interrupt()
+    control.open_gate()
+    assert handle.wait(30).outcome is parley.TurnStatus.CANCELLED
+    session.branch_from(first.turn_id)  # the head at its parent: nothing follows it either
+    assert session.resume(handle.turn_id).wait(30).reply == "done"
+    assert [t.prompt for t in session.history()] == ["first", "a long job"]
+
+    control.fail_model("the provider is down")
+    failed = session.submit("then this")
+    assert failed.wait(30).outcome is parley.TurnStatus.FAILED
+    assert session.head == handle.turn_id  # a failed turn leaves the head
+    control.script([gated, ECHO])
+    assert session.resume(failed.turn_id).wait(30).reply == "heard: then this"
+    assert [t.prompt for t in session.history()] == ["first", "a long job", "then this"]
 
 
 def test_interrupt_while_streaming_keeps_a_display_only_partial(

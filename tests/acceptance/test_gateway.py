@@ -787,6 +787,26 @@ def test_interrupt_cancels_and_resume_continues_the_same_turn_and_run(alpha: Ten
     assert snapshot(alpha) == before
 
 
+def test_resuming_a_turn_that_a_later_turn_follows_is_409_and_changes_nothing(
+    alpha: Tenant,
+) -> None:
+    session = alpha.new_session()
+    turn = gated_turn(alpha, session["id"], "gated long job")
+    later = alpha.submit(session["id"], "queued behind it")
+    assert alpha.http.post(f"/v1/turns/{turn['turn_id']}/interrupt").status_code == 202
+    alpha.control.open_gate()
+    assert alpha.result(turn["turn_id"])["status"] == "cancelled"
+    assert alpha.result(later["turn_id"])["reply"] == "heard: queued behind it"
+    path = [turn["turn_id"], later["turn_id"]]
+    assert [t["turn_id"] for t in history_of(alpha, session["id"])] == path
+
+    before = snapshot(alpha)
+    refused = assert_error(alpha.http.post(f"/v1/turns/{turn['turn_id']}/resume"), 409, "Conflict")
+    assert "branch_from" in refused["error"]["message"]
+    assert snapshot(alpha) == before
+    assert [t["turn_id"] for t in history_of(alpha, session["id"])] == path
+
+
 # ------------------------------------------------------------------------ operations
 
 

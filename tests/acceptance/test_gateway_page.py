@@ -324,6 +324,8 @@ def test_a_conversation_in_the_browser(gateway: Gateway, page: Page, tmp_path: P
     shot(page, "steer-sent")
     expect(story).to_contain_text('Latest word from you: "make it about cats". The end.')
     expect(story.locator(".steer-row.delivered")).to_contain_text("make it about cats")
+    # Announced once the step it reached committed, it is shown above that step.
+    expect(story.locator(".steer-row.delivered + .step")).to_contain_text("Latest word")
     expect(story.locator(".badge")).to_have_text("finished")
     expect(story.locator(".tool")).to_have_count(1)
     expect(page.get_by_role("button", name="Interrupt")).to_be_hidden()

@@ -15,6 +15,10 @@ after the hold commits, as it goes on, right after an approved call is marked st
 inside an approved call.  Besides the replay, the verifier checks every asked call
 against the store: it has one answer, the one given (or ``interrupted``), a denied call
 never ran, an approved one ran at most once, and its result says what happened.
+
+In both, every accepted ``say`` is in exactly one of a committed step's request (and one
+``steer`` event, naming that step, says so) or the turn's ``undelivered`` (and one ``end``
+event reports it): never both, never neither, whatever interrupted or crashed.
 """
 
 from __future__ import annotations
@@ -104,6 +108,12 @@ class Conversation:
     """How many times each call (by id) started running."""
     answers: dict[str, bool] = field(default_factory=dict)
     """The answer given to each asked call (by id): approved or not."""
+    said: dict[str, list[str]] = field(default_factory=dict)
+    """The says accepted for each turn (by id)."""
+
+    def say(self, handle: parley.TurnHandle, text: str) -> None:
+        handle.say(text)
+        self.said.setdefault(handle.turn_id, []).append(text)
 
     # ------------------------------------------------------------------ model
 
@@ -117,7 +127,7 @@ class Conversation:
         plan = self._plan(step)
         event = self._fire(step, plan.event)
         if event == "say":
-            self.handle.say(f"steer before step {step}")
+            self.say(self.handle, f"steer before step {step}")
         if event == "interrupt":
             self.handle.interrupt()
         if event in ("crash_mid_stream", "interrupt_mid_stream", "say_mid_stream"):
@@ -125,7 +135,7 @@ class Conversation:
             if event == "crash_mid_stream":
                 raise Crash
             if event == "say_mid_stream":
-                self.handle.say(f"steer while step {step} streams")
+                self.say(self.handle, f"steer while step {step} streams")
             else:
                 self.handle.interrupt()
             on_delta("more")  # an interrupt aborts the stream here
@@ -207,7 +217,7 @@ class Conversation:
         step = next(iter(pending.values())).step
         plan = self._plan(step)
         if plan.waiting == "say":
-            handle.say(f"steer while step {step} waits")
+            self.say(handle, f"steer while step {step} waits")
         if plan.waiting == "interrupt_first":
             handle.interrupt()
             return
@@ -358,6 +368,8 @@ def test_no_request_ever_carries_an_incomplete_tool_round(turns: list[list[StepP
             assert conversation.requests, "the model was never asked"
             for request in conversation.requests:
                 verify(request)
+            for turn in session.tree():
+                verify_steers(client.store, conversation, turn.turn_id)
             # Every stored step is whole: its calls and its results match.
             for turn in session.history():
                 for stored in client.store.steps_of(turn.turn_id):
@@ -416,6 +428,7 @@ def test_approvals_run_each_approved_call_at_most_once_and_leave_no_incomplete_r
                         c.id for c in payload.tool_calls
                     ]
                 verify_streamed(client.attach(turn.turn_id), steps)
+                verify_steers(store, conversation, turn.turn_id)
                 approvals = store.approvals(turn.turn_id)
                 assert len({a.call_id for a in approvals}) == len(approvals)  # one each
                 for approval in approvals:
@@ -438,6 +451,30 @@ def verify_streamed(handle: parley.TurnHandle, steps: dict[int, Any]) -> None:
             shown[index] = shown.get(index, "") + item.data["text"]
     for index, payload in steps.items():
         assert shown.get(index, "") == payload.text, f"step {index} shows {shown.get(index)!r}"
+
+
+def verify_steers(store: Any, conversation: Conversation, turn_id: str) -> None:
+    """Each say accepted for the turn is delivered (in a committed step's request, and
+    announced by one ``steer`` event naming that step) or undelivered (in the result, and
+    reported by one ``end`` event): exactly one of the two."""
+    steps = {s.index: s.payload for s in store.steps_of(turn_id)}
+    delivered = Counter(i.text for p in steps.values() for i in p.inputs if i.origin == "steer")
+    result = store.turn_result(turn_id)
+    assert result is not None, f"turn {turn_id} has not ended"
+    undelivered = Counter(result.undelivered)
+    said = Counter(conversation.said.get(turn_id, []))
+    assert delivered + undelivered == said, (said, delivered, undelivered)
+    events = store.events_after(turn_id, 0)
+    steers = [e.data for e in events if e.kind is EventKind.STEER]
+    assert Counter(d["text"] for d in steers) == delivered, (steers, delivered)
+    for steer in steers:
+        assert steer["text"] in [i.text for i in steps[steer["step"]].inputs], steer
+    reported = Counter(t for e in events if e.kind is EventKind.END for t in e.data["undelivered"])
+    assert reported == undelivered, (reported, undelivered)
+    if undelivered:
+        event("a say was reported undelivered")
+    if delivered:
+        event("a say was delivered")
 
 
 def verify_answered(

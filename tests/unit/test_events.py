@@ -59,7 +59,10 @@ EXAMPLES: list[tuple[Any, dict[str, Any]]] = [
         Refused(call_id="c", tool="write_file", rule="deny_write", reason="secrets/**"),
         {"call_id": "c", "tool": "write_file", "rule": "deny_write", "reason": "secrets/**"},
     ),
-    (Steered(position=3, text="only docs"), {"position": 3, "text": "only docs"}),
+    (
+        Steered(position=3, text="only docs", step=2),
+        {"position": 3, "text": "only docs", "step": 2},
+    ),
     (
         Checked(passed=False, exit_code=None, output="timed out"),
         {"passed": False, "exit_code": None, "output": "timed out"},
@@ -131,6 +134,8 @@ def test_old_stored_forms_load_with_defaults_and_keys_a_newer_writer_added_are_i
     assert step.payload == StepCommitted(step=0, text="a")  # no calls, no usage stored
     end = Event(turn_id="t", seq=4, kind=EventKind.END, data={"outcome": "finished", "later": 1})
     assert end.payload == Ended(outcome="finished")
+    steer = Event(turn_id="t", seq=2, kind=EventKind.STEER, data={"position": 1, "text": "a"})
+    assert steer.payload == Steered(position=1, text="a")  # its step not recorded then
 
 
 @pytest.mark.parametrize(

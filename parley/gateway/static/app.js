@@ -584,7 +584,12 @@ class TurnView {
           const [p] = this.pendingSteers.splice(pending, 1);
           p.el.remove();
         }
-        this.body.append(this.steerBubble(d.text, "delivered"));
+        // Announced once the step whose request carried it committed, after that step's
+        // tokens: shown above the step it reached.
+        const bubble = this.steerBubble(d.text, "delivered");
+        const reached = this.blocks.get(d.step);
+        if (reached) reached.el.before(bubble);
+        else this.body.append(bubble);
         break;
       }
       case "check":
