@@ -185,6 +185,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where to listen (default 127.0.0.1:$PORT, PORT default 8000); any address "
         "but loopback needs PARLEY_GATEWAY_TOKENS",
     )
+    gateway.add_argument(
+        "--new-token",
+        action="store_true",
+        help="without PARLEY_GATEWAY_TOKENS: replace the local token kept across restarts "
+        "with a new one (pages opened with the old one lock)",
+    )
     gateway.set_defaults(command=_gateway)
 
     prune = commands.add_parser(
@@ -448,11 +454,11 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
 
 
 def _gateway(args: argparse.Namespace, console: Console) -> int:
-    from parley.gateway.server import Bind, serve
+    from parley.gateway.server import Bind, admitted, serve
     from parley.gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.from_environment()
     bind = Bind.parse(args.bind)
+    settings = admitted(GatewaySettings.from_environment(), bind, new_token=args.new_token)
     url = database_url_of(args.db)
     note = None
     engine = create_database_engine(url)

@@ -1,8 +1,9 @@
 """``parley gateway``: the application on uvicorn, bound where it may be.
 
 Without configured tokens the gateway binds loopback only and prints the page's URL
-with the token it generated; it refuses any other address, so a forgotten
-``PARLEY_GATEWAY_TOKENS`` cannot expose a machine's agent to its network.
+with its local token (kept across restarts, :mod:`parley.gateway.local_token`); it
+refuses any other address, so a forgotten ``PARLEY_GATEWAY_TOKENS`` cannot expose a
+machine's agent to its network.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uvicorn
 from parley.client import Client
 from parley.errors import InvalidRequest
 from parley.gateway.app import create_app
+from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.settings import GatewaySettings
 
 DEFAULT_PORT = 8000
@@ -84,6 +86,26 @@ class _Server(uvicorn.Server):
             self._announce(port)
 
 
+def admitted(settings: GatewaySettings, bind: Bind, *, new_token: bool = False) -> GatewaySettings:
+    """The settings to serve at ``bind``: as they are with configured tokens; without,
+    loopback only, with the local token (``new_token``: a new one replaces the kept one).
+    :class:`InvalidRequest` for any other address, or ``new_token`` with configured
+    tokens.  Call it before opening anything: a refused start changes nothing."""
+    if not settings.loopback_only:
+        if new_token:
+            raise InvalidRequest(
+                "--new-token renews the local token, which the gateway has only without "
+                "PARLEY_GATEWAY_TOKENS"
+            )
+        return settings
+    if not bind.loopback:
+        raise InvalidRequest(
+            f"refusing to bind {bind.host}: without PARLEY_GATEWAY_TOKENS the gateway "
+            "serves loopback only (set tokens, or --bind 127.0.0.1:PORT)"
+        )
+    return settings.with_local_token(new=new_token)
+
+
 def serve(
     client: Client,
     bind: Bind,
@@ -92,23 +114,21 @@ def serve(
     out: TextIO = sys.stdout,
     note: str | None = None,
 ) -> int:
-    """Serve until interrupted; the exit status."""
-    if settings.loopback_only and not bind.loopback:
-        client.close(wait=False)
-        raise InvalidRequest(
-            f"refusing to bind {bind.host}: without PARLEY_GATEWAY_TOKENS the gateway "
-            "serves loopback only (set tokens, or --bind 127.0.0.1:PORT)"
-        )
+    """Serve until interrupted, with the settings :func:`admitted` gave; the exit
+    status."""
 
     def announce(port: int) -> None:
         url = bind.url(port)
         if settings.generated_token:
             url += f"?token={settings.generated_token}"
-        lines = [f"parley gateway: open {url}"]
-        if note:
-            lines.append(f"parley gateway: {note}")
-        if not settings.generated_token:
+        lines = [f"parley gateway: {note}"] if note else []
+        if settings.generated_token:
+            path = settings.workspaces / TOKEN_FILE
+            lines.append(f"parley gateway: the token is kept in {path} (--new-token renews it)")
+        else:
             lines.append("parley gateway: with a token from PARLEY_GATEWAY_TOKENS")
+        # Last, on a line of its own: what a person looks for, below uvicorn's log.
+        lines.append(f"parley gateway: open {url}")
         out.write("\n".join(lines) + "\n")
         out.flush()
 
