@@ -459,26 +459,31 @@ def _gateway(args: argparse.Namespace, console: Console) -> int:
 
     bind = Bind.parse(args.bind)
     settings = admitted(GatewaySettings.from_environment(), bind, new_token=args.new_token)
-    url = database_url_of(args.db)
-    note = None
-    engine = create_database_engine(url)
-    fleet = engine.dialect.name != "sqlite" and bool(os.environ.get("PARLEY_REDIS_URL"))
-    engine.dispose()
-    if fleet:
-        # A fleet producer and reader: the workers hold the host.
-        if args.host:
-            raise parley.errors.InvalidRequest(
-                "on a fleet the workers hold the host: --host is for the embedded gateway"
-            )
-        client = parley.connect(url)
-    else:
-        # Embedded: this process runs the turns.  With no host named, the offline
-        # scripted agent of `parley chat`, so a fresh clone serves a working page.
-        if not (args.host or _environment_names_a_host()):
-            args.host = f"scripted:{CHAT_SCRIPT}"
-            note = "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a real one)"
-        client = _client(args, runs_turns=True)
-    return serve(client, bind, settings, note=note)
+    # The port before the database: one in use stops the start with nothing opened.
+    with bind.listen() as listening:
+        url = database_url_of(args.db)
+        note = None
+        engine = create_database_engine(url)
+        fleet = engine.dialect.name != "sqlite" and bool(os.environ.get("PARLEY_REDIS_URL"))
+        engine.dispose()
+        if fleet:
+            # A fleet producer and reader: the workers hold the host.
+            if args.host:
+                raise parley.errors.InvalidRequest(
+                    "on a fleet the workers hold the host: --host is for the embedded gateway"
+                )
+            client = parley.connect(url)
+        else:
+            # Embedded: this process runs the turns.  With no host named, the offline
+            # scripted agent of `parley chat`, so a fresh clone serves a working page.
+            if not (args.host or _environment_names_a_host()):
+                args.host = f"scripted:{CHAT_SCRIPT}"
+                note = (
+                    "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a "
+                    "real one)"
+                )
+            client = _client(args, runs_turns=True)
+        return serve(client, bind, listening, settings, note=note)
 
 
 def _say(args: argparse.Namespace, console: Console) -> int:

@@ -8,6 +8,7 @@ machine's agent to its network.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
@@ -55,10 +56,36 @@ class Bind:
         except ValueError:
             return False
 
+    def listen(self) -> socket.socket:
+        """A socket bound here, for uvicorn to serve on.  Bound before anything else is
+        opened, so that an address in use is one line saying how to choose another,
+        not a traceback after the database's log."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        # As uvicorn binds: a port whose last gateway just stopped is free at once.
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listening.bind((self.host, self.port))
+        except OSError as exc:
+            listening.close()
+            where = f"{self._host}:{self.port}"
+            if exc.errno == errno.EADDRINUSE:
+                other = self.port + 1 if self.port < 65535 else self.port - 1
+                raise InvalidRequest(
+                    f"{where} is in use (another gateway?): choose another port, "
+                    f"--bind {self._host}:{other} or PORT={other}"
+                ) from None
+            raise InvalidRequest(f"cannot listen on {where}: {exc.strerror or exc}") from None
+        return listening
+
     def url(self, port: int | None = None) -> str:
         """The base URL of the page at this address."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{port or self.port}/"
+        return f"http://{self._host}:{port or self.port}/"
+
+    @property
+    def _host(self) -> str:
+        """The host as a URL spells it (an IPv6 address in brackets)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
 
 
 def _port(value: str) -> int:
@@ -109,13 +136,14 @@ def admitted(settings: GatewaySettings, bind: Bind, *, new_token: bool = False) 
 def serve(
     client: Client,
     bind: Bind,
+    listening: socket.socket,
     settings: GatewaySettings,
     *,
     out: TextIO = sys.stdout,
     note: str | None = None,
 ) -> int:
-    """Serve until interrupted, with the settings :func:`admitted` gave; the exit
-    status."""
+    """Serve on ``listening`` (:meth:`Bind.listen`) until interrupted, with the settings
+    :func:`admitted` gave; the exit status."""
 
     def announce(port: int) -> None:
         url = bind.url(port)
@@ -146,5 +174,5 @@ def serve(
     server = _Server(config, announce)
     # run(), not asyncio.run(serve()): run() takes the event loop uvicorn's config names
     # (uvloop, installed with uvicorn's standard extra); asyncio.run would take asyncio's.
-    server.run()
+    server.run(sockets=[listening])
     return 0 if server.started else 1
