@@ -412,7 +412,20 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
             session = client.session(args.session_id)
         else:
             session = client.open_session(args.root)
-        return Chat(client, session, console).run()
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            return Chat(client, session, console).run()  # lines from a pipe, say
+        from parley.chat_terminal import ChatTerminal
+
+        with ChatTerminal() as terminal:
+            chat = Chat(
+                client,
+                session,
+                terminal.console,
+                terminal.read_line,
+                notices=terminal.notices,
+                prints_prompt=False,
+            )
+            return chat.run()
 
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
