@@ -35,7 +35,12 @@ def local_token(data_directory: Path, *, new: bool = False) -> str:
         kept = _read(path)
         if kept is not None:
             return kept
-    _write(path, secrets.token_urlsafe(24), replace=new)
+    try:
+        _write(path, secrets.token_urlsafe(24), replace=new)
+    except OSError as exc:
+        raise InvalidRequest(
+            f"cannot keep the local token in {data_directory}: {exc.strerror or exc}"
+        ) from None
     # Two gateways starting at once each write a token: the file holds the one that
     # landed first, and both serve it.
     token = _read(path)

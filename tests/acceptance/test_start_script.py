@@ -85,29 +85,40 @@ def test_setup_installs_only_when_what_it_installs_from_changed(tmp_path: Path) 
     assert setup(directory)[1][-1] == "-m pip install --quiet -e ."
 
 
-def test_start_prints_the_url_last_and_a_port_in_use_in_one_line(tmp_path: Path) -> None:
-    directory = clone(tmp_path)
-    start = str(directory / "scripts" / "start.sh")
-    out = directory / "start.out"
+def started(start: str, out: Path, *arguments: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``start.sh ARGUMENTS`` running, and the URL it printed last."""
     with out.open("wb") as stdout:
-        first = subprocess.Popen(
-            [start, "--bind", "127.0.0.1:0"],
+        process = subprocess.Popen(
+            [start, *arguments],
             env=environment(),
             stdout=stdout,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    deadline = time.monotonic() + 60
+    while not (lines := out.read_text().splitlines()) or not lines[-1].startswith(URL_LINE):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(process)
+            raise AssertionError(out.read_text())
+        time.sleep(0.05)
+    return process, lines[-1].removeprefix(URL_LINE)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the gateway (start.sh execs it), then wait."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    process.wait(15)
+
+
+def test_start_prints_the_url_last_and_a_port_in_use_in_one_line(tmp_path: Path) -> None:
+    directory = clone(tmp_path)
+    start = str(directory / "scripts" / "start.sh")
+    first, url = started(start, directory / "start.out", "--bind", "127.0.0.1:0")
     try:
-        deadline = time.monotonic() + 60
-        while not (lines := out.read_text().splitlines()) or not lines[-1].startswith(URL_LINE):
-            assert first.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.05)
-        url = lines[-1].removeprefix(URL_LINE)
         assert url.startswith("http://127.0.0.1:") and "?token=" in url
         port = url.removeprefix("http://127.0.0.1:").split("/", 1)[0]
-
         # The port is held by the first gateway: a second start says how to choose another.
         for arguments, extra in (
             (["--bind", f"127.0.0.1:{port}"], {}),
@@ -126,9 +137,18 @@ def test_start_prints_the_url_last_and_a_port_in_use_in_one_line(tmp_path: Path)
             [line] = second.stderr.splitlines()
             assert f"127.0.0.1:{port} is in use" in line
             assert "--bind 127.0.0.1:" in line and "PORT=" in line
-        # Installed once, by the first start.
-        installs = (directory / ".venv" / "installs.log").read_text().splitlines()
-        assert installs == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e ."]
     finally:
-        os.killpg(first.pid, signal.SIGTERM)
-        first.wait(15)
+        stop(first)
+
+    # start.sh passes --new-token on: the page's token changes, and is kept from then on.
+    renewed, renewed_url = started(
+        start, directory / "start.out", "--new-token", "--bind", "127.0.0.1:0"
+    )
+    stop(renewed)
+    token = url.split("?token=", 1)[1]
+    new = renewed_url.split("?token=", 1)[1]
+    assert new != token
+    assert (directory / "workspaces" / ".local-token").read_text().strip() == new
+    # Installed once, by the first start.
+    installs = (directory / ".venv" / "installs.log").read_text().splitlines()
+    assert installs == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e ."]

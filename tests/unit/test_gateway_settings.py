@@ -4,6 +4,7 @@ server: tokens, tenants, binds, workspace names."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -99,6 +100,19 @@ def test_a_local_token_file_through_a_link_is_refused(tmp_path: Path) -> None:
     settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(workspaces)})
     with pytest.raises(InvalidRequest, match="cannot be read"):
         settings.with_local_token()
+
+
+def test_a_workspaces_path_that_is_no_directory_is_named(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(taken)})
+    unreadable = r"a-file/\.local-token cannot be read: Not a directory"
+    with pytest.raises(InvalidRequest, match=unreadable):
+        settings.with_local_token()
+    unwritable = f"cannot keep the local token in {re.escape(str(taken))}"
+    with pytest.raises(InvalidRequest, match=unwritable):
+        settings.with_local_token(new=True)
+    assert taken.read_text() == ""
 
 
 def test_two_gateways_starting_at_once_serve_one_local_token(tmp_path: Path) -> None:
