@@ -39,11 +39,21 @@ class Chat:
         session: parley.Session,
         console: Console,
         read_line: Callable[[], str] = input,
+        *,
+        notices: Console | None = None,
+        prints_prompt: bool = True,
     ) -> None:
+        """``console`` shows the running turn as it streams; ``notices`` (default: the
+        same) what the chat says in answer to the person, which must not break the
+        stream's line; ``read_line`` reads what the person types, drawing the prompt
+        itself unless ``prints_prompt`` (:class:`parley.chat_terminal.ChatTerminal`
+        does both)."""
         self.client = client
         self.session = session
         self.console = console
+        self.notices = notices or console
         self.read_line = read_line
+        self.prints_prompt = prints_prompt
         self._handle: parley.TurnHandle | None = None
         self._follower: threading.Thread | None = None
         self._interrupted = False
@@ -53,8 +63,8 @@ class Chat:
 
     def run(self) -> int:
         """Read and act on lines until /quit, end of input, or a second Ctrl-C."""
-        self.console.print(f"[bold]session {self.session.id}[/]  (reopen: parley chat <id>)")
-        self.console.print(f"[dim]{HELP}[/]")
+        self.notices.print(f"[bold]session {self.session.id}[/]  (reopen: parley chat <id>)")
+        self.notices.print(f"[dim]{HELP}[/]")
         self._prompt()
         while True:
             try:
@@ -77,14 +87,19 @@ class Chat:
         """Interrupt the running turn; False (quit) if none runs or it was already asked."""
         handle = self._running()
         if handle is None or self._interrupted:
-            self.console.print("\n[dim]bye[/]")
+            self.notices.print("\n[dim]bye[/]")
             return False
         self._interrupted = True
-        self.console.print("\n[magenta]interrupting… (Ctrl-C again quits)[/]")
         try:
+            self.notices.print("\n[magenta]interrupting… (Ctrl-C again quits)[/]")
             handle.interrupt()
         except ParleyError as exc:  # it ended meanwhile
-            self.console.print(Text(str(exc), style="dim"))
+            self.notices.print(Text(str(exc), style="dim"))
+        except KeyboardInterrupt:
+            # The second Ctrl-C, pressed while the first was being handled, away from
+            # the prompt (which reads a Ctrl-C as a key, not as a signal).
+            self.notices.print("\n[dim]bye[/]")
+            return False
         return True
 
     def _on_line(self, line: str) -> bool:
@@ -102,7 +117,7 @@ class Chat:
             if handle is not None:
                 try:
                     handle.say(line)
-                    self.console.print(
+                    self.notices.print(
                         "[yellow]✎ steer sent: it reaches the agent at the next step[/]"
                     )
                     return True
@@ -111,7 +126,7 @@ class Chat:
                     self._wait_for_turn()
             self._start(self.session.submit(line))
         except ParleyError as exc:
-            self.console.print(error_line(exc))
+            self.notices.print(error_line(exc))
             if self._running() is None:
                 self._prompt()
         return True
@@ -125,17 +140,17 @@ class Chat:
         approval = waiting[0]
         if line.lower() in ("y", "yes"):
             handle.approve(approval.approval_id)
-            self.console.print(Text(f"✓ approved {approval.tool}", style="green"))
+            self.notices.print(Text(f"✓ approved {approval.tool}", style="green"))
         else:
             reason = None if line.lower() in ("n", "no") else line
             handle.deny(approval.approval_id, reason=reason)
-            self.console.print(Text(f"✗ denied {approval.tool}", style="red"))
+            self.notices.print(Text(f"✗ denied {approval.tool}", style="red"))
         if len(waiting) > 1:
             self._ask(waiting[1])
         return True
 
     def _ask(self, approval: parley.Approval) -> None:
-        self.console.print(
+        self.notices.print(
             Text.assemble(
                 ("? ", "bold yellow"),
                 (f"{approval.tool}({approval.arguments})", "yellow"),
@@ -154,12 +169,12 @@ class Chat:
                     self._wait_for_turn()
                     return False
                 case "/help":
-                    self.console.print(HELP, markup=False)
+                    self.notices.print(HELP, markup=False)
                 case "/history":
                     self._history()
                 case "/tree":
                     session = self.session
-                    self.console.print(
+                    self.notices.print(
                         tree_of(session.tree(), head=session.head, label=f"session {session.id}")
                     )
                 case "/branch":
@@ -168,9 +183,9 @@ class Chat:
                     self._resume()
                 case _:
                     unknown = (f"unknown command {name}", "red")
-                    self.console.print(Text.assemble(unknown, "  ", HELP))
+                    self.notices.print(Text.assemble(unknown, "  ", HELP))
         except ParleyError as exc:
-            self.console.print(error_line(exc))
+            self.notices.print(error_line(exc))
         if self._running() is None:
             self._prompt()
         return True
@@ -178,42 +193,42 @@ class Chat:
     def _history(self) -> None:
         turns = self.session.history()
         if not turns:
-            self.console.print("[dim](no turns yet)[/]")
+            self.notices.print("[dim](no turns yet)[/]")
         for number, turn in enumerate(turns, start=1):
-            self.console.print(f"{number:>3} ", turn_line(turn), end="\n")
+            self.notices.print(f"{number:>3} ", turn_line(turn), end="\n")
 
     def _branch(self, argument: str) -> None:
         """Move the head to turn N of /history: the next message continues from there."""
         if self._running() is not None:
-            self.console.print("[red]a turn is running: interrupt it (Ctrl-C) first[/]")
+            self.notices.print("[red]a turn is running: interrupt it (Ctrl-C) first[/]")
             return
         turns = self.session.history()
         if not argument.isdecimal() or not 1 <= int(argument) <= len(turns):
-            self.console.print(f"[red]/branch takes a turn number from /history (1–{len(turns)})")
+            self.notices.print(f"[red]/branch takes a turn number from /history (1–{len(turns)})")
             return
         turn = turns[int(argument) - 1]
         self.session.branch_from(turn.turn_id)
-        self.console.print(f"[cyan]branched: the next message follows turn {argument}[/]")
-        self.console.print(turn_line(turn))
+        self.notices.print(f"[cyan]branched: the next message follows turn {argument}[/]")
+        self.notices.print(turn_line(turn))
 
     def _resume(self) -> None:
         """Continue the session's newest turn if it was interrupted, failed or stranded.
         Only the newest: resuming an older one would move the head back to it and leave
         the turns after it off the conversation."""
         if self._running() is not None:
-            self.console.print("[red]a turn is already running[/]")
+            self.notices.print("[red]a turn is already running[/]")
             return
         tree = self.session.tree()
         if not tree or not (
             tree[-1].status.resumable or tree[-1].status is parley.TurnStatus.RUNNING
         ):
             state = f"the last turn {tree[-1].status.value}" if tree else "no turns yet"
-            self.console.print(f"[dim]nothing to resume ({state})[/]")
+            self.notices.print(f"[dim]nothing to resume ({state})[/]")
             return
         turn = tree[-1]
         # Shown already: follow the resumed attempt from the turn's newest event on.
         seen = self.client.attach(turn.turn_id).latest_seq()
-        self.console.print(Text.assemble(("resuming ", "cyan"), turn_line(turn)))
+        self.notices.print(Text.assemble(("resuming ", "cyan"), turn_line(turn)))
         self._start(self.session.resume(turn.turn_id), after=seen)
 
     # ------------------------------------------------------------------ turns
@@ -229,7 +244,8 @@ class Chat:
         self._follower.start()
 
     def _follow(self, handle: parley.TurnHandle, after: int) -> None:
-        printer = EventPrinter(self.console)
+        # Events by what they say, not by seq: a person reading along has no use for it.
+        printer = EventPrinter(self.console, numbered=False)
         try:
             asked = False
             for event in handle.events(after=after):
@@ -261,4 +277,5 @@ class Chat:
             follower.join()
 
     def _prompt(self) -> None:
-        self.console.print(PROMPT, end="")
+        if self.prints_prompt:
+            self.console.print(PROMPT, end="")

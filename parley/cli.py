@@ -185,6 +185,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where to listen (default 127.0.0.1:$PORT, PORT default 8000); any address "
         "but loopback needs PARLEY_GATEWAY_TOKENS",
     )
+    gateway.add_argument(
+        "--new-token",
+        action="store_true",
+        help="without PARLEY_GATEWAY_TOKENS: replace the local token kept across restarts "
+        "with a new one (pages opened with the old one lock)",
+    )
     gateway.set_defaults(command=_gateway)
 
     prune = commands.add_parser(
@@ -417,7 +423,20 @@ def _chat(args: argparse.Namespace, console: Console) -> int:
             session = client.session(args.session_id)
         else:
             session = client.open_session(args.root)
-        return Chat(client, session, console).run()
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            return Chat(client, session, console).run()  # lines from a pipe, say
+        from parley.chat_terminal import ChatTerminal
+
+        with ChatTerminal() as terminal:
+            chat = Chat(
+                client,
+                session,
+                terminal.console,
+                terminal.read_line,
+                notices=terminal.notices,
+                prints_prompt=False,
+            )
+            return chat.run()
 
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
@@ -459,28 +478,33 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
 
 
 def _gateway(args: argparse.Namespace, console: Console) -> int:
-    from parley.gateway.server import Bind, serve
+    from parley.gateway.server import Bind, admitted, serve
     from parley.gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.from_environment()
     bind = Bind.parse(args.bind)
-    url = database_url_of(args.db)
-    note = None
-    if _is_fleet(url):
-        # A fleet producer and reader: the workers hold the host.
-        if args.host:
-            raise parley.errors.InvalidRequest(
-                "on a fleet the workers hold the host: --host is for the embedded gateway"
-            )
-        client = parley.connect(url)
-    else:
-        # Embedded: this process runs the turns.  With no host named, the offline
-        # scripted agent of `parley chat`, so a fresh clone serves a working page.
-        if not (args.host or _environment_names_a_host()):
-            args.host = f"scripted:{CHAT_SCRIPT}"
-            note = "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a real one)"
-        client = _client(args, runs_turns=True)
-    return serve(client, bind, settings, note=note)
+    settings = admitted(GatewaySettings.from_environment(), bind, new_token=args.new_token)
+    # The port before the database: one in use stops the start with nothing opened.
+    with bind.listen() as listening:
+        url = database_url_of(args.db)
+        note = None
+        if _is_fleet(url):
+            # A fleet producer and reader: the workers hold the host.
+            if args.host:
+                raise parley.errors.InvalidRequest(
+                    "on a fleet the workers hold the host: --host is for the embedded gateway"
+                )
+            client = parley.connect(url)
+        else:
+            # Embedded: this process runs the turns.  With no host named, the offline
+            # scripted agent of `parley chat`, so a fresh clone serves a working page.
+            if not (args.host or _environment_names_a_host()):
+                args.host = f"scripted:{CHAT_SCRIPT}"
+                note = (
+                    "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a "
+                    "real one)"
+                )
+            client = _client(args, runs_turns=True)
+        return serve(client, bind, listening, settings, note=note)
 
 
 def _say(args: argparse.Namespace, console: Console) -> int:

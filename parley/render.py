@@ -48,11 +48,14 @@ class EventPrinter:
     turns.
 
     With ``workers`` it also names the worker that takes each turn (``host:pid:thread``,
-    as the run stores it), and the one that takes it over if its worker dies."""
+    as the run stores it), and the one that takes it over if its worker dies.  Each line
+    starts with its event's seq (what ``parley follow --after`` takes) unless not
+    ``numbered``."""
 
-    def __init__(self, console: Console, *, workers: bool = False) -> None:
+    def __init__(self, console: Console, *, workers: bool = False, numbered: bool = True) -> None:
         self.console = console
         self.workers = workers
+        self.numbered = numbered
         self._mid_line = False
         self._streamed: set[tuple[str, int]] = set()  # (turn, step) that showed tokens
         self._drivers: dict[str, str] = {}  # turn → the worker driving it now
@@ -75,13 +78,13 @@ class EventPrinter:
                 self._print_inline(payload.text)
         elif isinstance(payload, Ended):
             self._streamed = {s for s in self._streamed if s[0] != event.turn_id}
-        for line in self._describe(event.seq, payload):
+        for line in self._describe(self._seq(event.seq), payload):
             self._print_line(line)
 
     def _claimed(self, event: Event, started: Started) -> Text:
         before = self._drivers.get(event.turn_id)
         self._drivers[event.turn_id] = started.worker
-        seq = Text(f"{event.seq:>3} ", "dim")
+        seq = Text(self._seq(event.seq), "dim")
         if before is None:
             took = Text.assemble(("▶ worker ", "cyan"), (started.worker, "bold cyan"), " took it")
         else:
@@ -103,9 +106,12 @@ class EventPrinter:
         self.console.print(Text(text, style="bold"), end="", soft_wrap=True)
         self._mid_line = True
 
+    def _seq(self, seq: int) -> str:
+        return f"{seq:>3} " if self.numbered else ""
+
     @classmethod
-    def _describe(cls, seq: int, payload: Payload) -> list[Text]:
-        line = cls._line(f"{seq:>3} ", payload)
+    def _describe(cls, seq: str, payload: Payload) -> list[Text]:
+        line = cls._line(seq, payload)
         lines = [] if line is None else [line]
         if isinstance(payload, Ended):
             if payload.error:

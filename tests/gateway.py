@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,11 +245,12 @@ def start_gateway(
     bind: str = "127.0.0.1:0",
     extra: Mapping[str, str] | None = None,
     ready: bool = True,
+    arguments: Sequence[str] = (),
 ) -> Gateway:
-    """Start ``parley gateway --bind BIND`` in ``directory`` (its logs and workspaces go
-    there) and wait for the URL it prints (and, if ``ready``, for ``/readyz`` to answer
-    200).  ``tokens`` (tenant → token) are given as a
-    token file (``@path``) or inline; none means the gateway generates one."""
+    """Start ``parley gateway --bind BIND [ARGUMENTS]`` in ``directory`` (its logs and
+    workspaces go there) and wait for the URL it prints (and, if ``ready``, for
+    ``/readyz`` to answer 200).  ``tokens`` (tenant → token) are given as a token file
+    (``@path``) or inline; none means the gateway serves its local token."""
     directory.mkdir(parents=True, exist_ok=True)
     full = {**env, "PARLEY_WORKSPACES": str(directory / "workspaces"), **(extra or {})}
     workspaces = Path(full["PARLEY_WORKSPACES"])
@@ -264,7 +265,7 @@ def start_gateway(
     stdout, stderr = directory / "gateway.out", directory / "gateway.err"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "parley", "gateway", "--bind", bind],
+            [sys.executable, "-m", "parley", "gateway", "--bind", bind, *arguments],
             env=full,
             cwd=directory,
             stdout=out,

@@ -1,12 +1,14 @@
 """``parley gateway``: the application on uvicorn, bound where it may be.
 
 Without configured tokens the gateway binds loopback only and prints the page's URL
-with the token it generated; it refuses any other address, so a forgotten
-``PARLEY_GATEWAY_TOKENS`` cannot expose a machine's agent to its network.
+with its local token (kept across restarts, :mod:`parley.gateway.local_token`); it
+refuses any other address, so a forgotten ``PARLEY_GATEWAY_TOKENS`` cannot expose a
+machine's agent to its network.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
@@ -20,6 +22,7 @@ import uvicorn
 from parley.client import Client
 from parley.errors import InvalidRequest
 from parley.gateway.app import create_app
+from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.settings import GatewaySettings
 
 DEFAULT_PORT = 8000
@@ -53,10 +56,36 @@ class Bind:
         except ValueError:
             return False
 
+    def listen(self) -> socket.socket:
+        """A socket bound here, for uvicorn to serve on.  Bound before anything else is
+        opened, so that an address in use is one line saying how to choose another,
+        not a traceback after the database's log."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        # As uvicorn binds: a port whose last gateway just stopped is free at once.
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listening.bind((self.host, self.port))
+        except OSError as exc:
+            listening.close()
+            where = f"{self._host}:{self.port}"
+            if exc.errno == errno.EADDRINUSE:
+                other = self.port + 1 if self.port < 65535 else self.port - 1
+                raise InvalidRequest(
+                    f"{where} is in use (another gateway?): choose another port, "
+                    f"--bind {self._host}:{other} or PORT={other}"
+                ) from None
+            raise InvalidRequest(f"cannot listen on {where}: {exc.strerror or exc}") from None
+        return listening
+
     def url(self, port: int | None = None) -> str:
         """The base URL of the page at this address."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{port or self.port}/"
+        return f"http://{self._host}:{port or self.port}/"
+
+    @property
+    def _host(self) -> str:
+        """The host as a URL spells it (an IPv6 address in brackets)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
 
 
 def _port(value: str) -> int:
@@ -84,31 +113,50 @@ class _Server(uvicorn.Server):
             self._announce(port)
 
 
+def admitted(settings: GatewaySettings, bind: Bind, *, new_token: bool = False) -> GatewaySettings:
+    """The settings to serve at ``bind``: as they are with configured tokens; without,
+    loopback only, with the local token (``new_token``: a new one replaces the kept one).
+    :class:`InvalidRequest` for any other address, or ``new_token`` with configured
+    tokens.  Call it before opening anything: a refused start changes nothing."""
+    if not settings.loopback_only:
+        if new_token:
+            raise InvalidRequest(
+                "--new-token renews the local token, which the gateway has only without "
+                "PARLEY_GATEWAY_TOKENS"
+            )
+        return settings
+    if not bind.loopback:
+        raise InvalidRequest(
+            f"refusing to bind {bind.host}: without PARLEY_GATEWAY_TOKENS the gateway "
+            "serves loopback only (set tokens, or --bind 127.0.0.1:PORT)"
+        )
+    return settings.with_local_token(new=new_token)
+
+
 def serve(
     client: Client,
     bind: Bind,
+    listening: socket.socket,
     settings: GatewaySettings,
     *,
     out: TextIO = sys.stdout,
     note: str | None = None,
 ) -> int:
-    """Serve until interrupted; the exit status."""
-    if settings.loopback_only and not bind.loopback:
-        client.close(wait=False)
-        raise InvalidRequest(
-            f"refusing to bind {bind.host}: without PARLEY_GATEWAY_TOKENS the gateway "
-            "serves loopback only (set tokens, or --bind 127.0.0.1:PORT)"
-        )
+    """Serve on ``listening`` (:meth:`Bind.listen`) until interrupted, with the settings
+    :func:`admitted` gave; the exit status."""
 
     def announce(port: int) -> None:
         url = bind.url(port)
         if settings.generated_token:
             url += f"?token={settings.generated_token}"
-        lines = [f"parley gateway: open {url}"]
-        if note:
-            lines.append(f"parley gateway: {note}")
-        if not settings.generated_token:
+        lines = [f"parley gateway: {note}"] if note else []
+        if settings.generated_token:
+            path = settings.workspaces / TOKEN_FILE
+            lines.append(f"parley gateway: the token is kept in {path} (--new-token renews it)")
+        else:
             lines.append("parley gateway: with a token from PARLEY_GATEWAY_TOKENS")
+        # Last, on a line of its own: what a person looks for, below uvicorn's log.
+        lines.append(f"parley gateway: open {url}")
         out.write("\n".join(lines) + "\n")
         out.flush()
 
@@ -126,5 +174,5 @@ def serve(
     server = _Server(config, announce)
     # run(), not asyncio.run(serve()): run() takes the event loop uvicorn's config names
     # (uvloop, installed with uvicorn's standard extra); asyncio.run would take asyncio's.
-    server.run()
+    server.run(sockets=[listening])
     return 0 if server.started else 1

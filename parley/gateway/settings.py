@@ -2,7 +2,8 @@
 
 ``PARLEY_GATEWAY_TOKENS``: ``TOKEN=TENANT`` pairs, comma-separated, or ``@path`` to a file
 with one pair per line (blank lines and ``#`` comments allowed).  Without any, the gateway
-serves loopback only, with one generated token for the tenant ``local``.
+serves loopback only, with one token of its own for the tenant ``local``, kept across
+restarts (:mod:`parley.gateway.local_token`).
 ``PARLEY_WORKSPACES`` (default ``./workspaces``): where sessions' roots are made.
 ``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
 default 15), ``PARLEY_GATEWAY_CORS_ORIGINS`` (comma-separated origins; CORS is off
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parley.errors import InvalidRequest
+from parley.gateway.local_token import local_token
 
 LOCAL_TENANT = "local"
 DEFAULT_MAX_BODY = 1 << 20
@@ -38,27 +39,24 @@ class GatewaySettings:
     """What the gateway serves and how (see the module docstring for the variables)."""
 
     tokens: Mapping[str, str]
-    """Bearer token → tenant."""
+    """Bearer token → tenant: the configured ones, else the local token's (once
+    :meth:`with_local_token` added it)."""
     workspaces: Path
     max_body: int = DEFAULT_MAX_BODY
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
     cors_origins: tuple[str, ...] = ()
     generated_token: str | None = None
-    """The token made at start when none was configured (loopback only)."""
+    """The local token, when no token was configured (loopback only)."""
     metrics_token: str | None = None
     """The bearer token ``GET /metrics`` asks for (None: it is open)."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
         """The settings the variables name; :class:`InvalidRequest` naming the variable
-        that is wrong."""
-        tokens = parse_tokens(env.get("PARLEY_GATEWAY_TOKENS", ""))
-        generated = None
-        if not tokens:
-            generated = secrets.token_urlsafe(24)
-            tokens = {generated: LOCAL_TENANT}
+        that is wrong.  Without configured tokens there are none yet: the server adds the
+        local token once it knows it may serve (:meth:`with_local_token`)."""
         return cls(
-            tokens=tokens,
+            tokens=parse_tokens(env.get("PARLEY_GATEWAY_TOKENS", "")),
             workspaces=Path(env.get("PARLEY_WORKSPACES") or "workspaces").absolute(),
             max_body=_positive_int(env, "PARLEY_GATEWAY_MAX_BODY", DEFAULT_MAX_BODY),
             keepalive_seconds=_positive_float(
@@ -69,14 +67,25 @@ class GatewaySettings:
                 for origin in env.get("PARLEY_GATEWAY_CORS_ORIGINS", "").split(",")
                 if origin.strip()
             ),
-            generated_token=generated,
             metrics_token=_metrics_token(env),
         )
 
     @property
     def loopback_only(self) -> bool:
         """No tokens were configured: only this machine may connect."""
-        return self.generated_token is not None
+        return not self.tokens or self.generated_token is not None
+
+    def with_local_token(self, *, new: bool = False) -> GatewaySettings:
+        """These settings with the local token kept in the workspaces directory (made if
+        there is none; ``new``: a new one replaces it) as their one token, for the tenant
+        ``local``.  Only without configured tokens."""
+        if not self.loopback_only:
+            raise InvalidRequest(
+                "the gateway has a local token only without PARLEY_GATEWAY_TOKENS "
+                "(--new-token renews it)"
+            )
+        token = local_token(self.workspaces, new=new)
+        return replace(self, tokens={token: LOCAL_TENANT}, generated_token=token)
 
 
 def parse_tokens(value: str) -> dict[str, str]:

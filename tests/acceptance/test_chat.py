@@ -46,8 +46,12 @@ class Terminal:
         return done.stdout
 
     def type(self, text: str) -> None:
-        self._tmux("send-keys", "-t", self.name, "-l", text)
+        self.keys(text)
         self._tmux("send-keys", "-t", self.name, "Enter")
+
+    def keys(self, text: str) -> None:
+        """Type ``text`` without pressing Enter."""
+        self._tmux("send-keys", "-t", self.name, "-l", text)
 
     def ctrl_c(self) -> None:
         self._tmux("send-keys", "-t", self.name, "C-c")
@@ -91,7 +95,7 @@ def test_a_conversation_in_the_terminal(tmp_path: Path, terminals: list[Terminal
     term = Terminal(socket, chat, tmp_path)
     terminals.append(term)
 
-    screen = term.wait_for(r"you> ")
+    screen = term.wait_for(r"(?m)^you>")
     session_id = re.search(r"session ([0-9a-f-]{36})", screen).group(1)  # type: ignore[union-attr]
 
     # A plain turn: its tokens arrive and it finishes.
@@ -157,6 +161,42 @@ def test_a_conversation_in_the_terminal(tmp_path: Path, terminals: list[Terminal
     again.wait_for(r"\[exited\]")
 
 
+def test_what_is_typed_while_the_reply_streams_stays_on_its_own_line(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    """The person types a steer while the reply streams: the input line keeps what is
+    typed, below the streamed line; the reply is never broken by the typing; the events
+    are shown by what they say, with no bare numbers."""
+    db = f"sqlite:///{tmp_path / 'chat.db'}"
+    socket = f"parley-test-{uuid.uuid4().hex[:8]}"
+    term = Terminal(socket, [PARLEY, "--db", db, "chat", "--root", str(tmp_path)], tmp_path)
+    terminals.append(term)
+    term.wait_for(r"(?m)^you>")
+    term.type("tell me a long story")
+    term.wait_for(r"Here is a long")
+    # Slowly, a key at a time, as a person types while the tokens arrive.
+    for key in "make it about cats":
+        term.keys(key)
+        time.sleep(0.03)
+    screen = term.wait_for(r"(?m)^you> make it about cats$")
+    assert "make it" not in screen.replace("you> make it about cats", "")
+    term.type("")  # Enter: the steer
+    term.wait_for(r"steer sent")
+    term.wait_for(r"steer delivered: make it about cats")
+    screen = term.wait_for(r"■ finished")
+    lines = screen.splitlines()
+    # Each step's text on one line, whole, as it streamed (tmux joins what it wrapped).
+    first = "agent> Here is a long story, told slowly so there is time to steer or interrupt me."
+    assert any(line.startswith(first) for line in lines), screen
+    second = 'Latest word from you: "make it about cats". Once upon a time there was a worker'
+    assert any(line.startswith(second) for line in lines), screen
+    assert re.search(r"(?m)^→ list_files", screen), screen
+    assert re.search(r"(?m)^■ finished$", screen), screen
+    assert not re.search(r"(?m)^\s*\d+\s", screen), screen  # no bare event numbers
+    term.type("/quit")
+    term.wait_for(r"\[exited\]")
+
+
 def test_a_second_ctrl_c_quits_while_the_turn_is_being_interrupted(
     tmp_path: Path, terminals: list[Terminal]
 ) -> None:
@@ -164,7 +204,7 @@ def test_a_second_ctrl_c_quits_while_the_turn_is_being_interrupted(
     socket = f"parley-test-{uuid.uuid4().hex[:8]}"
     term = Terminal(socket, [PARLEY, "--db", db, "chat", "--root", str(tmp_path)], tmp_path)
     terminals.append(term)
-    term.wait_for(r"you> ")
+    term.wait_for(r"(?m)^you>")
     term.type("a long story")
     term.wait_for(r"Here is a long story")
     term.ctrl_c()
@@ -186,7 +226,7 @@ def test_chat_streams_from_a_real_provider_protocol(
         command = [PARLEY, "--db", db, "chat", "--root", str(tmp_path), "--model", "openai:gpt-t"]
         term = Terminal(f"parley-test-{uuid.uuid4().hex[:8]}", command, tmp_path, env)
         terminals.append(term)
-        term.wait_for(r"you> ")
+        term.wait_for(r"(?m)^you>")
         term.type("hi")
         screen = term.wait_for(r"agent> Hello from")
         assert "wire." not in screen  # the server is still pausing: tokens arrive live

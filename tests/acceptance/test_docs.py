@@ -245,26 +245,32 @@ def test_the_readme_shows_the_procfile_as_it_is() -> None:
     assert dict(line.split(": ", 1) for line in shown[0].text.splitlines()) == procfile_processes()
 
 
+def installed_path() -> str:
+    """A ``PATH`` as a platform that installed parley gives its processes: parley's
+    commands on it (here the repo's ``.venv/bin``), no activated environment."""
+    return f"{VENV_PYTHON.parent}:/usr/bin:/bin"
+
+
 @pytest.mark.postgres
-def test_each_procfile_command_runs_without_an_activated_venv() -> None:
-    """honcho runs each line with ``sh -c`` in the environment it was given: the repo's
-    ``.venv`` is not on that PATH.  ``release`` runs to the end; the others must at least
-    name a program that exists."""
+def test_each_procfile_command_runs_parley_from_path(tmp_path: Path) -> None:
+    """A platform (Heroku, Dokku) or a runner (honcho, foreman) runs each line with
+    ``sh -c``, with the commands of the environment it installed parley into on ``PATH``,
+    not in a clone: every line runs ``parley`` by name, and ``release`` runs to the end
+    from a directory that is not the repo."""
     processes = procfile_processes()
     assert set(processes) == {"release", "worker", "beat", "gateway"}
     for command in processes.values():
-        program = REPO / command.split()[0]
-        assert program.is_file() and os.access(program, os.X_OK), command
+        assert command.split()[0] == "parley", command
     with database_to_create() as database_url:
         admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{database_url.rsplit("/", 1)[1]}"')
         run = subprocess.run(
             ["/bin/sh", "-c", processes["release"]],
-            cwd=REPO,
+            cwd=tmp_path,
             env={
                 **clean_environment(),
-                "PATH": "/usr/bin:/bin",
+                "PATH": installed_path(),
                 "PARLEY_DATABASE_URL": database_url,
             },
             capture_output=True,
@@ -274,6 +280,13 @@ def test_each_procfile_command_runs_without_an_activated_venv() -> None:
         )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "schema at revision" in run.stdout + run.stderr
+
+
+def test_the_readme_runs_the_procfile_from_a_clone_with_the_venv_on_path() -> None:
+    """From a clone the Procfile's ``parley`` is the repo's ``.venv/bin/parley``: the
+    README says to put it on ``PATH`` for honcho."""
+    readme = (REPO / "README.md").read_text()
+    assert "PATH=.venv/bin:$PATH honcho start worker beat gateway" in readme
 
 
 def test_every_relative_link_names_a_file_of_the_repository() -> None:
@@ -286,8 +299,9 @@ def test_every_relative_link_names_a_file_of_the_repository() -> None:
 
 
 def test_the_procfile_gateway_listens_on_port(tmp_path: Path) -> None:
-    """The ``gateway`` line as honcho runs it (``sh -c``, no venv on PATH), on ``$PORT``,
-    with tokens (it binds beyond loopback): it answers, and refuses a request without one."""
+    """The ``gateway`` line as honcho runs it (``sh -c``, parley's commands on PATH, no
+    activated environment), on ``$PORT``, with tokens (it binds beyond loopback): it
+    answers, and refuses a request without one."""
     import socket
 
     import httpx
@@ -299,10 +313,10 @@ def test_the_procfile_gateway_listens_on_port(tmp_path: Path) -> None:
     with log.open("wb") as out:
         gateway = subprocess.Popen(
             ["/bin/sh", "-c", procfile_processes()["gateway"]],
-            cwd=REPO,
+            cwd=tmp_path,
             env={
                 **clean_environment(),
-                "PATH": "/usr/bin:/bin",
+                "PATH": installed_path(),
                 "PORT": str(port),
                 "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}",
                 "PARLEY_WORKSPACES": str(tmp_path / "workspaces"),

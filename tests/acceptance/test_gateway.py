@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import stat
 import statistics
 import subprocess
 import sys
@@ -1194,6 +1195,7 @@ def test_without_tokens_the_gateway_serves_loopback_only_with_a_printed_token(
         assert "refusing to bind" in refused.stderr and "PARLEY_GATEWAY_TOKENS" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert "open http" not in refused.stdout
+    assert not (tmp_path / "workspaces").exists()  # a refused start keeps no token
 
     local = start_gateway(env, tmp_path / "local")
     try:
@@ -1212,3 +1214,99 @@ def test_without_tokens_the_gateway_serves_loopback_only_with_a_printed_token(
         assert [s["id"] for s in listed] == [created.json()["id"]]
     finally:
         local.stop()
+
+
+def printed_token(gateway: Gateway) -> str:
+    """The token of the URL the gateway printed."""
+    (token,) = parse_qs(urlsplit(gateway.printed).query)["token"]
+    return token
+
+
+def test_the_local_token_is_kept_across_restarts_and_renewed_on_request(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """(One deployment: the token comes before any database.)  A page holds the token it
+    was opened with: a restart keeps it; ``--new-token`` replaces it, and the old one is
+    refused from then on."""
+    env = deployment_env("embedded-sqlite", request, f"sqlite:///{tmp_path / 'parley.db'}")
+    kept = tmp_path / "data" / "workspaces" / ".local-token"
+
+    first = start_gateway(env, tmp_path / "data")
+    try:
+        token = printed_token(first)
+        # The URL is the last line printed, after the line saying where the token is.
+        printed = first.stdout.read_text().splitlines()
+        assert printed[-1] == f"parley gateway: open {first.printed}"
+        assert str(kept) in printed[-2]
+        session = first.anonymous().post(
+            "/v1/sessions", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert session.status_code == 201, session.text
+    finally:
+        first.stop()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert kept.read_text().strip() == token
+
+    again = start_gateway(env, tmp_path / "data")
+    try:
+        assert printed_token(again) == token
+        page = again.anonymous()
+        listed = page.get("/v1/sessions", headers={"Authorization": f"Bearer {token}"})
+        assert [s["id"] for s in listed.json()["sessions"]] == [session.json()["id"]]
+    finally:
+        again.stop()
+
+    renewed = start_gateway(env, tmp_path / "data", arguments=["--new-token"])
+    try:
+        new = printed_token(renewed)
+        assert new != token and kept.read_text().strip() == new
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        page = renewed.anonymous()
+        assert_error(
+            page.get("/v1/sessions", headers={"Authorization": f"Bearer {token}"}),
+            401,
+            "Unauthorized",
+        )
+        assert (
+            page.get("/v1/sessions", headers={"Authorization": f"Bearer {new}"}).status_code == 200
+        )
+    finally:
+        renewed.stop()
+
+
+def test_a_local_token_file_others_may_read_or_new_token_with_tokens_is_refused(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Bad input stops the start with one line and changes nothing: a token file that
+    others may read is not served (someone else may hold its token), and ``--new-token``
+    with configured tokens has no local token to renew."""
+    env = deployment_env("embedded-sqlite", request, f"sqlite:///{tmp_path / 'parley.db'}")
+    workspaces = tmp_path / "workspaces"
+    kept = workspaces / ".local-token"
+    workspaces.mkdir()
+    kept.write_text("A" * 32 + "\n")
+    kept.chmod(0o644)
+
+    def start(*arguments: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "parley", "gateway", "--bind", "127.0.0.1:0", *arguments],
+            env={**env, "PARLEY_WORKSPACES": str(workspaces), **extra},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    readable = start()
+    assert readable.returncode == 2, readable.stdout + readable.stderr
+    assert "may be read by other users" in readable.stderr and "--new-token" in readable.stderr
+    assert len(readable.stderr.strip().splitlines()) == 1, readable.stderr
+    assert "A" * 32 not in readable.stderr + readable.stdout
+    assert kept.read_text() == "A" * 32 + "\n" and stat.S_IMODE(kept.stat().st_mode) == 0o644
+
+    configured = start("--new-token", PARLEY_GATEWAY_TOKENS="tok-0123456789abcdef=acme")
+    assert configured.returncode == 2, configured.stdout + configured.stderr
+    assert "--new-token" in configured.stderr and "PARLEY_GATEWAY_TOKENS" in configured.stderr
+    assert len(configured.stderr.strip().splitlines()) == 1, configured.stderr
+    assert kept.read_text() == "A" * 32 + "\n"

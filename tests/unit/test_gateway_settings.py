@@ -4,11 +4,15 @@ server: tokens, tenants, binds, workspace names."""
 from __future__ import annotations
 
 import os
+import re
+import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from parley.errors import InvalidRequest
+from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.native import workspace_root
 from parley.gateway.server import Bind
 from parley.gateway.settings import LOCAL_TENANT, GatewaySettings, parse_tokens
@@ -47,13 +51,84 @@ def test_an_unreadable_token_file_is_named(tmp_path: Path) -> None:
         parse_tokens(f"@{tmp_path / 'missing'}")
 
 
-def test_without_tokens_one_is_generated_for_the_local_tenant() -> None:
-    settings = GatewaySettings.from_environment({})
-    assert settings.loopback_only
-    assert settings.generated_token is not None
-    assert settings.tokens == {settings.generated_token: LOCAL_TENANT}
-    again = GatewaySettings.from_environment({})
-    assert again.generated_token != settings.generated_token
+def test_without_tokens_the_local_token_is_kept_in_the_workspaces(tmp_path: Path) -> None:
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(tmp_path)})
+    assert settings.loopback_only and not settings.tokens  # none until it may serve
+    local = settings.with_local_token()
+    assert local.generated_token is not None
+    assert local.tokens == {local.generated_token: LOCAL_TENANT}
+    kept = tmp_path / TOKEN_FILE
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert settings.with_local_token().generated_token == local.generated_token
+    renewed = settings.with_local_token(new=True)
+    assert renewed.generated_token != local.generated_token
+    assert kept.read_text().strip() == renewed.generated_token
+    assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN_FILE]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "refusal"),
+    [
+        ("A" * 32, 0o640, "may be read by other users"),
+        ("A" * 32, 0o604, "may be read by other users"),
+        ("not a token", 0o600, "holds no token"),
+        ("", 0o600, "holds no token"),
+    ],
+)
+def test_a_local_token_file_that_is_not_its_owners_alone_is_refused(
+    tmp_path: Path, content: str, mode: int, refusal: str
+) -> None:
+    kept = tmp_path / TOKEN_FILE
+    kept.write_text(content)
+    kept.chmod(mode)
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(tmp_path)})
+    with pytest.raises(InvalidRequest, match=refusal) as refused:
+        settings.with_local_token()
+    assert "--new-token" in str(refused.value)
+    assert not content or content not in str(refused.value)
+    assert kept.read_text() == content  # left as it was
+    assert settings.with_local_token(new=True).generated_token != content
+
+
+def test_a_local_token_file_through_a_link_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("A" * 32)
+    elsewhere.chmod(0o600)
+    workspaces = tmp_path / "workspaces"
+    workspaces.mkdir()
+    (workspaces / TOKEN_FILE).symlink_to(elsewhere)
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(workspaces)})
+    with pytest.raises(InvalidRequest, match="cannot be read"):
+        settings.with_local_token()
+
+
+def test_a_workspaces_path_that_is_no_directory_is_named(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(taken)})
+    unreadable = r"a-file/\.local-token cannot be read: Not a directory"
+    with pytest.raises(InvalidRequest, match=unreadable):
+        settings.with_local_token()
+    unwritable = f"cannot keep the local token in {re.escape(str(taken))}"
+    with pytest.raises(InvalidRequest, match=unwritable):
+        settings.with_local_token(new=True)
+    assert taken.read_text() == ""
+
+
+def test_two_gateways_starting_at_once_serve_one_local_token(tmp_path: Path) -> None:
+    settings = GatewaySettings.from_environment({"PARLEY_WORKSPACES": str(tmp_path)})
+    with ThreadPoolExecutor(8) as pool:
+        tokens = set(pool.map(lambda _: settings.with_local_token().generated_token, range(32)))
+    assert len(tokens) == 1
+
+
+def test_configured_tokens_have_no_local_token(tmp_path: Path) -> None:
+    settings = GatewaySettings.from_environment(
+        {"PARLEY_GATEWAY_TOKENS": f"{TOKEN_A}=alpha", "PARLEY_WORKSPACES": str(tmp_path)}
+    )
+    with pytest.raises(InvalidRequest, match="PARLEY_GATEWAY_TOKENS"):
+        settings.with_local_token(new=True)
+    assert not list(tmp_path.iterdir())
 
 
 def test_settings_from_the_environment(tmp_path: Path) -> None:
