@@ -5,6 +5,7 @@ oversized body, and anything unexpected (a 5xx names no internals)."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -147,11 +148,34 @@ def _unauthenticated(request: Request) -> GatewayError | None:
     return None
 
 
+MAX_BODY_DEPTH = 100
+"""How deep a request body may nest its objects and arrays.  Deeper than any stock
+client's body, and far below what fails later (pydantic stops serializing at some 255
+levels, ``json.loads`` at some 1000): a deep body is refused before any route sees it."""
+
+# A JSON string (its escapes included), and every byte that is not a bracket: what is
+# left of a body without them is its nesting.
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+
+
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether the JSON text ``body`` nests objects and arrays more than ``limit`` deep
+    (read without parsing it: a body too deep to parse is what this is for)."""
+    depth = 0
+    for bracket in JSON_STRING.sub(b"", body).translate(None, NOT_BRACKETS):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413 before the route sees it, by
-    its ``Content-Length`` or, without one, as it arrives (chunked); and one declared as
-    anything but JSON with 415 (FastAPI would not parse it, and a form-encoded prompt
-    would be refused as "not an object", which says nothing)."""
+    """Read a request's body before the route sees it, and refuse it in the error form:
+    ``413`` over ``limit`` bytes (by its ``Content-Length``, or, without one, as it
+    arrives), ``415`` declared as anything but JSON (FastAPI would not parse it, and a
+    form-encoded prompt would be refused as "not an object", which says nothing),
+    ``422`` nested deeper than :data:`MAX_BODY_DEPTH`."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -185,9 +209,6 @@ class BodyLimit:
             if size > self.limit:
                 await self._refuse(scope, receive, send, 413, self._over())
                 return
-            await self.app(scope, receive, send)
-            return
-        # No length given: read the body here, up to the limit, and hand it on whole.
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -203,6 +224,22 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if nests_deeper_than(body, MAX_BODY_DEPTH):
+            # (as for a malformed body: a caller without a known token hears 401 first)
+            refusal = _unauthenticated(Request(scope))
+            if refusal is not None:
+                await error_response(401, refusal.type_name, refusal.message, refusal.headers)(
+                    scope, receive, send
+                )
+                return
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                422,
+                f"the body nests its objects and arrays over {MAX_BODY_DEPTH} levels deep",
+            )
+            return
         delivered = False
 
         async def replay() -> Message:
