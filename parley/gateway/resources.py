@@ -28,9 +28,10 @@ NOT_BLANK = "[^{}]".format(
 
 
 class Body(BaseModel):
-    """A request body: a field it does not declare is an error."""
+    """A request body: a field it does not declare is an error, and a field is the JSON
+    type it declares (``"max_steps": "5"`` is refused, not read as 5; ``true`` is not 1)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SessionCreate(Body):
@@ -57,7 +58,8 @@ class TurnCreate(Body):
         max_length=MAX_REQUEST_ID,
         description="Repeated on the same session, answers the turn it made (200).",
     )
-    if_busy: IfBusy = IfBusy.ENQUEUE
+    # (strict=False: in strict mode an enum takes only its members, and JSON has strings)
+    if_busy: IfBusy = Field(IfBusy.ENQUEUE, strict=False)
     max_steps: int | None = Field(None, ge=1, le=10_000)
     max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
     context: dict[str, Any] | None = Field(
@@ -72,10 +74,6 @@ class TurnCreate(Body):
     def _no_check(cls, data: Any) -> Any:
         if isinstance(data, dict) and "check" in data:
             raise ValueError("a check command is never accepted over HTTP: budgets only")
-        for name in ("max_steps", "max_tokens"):
-            # ``true`` is no budget of one (JSON Schema's integers include 2.0, though).
-            if isinstance(data, dict) and isinstance(data.get(name), bool):
-                raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
 
 

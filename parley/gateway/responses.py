@@ -207,9 +207,10 @@ class ResponseCreate(BaseModel):
     """``POST /v1/responses``: OpenAI's parameters.  The host chooses the model, the
     system prompt and the tools: ``model`` is recorded, ``instructions`` and the sampling
     parameters are accepted and have no effect, and ``tools`` (functions the client would
-    run) are refused.  A parameter OpenAI does not define is refused."""
+    run) are refused.  A parameter OpenAI does not define is refused, and so is one of
+    another JSON type than OpenAI's (``"stream": "true"`` is not true)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input: (
         Annotated[str, Field(min_length=1, pattern=r"\S")]

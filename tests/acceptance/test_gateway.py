@@ -435,6 +435,10 @@ def test_a_turn_with_a_check_or_an_unknown_field_is_refused_and_changes_nothing(
         {"prompt": "x", "max_steps": 0},
         {"prompt": "x", "max_tokens": -1},
         {"prompt": "x", "max_steps": "many"},
+        {"prompt": "x", "max_steps": "5"},  # the JSON type declared, never a string of it
+        {"prompt": "x", "max_tokens": "100"},
+        {"prompt": "x", "max_steps": True},
+        {"prompt": "x", "max_steps": 2.5},
         {"prompt": "x", "request_id": ""},
         {"prompt": "x", "request_id": "r" * 201},
         {"prompt": "x", "request_id": "nul\x00"},
@@ -960,6 +964,77 @@ def test_a_refused_protocol_request_opens_no_session_and_makes_no_workspace(
         chat = post("/v1/chat", chat_request(thread_id, message_id))
         assert_error(chat, 422, "InvalidRequest")
     assert snapshot(alpha) == before
+
+
+NO_SNIFF_NO_STORE = {"x-content-type-options": "nosniff", "cache-control": "no-store"}
+
+
+def test_every_json_answer_is_nosniff_and_no_store(gateway: Gateway, alpha: Tenant) -> None:
+    session = alpha.new_session()
+    answers = [
+        alpha.http.post("/v1/sessions", json={}),
+        alpha.http.get("/v1/sessions"),
+        alpha.http.get(f"/v1/sessions/{session['id']}"),
+        alpha.http.get(f"/v1/sessions/{unknown_id()}"),  # 404
+        alpha.http.get("/v1/no-such-route"),
+        alpha.http.post("/v1/sessions", content=b"{]", headers=JSON),  # 400
+        alpha.http.post("/v1/sessions", content=b"x", headers={"Content-Type": "text/plain"}),
+        alpha.http.post(f"/v1/sessions/{session['id']}/turns", json={"prompt": 5}),  # 422
+        alpha.http.post("/v1/responses", json={"input": "hi", "stream": "true"}),  # OpenAI's
+        gateway.anonymous().get("/v1/sessions"),  # 401
+        gateway.anonymous().get("/healthz"),
+        gateway.anonymous().get("/openapi.json"),
+    ]
+    statuses = [a.status_code for a in answers]
+    assert statuses == [201, 200, 200, 404, 404, 400, 415, 422, 400, 401, 200, 200], statuses
+    for answer in answers:
+        assert answer.headers["content-type"].startswith("application/json"), answer.headers
+        assert {n: answer.headers.get(n) for n in NO_SNIFF_NO_STORE} == NO_SNIFF_NO_STORE, (
+            answer.request.url,
+            answer.headers,
+        )
+    assert "stream" in answers[8].json()["error"]["message"]
+    page = gateway.anonymous().get("/")
+    assert page.headers["cache-control"] == "no-cache"  # the page's own, revalidated
+
+
+def test_a_refused_cors_preflight_is_in_the_error_form(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    env = deployment_env(backend, request, f"sqlite:///{tmp_path / 'parley.db'}")
+    origin = "https://app.example"
+    cors = start_gateway(
+        env,
+        tmp_path,
+        tokens=make_tokens(["web"]),
+        extra={"PARLEY_GATEWAY_CORS_ORIGINS": origin},
+    )
+    try:
+        http = cors.anonymous()
+
+        def preflight(from_origin: str, method: str = "POST") -> httpx.Response:
+            return http.options(
+                "/v1/sessions",
+                headers={
+                    "Origin": from_origin,
+                    "Access-Control-Request-Method": method,
+                    "Access-Control-Request-Headers": "authorization, content-type",
+                },
+            )
+
+        allowed = preflight(origin)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == origin
+        for refused, named in (
+            (preflight("https://evil.example"), "origin"),
+            (preflight(origin, "DELETE"), "method"),
+        ):
+            body = assert_error(refused, 400, "InvalidRequest")
+            assert named in body["error"]["message"], body
+            assert "PARLEY_GATEWAY_CORS_ORIGINS" in body["error"]["message"], body
+            assert refused.headers["x-content-type-options"] == "nosniff"
+    finally:
+        cors.stop()
 
 
 def test_every_v1_route_needs_a_known_bearer_token(gateway: Gateway, alpha: Tenant) -> None:
