@@ -25,9 +25,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from parley.client import Client
 from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
-from parley.gateway.errors import BodyLimit, error_response, install_error_handlers, unauthorized
+from parley.gateway.errors import (
+    JSON_HEADERS,
+    BodyLimit,
+    error_response,
+    install_error_handlers,
+    unauthorized,
+)
 from parley.gateway.feeds import Feeds
 from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable, bearer
 from parley.metrics_export import exposition
 from schemas.events import PAYLOADS, payload_adapter
@@ -70,9 +77,10 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     _page_routes(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     # Outermost last: the access log sees every answer, the JSON headers go on every
-    # JSON answer (CORS's and the body limit's refusals too), the body limit sees every
+    # JSON answer (the refusals of the middleware below too), a tenant's bounds count
+    # its requests from the first byte of their bodies, and the body limit sees every
     # request.
-    app.add_middleware(BodyLimit, limit=settings.max_body)
+    app.add_middleware(BodyLimit, limit=settings.max_body, timeout=settings.body_timeout_seconds)
     if settings.cors_origins:
         app.add_middleware(
             Cors,
@@ -81,6 +89,12 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["Location"],
         )
+    app.add_middleware(
+        TenantLimits,
+        tokens=app.state.tokens,
+        requests=settings.tenant_requests,
+        streams=settings.tenant_streams,
+    )
     app.add_middleware(JsonHeaders)
     app.add_middleware(AccessLog)
     return app
@@ -106,14 +120,6 @@ class Cors(CORSMiddleware):
             "not allowed (PARLEY_GATEWAY_CORS_ORIGINS)",
             headers,
         )
-
-
-JSON_HEADERS = {
-    # A browser never reads an answer as anything but JSON (a message or a tool's output
-    # echoed in it can be made to look like HTML), and nothing keeps a tenant's data.
-    "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-store",
-}
 
 
 class JsonHeaders:

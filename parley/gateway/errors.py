@@ -4,6 +4,7 @@ oversized body, and anything unexpected (a 5xx names no internals)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -34,9 +35,20 @@ STATUS_OF: dict[type[errors.ParleyError], int] = {
 TYPE_OF_STATUS = {
     404: "NotFound",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
+    429: "TooManyRequests",
 }
+
+
+JSON_HEADERS = {
+    # A browser never reads an answer as anything but JSON (a message or a tool's output
+    # echoed in it can be made to look like HTML), and nothing keeps a tenant's data.
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+"""The headers of every JSON answer (``app.JsonHeaders`` adds them)."""
 
 
 class GatewayError(Exception):
@@ -175,11 +187,14 @@ class BodyLimit:
     ``413`` over ``limit`` bytes (by its ``Content-Length``, or, without one, as it
     arrives), ``415`` declared as anything but JSON (FastAPI would not parse it, and a
     form-encoded prompt would be refused as "not an object", which says nothing),
-    ``422`` nested deeper than :data:`MAX_BODY_DEPTH`."""
+    ``422`` nested deeper than :data:`MAX_BODY_DEPTH`, and ``408`` (closing the
+    connection) unless it has all arrived within ``timeout`` seconds: a client that
+    sends half a body and waits does not hold its connection."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,21 +224,21 @@ class BodyLimit:
             if size > self.limit:
                 await self._refuse(scope, receive, send, 413, self._over())
                 return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, receive, send, 413, self._over())
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self._read(receive)
+        except TimeoutError:
+            message = (
+                f"the body did not arrive within {self.timeout:g} s (PARLEY_GATEWAY_BODY_TIMEOUT)"
+            )
+            # The rest of the body may still come: the connection cannot carry another.
+            await error_response(408, "RequestTimeout", message, {"Connection": "close"})(
+                scope, receive, send
+            )
+            return
+        if body is None:
+            await self._refuse(scope, receive, send, 413, self._over())
+            return
         if nests_deeper_than(body, MAX_BODY_DEPTH):
             # (as for a malformed body: a caller without a known token hears 401 first)
             refusal = _unauthenticated(Request(scope))
@@ -250,6 +265,23 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or None once it is over the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
 
     def _over(self) -> str:
         return f"the body is over the limit of {self.limit} bytes (PARLEY_GATEWAY_MAX_BODY)"
