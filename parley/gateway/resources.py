@@ -5,11 +5,12 @@ OpenAPI document says."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
@@ -25,6 +26,19 @@ MAX_WAIT_SECONDS = 60
 NOT_BLANK = "[^{}]".format(
     "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
 )
+
+
+def _not_a_string_or_boolean(value: Any) -> Any:
+    if isinstance(value, (str, bool)):
+        raise ValueError(f"must be a whole number, not {json.dumps(value)}")
+    return value
+
+
+JSON_NUMBER = BeforeValidator(_not_a_string_or_boolean)
+"""After an integer field's ``Field(..., strict=False)``: a whole number as JSON Schema
+has them (``2.0`` is 2), never a string of one or a boolean (a strict ``int`` would
+refuse the ``2.0`` the document allows; the bounds go before this, or the document
+loses them)."""
 
 
 class Body(BaseModel):
@@ -60,8 +74,8 @@ class TurnCreate(Body):
     )
     # (strict=False: in strict mode an enum takes only its members, and JSON has strings)
     if_busy: IfBusy = Field(IfBusy.ENQUEUE, strict=False)
-    max_steps: int | None = Field(None, ge=1, le=10_000)
-    max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    max_steps: Annotated[int, Field(ge=1, le=10_000, strict=False), JSON_NUMBER] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None = None
     context: dict[str, Any] | None = Field(
         None,
         description="The host context of this turn (a JSON object of at most "

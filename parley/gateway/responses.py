@@ -43,7 +43,7 @@ from parley.gateway.native import (
     settings_of,
     workspace_root,
 )
-from parley.gateway.resources import ErrorBody
+from parley.gateway.resources import JSON_NUMBER, ErrorBody
 from parley.gateway.responses_events import (
     SLOTS,
     Projection,
@@ -228,9 +228,9 @@ class ResponseCreate(BaseModel):
     )
     background: bool | None = Field(None, description="Answer at once, status queued")
     stream: bool | None = Field(None, description="Answer with the response's event stream")
-    max_output_tokens: int | None = Field(
-        None, ge=1, le=2**31 - 1, description="The turn's token budget (input and output)"
-    )
+    max_output_tokens: (
+        Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None
+    ) = Field(None, description="The turn's token budget (input and output)")
     store: bool | None = None
     tools: list[dict[str, Any]] | None = None
     text: dict[str, Any] | None = None
@@ -240,10 +240,10 @@ class ResponseCreate(BaseModel):
     metadata: dict[str, Any] | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    max_tool_calls: int | None = None
+    max_tool_calls: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
     reasoning: dict[str, Any] | None = None
     truncation: str | None = None
     include: list[str] | None = None
