@@ -71,6 +71,10 @@ MAX_STEER_BYTES = 100_000
 MAX_REQUEST_ID = 200
 MAX_METADATA_BYTES = 100_000
 MAX_CONTEXT_BYTES = 64_000
+MAX_JSON_DEPTH = 64
+"""How deep a stored JSON object may nest its objects and arrays (the object itself is
+level 1).  Far below what would fail later: pydantic stops serializing at some 255
+levels, so a deeper one would be stored and then fail every read that answers it."""
 MAX_SEQ = 2**31 - 1  # the store's seq columns are 32-bit
 WAIT_POLL_SECONDS = 0.5
 
@@ -753,9 +757,14 @@ def check_metadata(metadata: Any) -> None:
 def check_json_object(value: Any, what: str, limit: int) -> None:
     """:class:`InvalidRequest` unless ``value`` is a JSON object that comes back as it
     went in (string keys, no sets, NaN or infinity, no NUL or lone surrogate in any
-    string), of at most ``limit`` bytes."""
+    string), of at most ``limit`` bytes and :data:`MAX_JSON_DEPTH` levels."""
     if not isinstance(value, dict):
         raise InvalidRequest(f"{what} must be a dict")
+    # Before json.dumps, which recurses (and a value that contains itself nests forever).
+    if _nests_deeper_than(value, MAX_JSON_DEPTH):
+        raise InvalidRequest(
+            f"{what} must nest its objects and arrays at most {MAX_JSON_DEPTH} levels deep"
+        )
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -766,6 +775,24 @@ def check_json_object(value: Any, what: str, limit: int) -> None:
         raise InvalidRequest(f"{what} must be JSON text without NUL characters or lone surrogates")
     if len(text.encode("utf-8")) > limit:
         raise InvalidRequest(f"{what} must be at most {limit} bytes of JSON")
+
+
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has dicts, lists or tuples more than ``limit`` levels deep (walked
+    without recursion)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -10,9 +10,17 @@ traceback when there is one; and whatever ``extra=`` a library gave the record.
 The JSON is python-json-logger's formatter (renamed fields, a UTC timestamp, any
 ``extra`` field, exceptions and values ``json`` cannot encode, each line one object)
 rather than a formatter of our own: what it covers is what a hand-written one gets wrong
-first.  This module owns the setup for the command line's every process
-(:func:`configure_logging`) and hands Celery's worker the same handler
-(:func:`celery_worker_logging`) instead of letting it install its own.
+first.
+
+In both formats every control character of a field (C0, DEL, C1, and Unicode's line and
+paragraph separators) is written as a backslash escape (``\\n``, ``\\x1b``): a field
+carries what a client sent (the gateway's access line has the request's decoded path),
+and a ``%0a`` in it must not forge a line, nor a ``%1b`` drive the terminal that shows
+the log.  A traceback keeps its line breaks, which are its own.
+
+This module owns the setup for the command line's every process (:func:`configure_logging`)
+and hands Celery's worker the same handler (:func:`celery_worker_logging`) instead of
+letting it install its own.
 """
 
 from __future__ import annotations
@@ -40,6 +48,26 @@ TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"
 # logs per kick, and cost each kick two formatted writes; Alembic's two lines each time a
 # process reads the schema's revision say nothing an operator acts on: warnings only.
 QUIET_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "alembic.runtime.migration")
+
+
+# Each control character → its escape; the common ones as Python spells them.
+CONTROL_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+    **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+TRACEBACK_ESCAPES = {code: text for code, text in CONTROL_ESCAPES.items() if code != ord("\n")}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as a backslash escape."""
+    return text.translate(CONTROL_ESCAPES)
+
+
+def escape_traceback(text: str) -> str:
+    """A traceback's text with every control character but its line breaks escaped."""
+    return text.translate(TRACEBACK_ESCAPES)
 
 
 class LogFormat(StrEnum):
@@ -74,8 +102,25 @@ class IdsOnRecords(logging.Filter):
         return True
 
 
+class TextLines(logging.Formatter):
+    """The text lines (:data:`TEXT_FORMAT`), control characters escaped."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return escape_traceback(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape_traceback(super().formatStack(stack_info))
+
+
 class JsonLines(JsonFormatter):
-    """One JSON object per record, on one line (newlines in a message are escaped)."""
+    """One JSON object per record, on one line, control characters escaped in every
+    string (JSON's own escapes would hand them back to whatever reads the field)."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -93,7 +138,26 @@ class JsonLines(JsonFormatter):
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         # The time first, as a person reading the lines expects (the library adds it last).
-        return {"time": log_data.pop("time"), **log_data}
+        ordered = {"time": log_data.pop("time"), **log_data}
+        return {
+            name: escape_traceback(value) if name in TRACEBACKS else _escaped(value)
+            for name, value in ordered.items()
+        }
+
+
+TRACEBACKS = frozenset({"exception", "stack_info"})
+"""The JSON fields that hold a traceback (renamed ``exc_info``, and ``stack_info``)."""
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every string in it escaped (an ``extra`` field may be a dict)."""
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, dict):
+        return {escape_controls(str(k)): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(item) for item in value]
+    return value
 
 
 def configure_logging(level: int, log_format: LogFormat) -> None:
@@ -106,7 +170,7 @@ def configure_logging(level: int, log_format: LogFormat) -> None:
         handler.addFilter(IdsOnRecords())
         handler.setFormatter(JsonLines())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextLines())
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)
@@ -177,7 +241,10 @@ __all__ = [
     "IdsOnRecords",
     "JsonLines",
     "LogFormat",
+    "TextLines",
     "celery_worker_logging",
     "configure_logging",
+    "escape_controls",
+    "escape_traceback",
     "log_format",
 ]

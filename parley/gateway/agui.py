@@ -203,6 +203,8 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
     answers = [entry.answer() for entry in body.resume or ()]
     # A run that answers interrupts takes no prompt: it goes on with the turn that asked.
     user = None if answers else newest_user_message(body.messages)
+    # Checked before the thread is opened: a refused request makes no session.
+    request_id = None if user is None else message_request_id(PROTOCOL, user[0].id, user[1])
 
     def start() -> tuple[str, str]:
         if user is None:
@@ -210,7 +212,7 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
             if session is None:
                 raise SessionNotFound(f"no thread {body.thread_id!r} to resume")
             return session.id, answer_approvals(client, session, answers)
-        message, prompt = user
+        _, prompt = user
         thread = open_thread(
             client,
             settings.workspaces,
@@ -218,9 +220,7 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
             body.thread_id,
             metadata={"protocol": PROTOCOL, "thread_id": body.thread_id},
         )
-        handle = thread.session.submit(
-            prompt, request_id=message_request_id(PROTOCOL, message.id, prompt)
-        )
+        handle = thread.session.submit(prompt, request_id=request_id)
         return thread.session.id, handle.turn_id
 
     session_id, turn_id = await asyncio.to_thread(start)

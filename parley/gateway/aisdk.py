@@ -269,6 +269,10 @@ async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourc
         going_on = await asyncio.to_thread(_continue, client, owner, body.id, answers)
         return _stream(request, going_on.session_id, going_on.turn_id, going_on)
     message, prompt = newest_user_message(body.messages)
+    # Made (its message id checked) before the chat is opened: a refused request makes
+    # no session.
+    request_id = message_request_id(PROTOCOL, message.id, prompt)
+    regenerate = body.trigger == "regenerate-message"
 
     def start() -> tuple[str, str]:
         thread = open_thread(
@@ -279,11 +283,10 @@ async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourc
             metadata={"protocol": PROTOCOL, "chat_id": body.id},
         )
         session = thread.session
-        request_id: str | None = message_request_id(PROTOCOL, message.id, prompt)
-        if body.trigger == "regenerate-message":
+        if regenerate:
             _branch_above(client, session.id, body.message_id)
-            request_id = None  # every regeneration is a new answer
-        handle = session.submit(prompt, request_id=request_id)
+        # Every regeneration is a new answer.
+        handle = session.submit(prompt, request_id=None if regenerate else request_id)
         return session.id, handle.turn_id
 
     session_id, turn_id = await asyncio.to_thread(start)

@@ -1,5 +1,6 @@
-"""The gateway's ASGI application: the routes, the error form, the body limit, CORS, an
-access log without query strings, health, the OpenAPI document and the web page."""
+"""The gateway's ASGI application: the routes, the error form, the body limit, CORS (its
+refusals in the error form), the JSON answers' headers, an access log without query
+strings, health, the OpenAPI document and the web page."""
 
 from __future__ import annotations
 
@@ -17,15 +18,23 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
 from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
-from parley.gateway.errors import BodyLimit, install_error_handlers, unauthorized
+from parley.gateway.errors import (
+    JSON_HEADERS,
+    BodyLimit,
+    error_response,
+    install_error_handlers,
+    unauthorized,
+)
 from parley.gateway.feeds import Feeds
 from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable, bearer
 from parley.metrics_export import exposition
 from schemas.events import PAYLOADS, payload_adapter
@@ -67,18 +76,73 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     _metrics_route(app, settings)
     _page_routes(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    # Outermost last: the access log sees every answer, the body limit every request.
-    app.add_middleware(BodyLimit, limit=settings.max_body)
+    # Outermost last: the access log sees every answer, the JSON headers go on every
+    # JSON answer (the refusals of the middleware below too), a tenant's bounds count
+    # its requests from the first byte of their bodies, and the body limit sees every
+    # request.
+    app.add_middleware(BodyLimit, limit=settings.max_body, timeout=settings.body_timeout_seconds)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            Cors,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["Location"],
         )
+    app.add_middleware(
+        TenantLimits,
+        tokens=app.state.tokens,
+        requests=settings.tenant_requests,
+        streams=settings.tenant_streams,
+    )
+    app.add_middleware(JsonHeaders)
     app.add_middleware(AccessLog)
     return app
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight in the error form (it answers text)."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        reason = bytes(response.body).decode("utf-8", "replace")  # "Disallowed CORS origin"
+        headers = {
+            name: value
+            for name, value in response.headers.items()
+            if name not in ("content-length", "content-type")
+        }
+        return error_response(
+            response.status_code,
+            "InvalidRequest",
+            f"the CORS preflight is refused: {reason.removeprefix('Disallowed CORS ')} "
+            "not allowed (PARLEY_GATEWAY_CORS_ORIGINS)",
+            headers,
+        )
+
+
+class JsonHeaders:
+    """:data:`JSON_HEADERS` on every JSON answer, a refusal made before any route
+    included (a header the answer sets itself is kept)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if headers.get("content-type", "").startswith("application/json"):
+                    for name, value in JSON_HEADERS.items():
+                        headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def _health_routes(app: FastAPI, client: Client) -> None:

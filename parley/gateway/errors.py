@@ -4,7 +4,9 @@ oversized body, and anything unexpected (a 5xx names no internals)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,9 +35,20 @@ STATUS_OF: dict[type[errors.ParleyError], int] = {
 TYPE_OF_STATUS = {
     404: "NotFound",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
+    429: "TooManyRequests",
 }
+
+
+JSON_HEADERS = {
+    # A browser never reads an answer as anything but JSON (a message or a tool's output
+    # echoed in it can be made to look like HTML), and nothing keeps a tenant's data.
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+"""The headers of every JSON answer (``app.JsonHeaders`` adds them)."""
 
 
 class GatewayError(Exception):
@@ -147,15 +160,41 @@ def _unauthenticated(request: Request) -> GatewayError | None:
     return None
 
 
-class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413 before the route sees it, by
-    its ``Content-Length`` or, without one, as it arrives (chunked); and one declared as
-    anything but JSON with 415 (FastAPI would not parse it, and a form-encoded prompt
-    would be refused as "not an object", which says nothing)."""
+MAX_BODY_DEPTH = 100
+"""How deep a request body may nest its objects and arrays.  Deeper than any stock
+client's body, and far below what fails later (pydantic stops serializing at some 255
+levels, ``json.loads`` at some 1000): a deep body is refused before any route sees it."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+# A JSON string (its escapes included), and every byte that is not a bracket: what is
+# left of a body without them is its nesting.
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+
+
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether the JSON text ``body`` nests objects and arrays more than ``limit`` deep
+    (read without parsing it: a body too deep to parse is what this is for)."""
+    depth = 0
+    for bracket in JSON_STRING.sub(b"", body).translate(None, NOT_BRACKETS):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
+class BodyLimit:
+    """Read a request's body before the route sees it, and refuse it in the error form:
+    ``413`` over ``limit`` bytes (by its ``Content-Length``, or, without one, as it
+    arrives), ``415`` declared as anything but JSON (FastAPI would not parse it, and a
+    form-encoded prompt would be refused as "not an object", which says nothing),
+    ``422`` nested deeper than :data:`MAX_BODY_DEPTH`, and ``408`` (closing the
+    connection) unless it has all arrived within ``timeout`` seconds: a client that
+    sends half a body and waits does not hold its connection."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -185,24 +224,37 @@ class BodyLimit:
             if size > self.limit:
                 await self._refuse(scope, receive, send, 413, self._over())
                 return
-            await self.app(scope, receive, send)
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self._read(receive)
+        except TimeoutError:
+            message = (
+                f"the body did not arrive within {self.timeout:g} s (PARLEY_GATEWAY_BODY_TIMEOUT)"
+            )
+            # The rest of the body may still come: the connection cannot carry another.
+            await error_response(408, "RequestTimeout", message, {"Connection": "close"})(
+                scope, receive, send
+            )
             return
-        # No length given: read the body here, up to the limit, and hand it on whole.
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, receive, send, 413, self._over())
+        if body is None:
+            await self._refuse(scope, receive, send, 413, self._over())
+            return
+        if nests_deeper_than(body, MAX_BODY_DEPTH):
+            # (as for a malformed body: a caller without a known token hears 401 first)
+            refusal = _unauthenticated(Request(scope))
+            if refusal is not None:
+                await error_response(401, refusal.type_name, refusal.message, refusal.headers)(
+                    scope, receive, send
+                )
                 return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                422,
+                f"the body nests its objects and arrays over {MAX_BODY_DEPTH} levels deep",
+            )
+            return
         delivered = False
 
         async def replay() -> Message:
@@ -213,6 +265,23 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or None once it is over the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
 
     def _over(self) -> str:
         return f"the body is over the limit of {self.limit} bytes (PARLEY_GATEWAY_MAX_BODY)"

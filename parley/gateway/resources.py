@@ -5,11 +5,12 @@ OpenAPI document says."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
@@ -27,10 +28,24 @@ NOT_BLANK = "[^{}]".format(
 )
 
 
-class Body(BaseModel):
-    """A request body: a field it does not declare is an error."""
+def _not_a_string_or_boolean(value: Any) -> Any:
+    if isinstance(value, (str, bool)):
+        raise ValueError(f"must be a whole number, not {json.dumps(value)}")
+    return value
 
-    model_config = ConfigDict(extra="forbid")
+
+JSON_NUMBER = BeforeValidator(_not_a_string_or_boolean)
+"""After an integer field's ``Field(..., strict=False)``: a whole number as JSON Schema
+has them (``2.0`` is 2), never a string of one or a boolean (a strict ``int`` would
+refuse the ``2.0`` the document allows; the bounds go before this, or the document
+loses them)."""
+
+
+class Body(BaseModel):
+    """A request body: a field it does not declare is an error, and a field is the JSON
+    type it declares (``"max_steps": "5"`` is refused, not read as 5; ``true`` is not 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SessionCreate(Body):
@@ -57,9 +72,10 @@ class TurnCreate(Body):
         max_length=MAX_REQUEST_ID,
         description="Repeated on the same session, answers the turn it made (200).",
     )
-    if_busy: IfBusy = IfBusy.ENQUEUE
-    max_steps: int | None = Field(None, ge=1, le=10_000)
-    max_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    # (strict=False: in strict mode an enum takes only its members, and JSON has strings)
+    if_busy: IfBusy = Field(IfBusy.ENQUEUE, strict=False)
+    max_steps: Annotated[int, Field(ge=1, le=10_000, strict=False), JSON_NUMBER] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None = None
     context: dict[str, Any] | None = Field(
         None,
         description="The host context of this turn (a JSON object of at most "
@@ -72,10 +88,6 @@ class TurnCreate(Body):
     def _no_check(cls, data: Any) -> Any:
         if isinstance(data, dict) and "check" in data:
             raise ValueError("a check command is never accepted over HTTP: budgets only")
-        for name in ("max_steps", "max_tokens"):
-            # ``true`` is no budget of one (JSON Schema's integers include 2.0, though).
-            if isinstance(data, dict) and isinstance(data.get(name), bool):
-                raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
 
 

@@ -43,7 +43,7 @@ from parley.gateway.native import (
     settings_of,
     workspace_root,
 )
-from parley.gateway.resources import ErrorBody
+from parley.gateway.resources import JSON_NUMBER, ErrorBody
 from parley.gateway.responses_events import (
     SLOTS,
     Projection,
@@ -208,9 +208,10 @@ class ResponseCreate(BaseModel):
     """``POST /v1/responses``: OpenAI's parameters.  The host chooses the model, the
     system prompt and the tools: ``model`` is recorded, ``instructions`` and the sampling
     parameters are accepted and have no effect, and ``tools`` (functions the client would
-    run) are refused.  A parameter OpenAI does not define is refused."""
+    run) are refused.  A parameter OpenAI does not define is refused, and so is one of
+    another JSON type than OpenAI's (``"stream": "true"`` is not true)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input: (
         Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -228,9 +229,9 @@ class ResponseCreate(BaseModel):
     )
     background: bool | None = Field(None, description="Answer at once, status queued")
     stream: bool | None = Field(None, description="Answer with the response's event stream")
-    max_output_tokens: int | None = Field(
-        None, ge=1, le=2**31 - 1, description="The turn's token budget (input and output)"
-    )
+    max_output_tokens: (
+        Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None
+    ) = Field(None, description="The turn's token budget (input and output)")
     store: bool | None = None
     tools: list[dict[str, Any]] | None = None
     text: dict[str, Any] | None = None
@@ -240,10 +241,10 @@ class ResponseCreate(BaseModel):
     metadata: dict[str, Any] | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    max_tool_calls: int | None = None
+    max_tool_calls: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
     reasoning: dict[str, Any] | None = None
     truncation: str | None = None
     include: list[str] | None = None

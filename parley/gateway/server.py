@@ -23,6 +23,7 @@ from parley.client import Client
 from parley.errors import InvalidRequest
 from parley.gateway.app import create_app
 from parley.gateway.local_token import TOKEN_FILE
+from parley.gateway.http_protocol import protocol_with
 from parley.gateway.settings import GatewaySettings
 
 DEFAULT_PORT = 8000
@@ -170,6 +171,9 @@ def serve(
         timeout_graceful_shutdown=5,
         # A page left open holds an event stream; shutdown must not wait on it forever.
         timeout_keep_alive=30,
+        # h11, with a deadline on each request's head (httptools, uvicorn's choice when
+        # installed, has none either, and refuses in text).
+        http=protocol_with(settings.header_timeout_seconds),
     )
     server = _Server(config, announce)
     # run(), not asyncio.run(serve()): run() takes the event loop uvicorn's config names

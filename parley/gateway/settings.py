@@ -7,8 +7,12 @@ restarts (:mod:`parley.gateway.local_token`).
 ``PARLEY_WORKSPACES`` (default ``./workspaces``): where sessions' roots are made.
 ``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
 default 15), ``PARLEY_GATEWAY_CORS_ORIGINS`` (comma-separated origins; CORS is off
-without).  ``PARLEY_METRICS_TOKEN``: the bearer token ``GET /metrics`` then asks for
-(without, it is open, like ``/healthz``).
+without).  ``PARLEY_GATEWAY_HEADER_TIMEOUT`` and ``PARLEY_GATEWAY_BODY_TIMEOUT`` (seconds,
+default 10 and 30): how long a request's head, then its body, may take to arrive.
+``PARLEY_GATEWAY_TENANT_REQUESTS`` and ``PARLEY_GATEWAY_TENANT_STREAMS`` (default 64 and
+16): how many requests one tenant may have in flight, and how many of them streams.
+``PARLEY_METRICS_TOKEN``: the bearer token ``GET /metrics`` then asks for (without, it is
+open, like ``/healthz``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from parley.gateway.local_token import local_token
 LOCAL_TENANT = "local"
 DEFAULT_MAX_BODY = 1 << 20
 DEFAULT_KEEPALIVE_SECONDS = 15.0
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
+DEFAULT_TENANT_REQUESTS = 64
+DEFAULT_TENANT_STREAMS = 16
 # A tenant's name is a directory under PARLEY_WORKSPACES, and a workspace's a directory
 # under that: one pattern for both, which no path trick gets through.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
@@ -45,6 +53,14 @@ class GatewaySettings:
     max_body: int = DEFAULT_MAX_BODY
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
     cors_origins: tuple[str, ...] = ()
+    header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    """How long a request's head (request line and headers) may take to arrive."""
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    """How long a request's body may take to arrive, once its head has."""
+    tenant_requests: int = DEFAULT_TENANT_REQUESTS
+    """How many requests one tenant may have in flight at once."""
+    tenant_streams: int = DEFAULT_TENANT_STREAMS
+    """How many of them may be streams (or waits for a turn)."""
     generated_token: str | None = None
     """The local token, when no token was configured (loopback only)."""
     metrics_token: str | None = None
@@ -66,6 +82,18 @@ class GatewaySettings:
                 origin.strip()
                 for origin in env.get("PARLEY_GATEWAY_CORS_ORIGINS", "").split(",")
                 if origin.strip()
+            ),
+            header_timeout_seconds=_positive_float(
+                env, "PARLEY_GATEWAY_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT_SECONDS
+            ),
+            body_timeout_seconds=_positive_float(
+                env, "PARLEY_GATEWAY_BODY_TIMEOUT", DEFAULT_BODY_TIMEOUT_SECONDS
+            ),
+            tenant_requests=_positive_int(
+                env, "PARLEY_GATEWAY_TENANT_REQUESTS", DEFAULT_TENANT_REQUESTS, "requests"
+            ),
+            tenant_streams=_positive_int(
+                env, "PARLEY_GATEWAY_TENANT_STREAMS", DEFAULT_TENANT_STREAMS, "streams"
             ),
             metrics_token=_metrics_token(env),
         )
@@ -131,14 +159,14 @@ def _metrics_token(env: Mapping[str, str]) -> str | None:
     return token or None
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "bytes") -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidRequest(f"{name} must be a whole number of bytes, not {raw!r}") from None
+        raise InvalidRequest(f"{name} must be a whole number of {unit}, not {raw!r}") from None
     if value < 1:
         raise InvalidRequest(f"{name} must be positive, not {value}")
     return value

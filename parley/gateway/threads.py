@@ -27,6 +27,7 @@ from parley.errors import Conflict, InvalidRequest, SessionNotFound, TurnNotFoun
 from parley.gateway.native import workspace_root
 from parley.gateway.tenants import owned_session
 from schemas.records import Decision
+from workers.store import storable
 
 NAMESPACE = uuid.UUID("5b0c6f0e-93a4-4c53-9d0b-70a1e7a5c1d2")
 """The namespace of every derived session id.  Fixed for good: changing it would orphan
@@ -46,15 +47,17 @@ class Thread:
 
 def check_external_id(external_id: object, what: str = "thread id") -> str:
     """``external_id`` if it can name a thread (a non-empty string of at most
-    :data:`MAX_EXTERNAL_ID` characters, no NUL), else :class:`InvalidRequest`."""
+    :data:`MAX_EXTERNAL_ID` characters, no NUL or lone surrogate), else
+    :class:`InvalidRequest`."""
     if (
         not isinstance(external_id, str)
         or not external_id
         or len(external_id) > MAX_EXTERNAL_ID
-        or "\0" in external_id
+        or not storable(external_id)
     ):
         raise InvalidRequest(
-            f"the {what} must be a non-empty string of at most {MAX_EXTERNAL_ID} characters"
+            f"the {what} must be a non-empty string of at most {MAX_EXTERNAL_ID} characters "
+            "(UTF-8, no NUL)"
         )
     return external_id
 
@@ -155,7 +158,12 @@ def message_request_id(protocol: str, message_id: str, text: str) -> str:
     """The ``request_id`` of the turn a client's message ``message_id`` (with ``text``)
     asks for: the same message sent again (a retried request, a run with no newer user
     message) answers the turn it made instead of making a second one, and a message
-    edited under the same id (the AI SDK keeps it) makes a new one."""
+    edited under the same id (the AI SDK keeps it) makes a new one.
+
+    :class:`InvalidRequest` for a message id no store keeps (a NUL, a lone surrogate):
+    call this before anything is created for the request."""
+    if not storable(message_id):
+        raise InvalidRequest("the message id must be UTF-8 text without NUL characters")
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     request_id = f"{protocol}:{message_id}:{digest}"
     if len(request_id) > MAX_REQUEST_ID:

@@ -436,6 +436,10 @@ def test_a_turn_with_a_check_or_an_unknown_field_is_refused_and_changes_nothing(
         {"prompt": "x", "max_steps": 0},
         {"prompt": "x", "max_tokens": -1},
         {"prompt": "x", "max_steps": "many"},
+        {"prompt": "x", "max_steps": "5"},  # the JSON type declared, never a string of it
+        {"prompt": "x", "max_tokens": "100"},
+        {"prompt": "x", "max_steps": True},
+        {"prompt": "x", "max_steps": 2.5},
         {"prompt": "x", "request_id": ""},
         {"prompt": "x", "request_id": "r" * 201},
         {"prompt": "x", "request_id": "nul\x00"},
@@ -904,6 +908,154 @@ def test_malformed_json_is_400_and_changes_nothing(gateway: Gateway, alpha: Tena
             anonymous = gateway.anonymous().post(path, content=content, headers=JSON)
             assert_error(anonymous, 401, "Unauthorized")
     assert snapshot(alpha) == before
+
+
+def nested(levels: int, leaf: Any = None) -> Any:
+    """A JSON object ``levels`` deep (itself level 1)."""
+    value: Any = {} if leaf is None else leaf
+    for _ in range(levels - (leaf is None)):
+        value = {"a": value}
+    return value
+
+
+def agui_run(thread_id: str, message_id: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    """A RunAgentInput whose newest message is a user message."""
+    user = {"id": message_id, "role": "user", "content": "hello"}
+    return {"threadId": thread_id, "runId": "r1", "messages": [*extra, user]}
+
+
+def chat_request(chat_id: str, message_id: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    """An AI SDK chat request whose newest message is a user message."""
+    user = {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hello"}]}
+    return {"id": chat_id, "messages": [*extra, user], "trigger": "submit-message"}
+
+
+def test_deeply_nested_json_is_refused_before_anything_is_written(
+    gateway: Gateway, alpha: Tenant
+) -> None:
+    session = alpha.new_session(metadata=nested(64))  # MAX_JSON_DEPTH: kept as given
+    assert session["metadata"] == nested(64)
+    before = snapshot(alpha)
+    # The red team's body: 256 levels of metadata in some 600 bytes; it used to be stored,
+    # and to break the tenant's listing from then on.
+    red_team = json.dumps({"metadata": nested(256)}, separators=(",", ":")).encode()
+    refused = alpha.http.post("/v1/sessions", content=red_team, headers=JSON)
+    assert "100 levels" in assert_error(refused, 422, "InvalidRequest")["error"]["message"]
+    over = alpha.http.post("/v1/sessions", json={"metadata": nested(65)})
+    assert "64 levels" in assert_error(over, 422, "InvalidRequest")["error"]["message"]
+    context = alpha.http.post(
+        f"/v1/sessions/{session['id']}/turns", json={"prompt": "hi", "context": nested(70)}
+    )
+    assert_error(context, 422, "InvalidRequest")
+    deep_assistant = {"id": "a1", "role": "assistant", "content": nested(300)}
+    agui = alpha.http.post("/v1/ag-ui", json=agui_run("deep", "u1", deep_assistant))
+    assert_error(agui, 422, "InvalidRequest")
+    deep_parts = {"id": "a1", "role": "assistant", "parts": [nested(300)]}
+    chat = alpha.http.post("/v1/chat", json=chat_request("deep", "u1", deep_parts))
+    assert_error(chat, 422, "InvalidRequest")
+    # Deeper than json.loads can parse, and a string's brackets are not nesting.
+    for content in (b"[" * 5000 + b"]" * 5000, b'{"metadata": {"a": "' + b"[" * 5000 + b'"}}'):
+        response = alpha.http.post("/v1/sessions", content=content, headers=JSON)
+        if content.startswith(b"["):
+            assert_error(response, 422, "InvalidRequest")
+        else:
+            assert response.status_code == 201, response.text
+            before = snapshot(alpha)
+    anonymous = gateway.anonymous().post("/v1/sessions", content=red_team, headers=JSON)
+    assert_error(anonymous, 401, "Unauthorized")
+    assert snapshot(alpha) == before  # the listing answers, and nothing was written
+
+
+def test_a_refused_protocol_request_opens_no_session_and_makes_no_workspace(
+    alpha: Tenant,
+) -> None:
+    before = snapshot(alpha)
+
+    def post(path: str, body: dict[str, Any]) -> httpx.Response:
+        # json.dumps escapes a lone surrogate, which httpx's own encoder cannot send.
+        return alpha.http.post(path, content=json.dumps(body).encode(), headers=JSON)
+
+    nul = post("/v1/ag-ui", agui_run("t-nul", "m\u0000"))
+    assert "message id" in assert_error(nul, 422, "InvalidRequest")["error"]["message"]
+    nul = post("/v1/chat", chat_request("c-nul", "m\u0000"))
+    assert "message id" in assert_error(nul, 422, "InvalidRequest")["error"]["message"]
+    for thread_id, message_id in (("t\u0000", "m1"), ("\udfff", "m1"), ("t-lone", "\ud800")):
+        agui = post("/v1/ag-ui", agui_run(thread_id, message_id))
+        assert_error(agui, 422, "InvalidRequest")
+        chat = post("/v1/chat", chat_request(thread_id, message_id))
+        assert_error(chat, 422, "InvalidRequest")
+    assert snapshot(alpha) == before
+
+
+NO_SNIFF_NO_STORE = {"x-content-type-options": "nosniff", "cache-control": "no-store"}
+
+
+def test_every_json_answer_is_nosniff_and_no_store(gateway: Gateway, alpha: Tenant) -> None:
+    session = alpha.new_session()
+    answers = [
+        alpha.http.post("/v1/sessions", json={}),
+        alpha.http.get("/v1/sessions"),
+        alpha.http.get(f"/v1/sessions/{session['id']}"),
+        alpha.http.get(f"/v1/sessions/{unknown_id()}"),  # 404
+        alpha.http.get("/v1/no-such-route"),
+        alpha.http.post("/v1/sessions", content=b"{]", headers=JSON),  # 400
+        alpha.http.post("/v1/sessions", content=b"x", headers={"Content-Type": "text/plain"}),
+        alpha.http.post(f"/v1/sessions/{session['id']}/turns", json={"prompt": 5}),  # 422
+        alpha.http.post("/v1/responses", json={"input": "hi", "stream": "true"}),  # OpenAI's
+        gateway.anonymous().get("/v1/sessions"),  # 401
+        gateway.anonymous().get("/healthz"),
+        gateway.anonymous().get("/openapi.json"),
+    ]
+    statuses = [a.status_code for a in answers]
+    assert statuses == [201, 200, 200, 404, 404, 400, 415, 422, 400, 401, 200, 200], statuses
+    for answer in answers:
+        assert answer.headers["content-type"].startswith("application/json"), answer.headers
+        assert {n: answer.headers.get(n) for n in NO_SNIFF_NO_STORE} == NO_SNIFF_NO_STORE, (
+            answer.request.url,
+            answer.headers,
+        )
+    assert "stream" in answers[8].json()["error"]["message"]
+    page = gateway.anonymous().get("/")
+    assert page.headers["cache-control"] == "no-cache"  # the page's own, revalidated
+
+
+def test_a_refused_cors_preflight_is_in_the_error_form(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    env = deployment_env(backend, request, f"sqlite:///{tmp_path / 'parley.db'}")
+    origin = "https://app.example"
+    cors = start_gateway(
+        env,
+        tmp_path,
+        tokens=make_tokens(["web"]),
+        extra={"PARLEY_GATEWAY_CORS_ORIGINS": origin},
+    )
+    try:
+        http = cors.anonymous()
+
+        def preflight(from_origin: str, method: str = "POST") -> httpx.Response:
+            return http.options(
+                "/v1/sessions",
+                headers={
+                    "Origin": from_origin,
+                    "Access-Control-Request-Method": method,
+                    "Access-Control-Request-Headers": "authorization, content-type",
+                },
+            )
+
+        allowed = preflight(origin)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == origin
+        for refused, named in (
+            (preflight("https://evil.example"), "origin"),
+            (preflight(origin, "DELETE"), "method"),
+        ):
+            body = assert_error(refused, 400, "InvalidRequest")
+            assert named in body["error"]["message"], body
+            assert "PARLEY_GATEWAY_CORS_ORIGINS" in body["error"]["message"], body
+            assert refused.headers["x-content-type-options"] == "nosniff"
+    finally:
+        cors.stop()
 
 
 def test_every_v1_route_needs_a_known_bearer_token(gateway: Gateway, alpha: Tenant) -> None:

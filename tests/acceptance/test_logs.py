@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.chaos import CHAOS_REDIS_URL
@@ -163,6 +164,37 @@ def test_an_embedded_gateway_in_json_names_the_turns_it_runs(tmp_path: Path) -> 
     assert any(line["logger"] == "uvicorn.error" for line in lines)
     [unknown] = [line for line in lines if "/v1/turns/00000000" in line["message"]]
     assert "turn_id" not in unknown  # a turn nobody found is named by no id
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_path_cannot_forge_a_gateway_line_or_reach_the_terminal(
+    tmp_path: Path, log_format: str
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")},
+        "PARLEY_LOG_FORMAT": log_format,
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'parley.db'}",
+        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PYTHONPATH": str(REPO),
+    }
+    gateway = start_gateway(env, tmp_path / "gw", tokens=make_tokens(["acme"]))
+    try:
+        # No token: anyone who can reach the gateway can send this.
+        forged = "/v1/x%0a2026-01-01 00:00:00,000 parley.gateway.access GET /v1/admin 200%0d%1b[2J"
+        answer = httpx.get(gateway.url + forged.replace(" ", "%20"), timeout=30)
+        assert answer.status_code == 404
+    finally:
+        gateway.stop()
+    log = gateway.stderr.read_text()
+    assert "\x1b" not in log and "\r" not in log
+    escaped = "/v1/x\\n2026-01-01 00:00:00,000 parley.gateway.access GET /v1/admin 200\\r\\x1b[2J"
+    if log_format == "json":
+        lines = [line["message"] for line in json_lines(gateway.stderr)]
+    else:
+        lines = log.splitlines()
+    [access] = [line for line in lines if "/v1/x" in line]
+    assert f"GET {escaped} 404" in access
+    assert not any("/v1/admin" in line and line is not access for line in lines)
 
 
 def test_a_command_in_json_logs_its_warnings_as_json_naming_the_turn(tmp_path: Path) -> None:

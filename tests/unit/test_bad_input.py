@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import parley
+from parley.client import MAX_JSON_DEPTH
 from parley.errors import InvalidRequest
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
@@ -44,6 +45,31 @@ def test_metadata_must_come_back_as_it_went_in(
     with pytest.raises(InvalidRequest, match="metadata"):
         client.open_session(tmp_path, metadata=metadata)
     assert count(client, "sessions") == 0
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """A JSON object ``levels`` deep (itself level 1)."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def test_metadata_and_context_nest_at_most_max_json_depth_levels(
+    client: parley.Client, tmp_path: Path
+) -> None:
+    deepest = nested(MAX_JSON_DEPTH)
+    assert client.open_session(tmp_path, metadata=deepest).metadata == deepest
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    for metadata in (nested(MAX_JSON_DEPTH + 1), nested(256), nested(5_000), cyclic):
+        with pytest.raises(InvalidRequest, match=f"metadata must nest .* at most {MAX_JSON_DEPTH}"):
+            client.open_session(tmp_path, metadata=metadata)
+    assert count(client, "sessions") == 1
+    session = client.open_session(tmp_path)
+    with pytest.raises(InvalidRequest, match="context must nest"):
+        session.submit("hello", context={"list": [nested(MAX_JSON_DEPTH)]})
+    assert count(client, "turns") == 0
 
 
 def test_turn_checks_its_arguments_before_it_writes(client: parley.Client, tmp_path: Path) -> None:

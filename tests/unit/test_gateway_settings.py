@@ -139,6 +139,10 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
             "PARLEY_GATEWAY_MAX_BODY": "1000",
             "PARLEY_GATEWAY_KEEPALIVE": "2.5",
             "PARLEY_GATEWAY_CORS_ORIGINS": "https://a.example, https://b.example",
+            "PARLEY_GATEWAY_HEADER_TIMEOUT": "2",
+            "PARLEY_GATEWAY_BODY_TIMEOUT": "7.5",
+            "PARLEY_GATEWAY_TENANT_REQUESTS": "9",
+            "PARLEY_GATEWAY_TENANT_STREAMS": "3",
         }
     )
     assert not settings.loopback_only
@@ -147,6 +151,8 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
     assert settings.max_body == 1000
     assert settings.keepalive_seconds == 2.5
     assert settings.cors_origins == ("https://a.example", "https://b.example")
+    assert (settings.header_timeout_seconds, settings.body_timeout_seconds) == (2, 7.5)
+    assert (settings.tenant_requests, settings.tenant_streams) == (9, 3)
 
 
 @pytest.mark.parametrize(
@@ -156,6 +162,10 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
         ("PARLEY_GATEWAY_MAX_BODY", "0"),
         ("PARLEY_GATEWAY_KEEPALIVE", "-1"),
         ("PARLEY_GATEWAY_KEEPALIVE", "never"),
+        ("PARLEY_GATEWAY_HEADER_TIMEOUT", "0"),
+        ("PARLEY_GATEWAY_BODY_TIMEOUT", "soon"),
+        ("PARLEY_GATEWAY_TENANT_REQUESTS", "0"),
+        ("PARLEY_GATEWAY_TENANT_STREAMS", "many"),
     ],
 )
 def test_a_bad_setting_names_its_variable(name: str, value: str) -> None:

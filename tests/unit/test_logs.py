@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from parley.errors import InvalidRequest
-from parley.logs import IdsOnRecords, JsonLines, LogFormat, log_format
+from parley.logs import IdsOnRecords, JsonLines, LogFormat, TextLines, log_format
 from workers.log_context import bind, current_ids, log_context, log_scope
 
 
@@ -66,7 +66,7 @@ def test_a_line_is_one_object_with_its_fields_and_the_ids_of_its_context(
     assert outside["level"] == "INFO" and outside["logger"] == logger.name
     assert outside["time"].endswith("+00:00")  # UTC, ISO 8601
     assert session["session_id"] == "s1" and "turn_id" not in session
-    assert turn["message"] == "two\nlines, one record"
+    assert turn["message"] == "two\\nlines, one record"  # escaped: see the test below
     assert (turn["session_id"], turn["turn_id"], turn["run_id"]) == ("s1", "t1", "r1")
     assert "turn_id" not in again and again["session_id"] == "s1"
     assert current_ids() == {}
@@ -86,6 +86,47 @@ def test_an_exception_and_extra_fields_are_kept_and_a_call_s_own_ids_win(
     assert line["turn_id"] == "t2" and line["session_id"] == "s1"
     assert "ValueError: boom" in line["exception"] and "Traceback" in line["exception"]
     assert line["at"].startswith("<object object")  # what json cannot encode, as text
+
+
+FORGED = "/v1/x\n2026-01-01 00:00:00,000 parley.gateway.access GET / 200\r\x1b[2J\x9b\x7f\u2028"
+FORGED_LINE = "2026-01-01 00:00:00,000 parley.gateway.access GET / 200"
+ESCAPED_END = "\\r\\x1b[2J\\x9b\\x7f\\u2028"
+ESCAPED = f"/v1/x\\n{FORGED_LINE}{ESCAPED_END}"
+
+
+@pytest.mark.parametrize("formatter", [TextLines, JsonLines])
+def test_control_characters_are_escaped_in_every_field_but_a_traceback_keeps_its_lines(
+    formatter: type[logging.Formatter],
+) -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter())
+    logger = logging.getLogger(f"tests.logs.escape.{formatter.__name__}")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("GET %s 404", FORGED, extra={"path": FORGED, "nested": {FORGED: [FORGED]}})
+        try:
+            raise ValueError(f"bad {FORGED}")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    for control in ("\r", "\x1b", "\x9b", "\x7f", "\u2028"):
+        assert control not in text, repr(text)
+    if formatter is JsonLines:
+        record, failed = parsed(out)
+        assert record["message"] == f"GET {ESCAPED} 404"
+        assert record["path"] == ESCAPED and record["nested"] == {ESCAPED: [ESCAPED]}
+        assert failed["exception"].startswith("Traceback (most recent call last):\n")
+        assert failed["exception"].endswith(f"ValueError: bad /v1/x\n{FORGED_LINE}{ESCAPED_END}")
+    else:
+        warning, failure, *traceback = text.splitlines()
+        assert warning.endswith(f"GET {ESCAPED} 404")
+        assert failure.endswith(" failed") and traceback[0] == "Traceback (most recent call last):"
+        # The traceback's own line breaks stay; the message's newline is one of them.
+        assert traceback[-2:] == ["ValueError: bad /v1/x", f"{FORGED_LINE}{ESCAPED_END}"]
 
 
 def test_bind_names_ids_in_an_open_scope_only() -> None:
