@@ -9,13 +9,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
+from workers.session_titles import MAX_TITLE_CHARS, title_problem
 
 MAX_LIST = 200
 MAX_WAIT_SECONDS = 60
@@ -33,6 +34,26 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _title(value: str) -> str:
+    problem = title_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+SessionTitle = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TITLE_CHARS,
+        description="One line of text: no control characters.",
+        json_schema_extra={"pattern": NOT_BLANK},
+    ),
+    AfterValidator(_title),
+]
+"""A session's title as a request gives it (workers/session_titles.py)."""
+
+
 class SessionCreate(Body):
     """``POST /v1/sessions``."""
 
@@ -42,6 +63,15 @@ class SessionCreate(Body):
         "default: the new session's id. Sessions may share one.",
     )
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object, kept as given.")
+    title: SessionTitle | None = Field(
+        None, description="What a list of sessions shows; default: the first prompt's."
+    )
+
+
+class SessionUpdate(Body):
+    """``PATCH /v1/sessions/{id}``."""
+
+    title: SessionTitle
 
 
 class TurnCreate(Body):
@@ -108,6 +138,10 @@ class Session(BaseModel):
     metadata: dict[str, Any]
     head_turn_id: str | None
     created_at: datetime
+    title: str | None = Field(
+        description="What a list of sessions shows: the one given, else the first "
+        "prompt's (null before the first turn)."
+    )
 
     @classmethod
     def of(cls, record: SessionRecord) -> Session:
@@ -118,6 +152,7 @@ class Session(BaseModel):
             metadata=record.metadata,
             head_turn_id=record.head_turn_id,
             created_at=record.created_at,
+            title=record.title,
         )
 
 
