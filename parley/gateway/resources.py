@@ -23,9 +23,13 @@ MAX_WAIT_SECONDS = 60
 # A prompt or a steer must have a character that is not white space: the client refuses
 # one that strip() empties ("the prompt is empty"), and the document says so with this
 # pattern (spelt out, since regex engines differ on what \s is).
-NOT_BLANK = "[^{}]".format(
-    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
-)
+WHITE_SPACE = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
+NOT_BLANK = f"[^{WHITE_SPACE}]"
+# What a title may not hold (workers/session_titles.py): the C0 and C1 controls, the line
+# and paragraph separators; and it must not be blank.  (Lone surrogates are refused too,
+# but a range of them is a pattern Rust's regex engine, and so schemathesis, cannot read.)
+UNPRINTABLE = "\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029"
+ONE_LINE = f"^[^{UNPRINTABLE}]*[^{UNPRINTABLE}{WHITE_SPACE}][^{UNPRINTABLE}]*$"
 
 
 class Body(BaseModel):
@@ -47,7 +51,7 @@ SessionTitle = Annotated[
         min_length=1,
         max_length=MAX_TITLE_CHARS,
         description="One line of text: no control characters.",
-        json_schema_extra={"pattern": NOT_BLANK},
+        json_schema_extra={"pattern": ONE_LINE},
     ),
     AfterValidator(_title),
 ]
