@@ -44,6 +44,17 @@ SLOW_OPENING = "Here is a slow story, told slowly so that there is time to steer
 NUMBERS = "".join(f"w{i:03d} " for i in range(1, 121))
 """A long step of distinct words: a word shown twice or skipped is easy to see."""
 
+MARKDOWN = (
+    "# Plan\n\nThis is **bold**, *slanted* and `inline code`.\n\n"
+    "- first\n- second\n\n"
+    "```python\nprint('hi')  # <b>not bold</b>\n```\n\n"
+    "A [link](https://example.com/docs) and [a script](javascript:window.ran=3).\n\n"
+    '<script>window.ran = 1</script><img src=x onerror="window.ran = 2">\n\n'
+    "![a picture](https://example.com/p.png)\n\n"
+    "| a | b |\n|---|---|\n| 1 | 2 |\n"
+)
+"""A reply with what the chat UIs render, and what must never run."""
+
 SCRIPT: dict[str, Any] = {
     "rules": [
         {
@@ -88,6 +99,7 @@ SCRIPT: dict[str, Any] = {
                 {"text": "The policy said no, so I left it."},
             ],
         },
+        {"when": "(?i)markdown", "steps": [{"text": MARKDOWN, "chunk_chars": 7, "delay_ms": 10}]},
         {"when": ".*", "steps": [{"text": "You said: {last_message}", "chunk_chars": 3}]},
     ]
 }
@@ -529,3 +541,48 @@ def test_the_page_reads_sse_frames_cut_anywhere(gateway: Gateway, page: Page) ->
         {"id": "2", "type": "step", "data": "one\ntwo"},
         {"id": "2", "type": "message", "data": "three"},
     ]
+
+
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+def test_replies_show_as_markdown_with_nothing_in_them_that_runs(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "markdown")
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    answer = page.goto(gateway.url)
+    assert answer is not None and answer.headers["content-security-policy"] == PAGE_POLICY
+    send(page, "show me some markdown")
+    reply = turns(page).nth(0).locator(".agent-body")
+    expect(turns(page).nth(0).locator(".badge")).to_have_text("finished")
+    for body in (reply, None):
+        if body is None:  # and the same once read back from the store
+            page.reload()
+            body = turns(page).nth(0).locator(".agent-body")
+        expect(body.locator("h1")).to_have_text("Plan")
+        expect(body.locator("strong")).to_have_text("bold")
+        expect(body.locator("em")).to_have_text("slanted")
+        expect(body.locator(":not(pre) > code")).to_have_text("inline code")
+        expect(body.locator("ul > li")).to_have_text(["first", "second"])
+        code = body.locator("pre > code.language-python")
+        expect(code).to_have_text("print('hi')  # <b>not bold</b>")
+        link = body.get_by_role("link", name="link", exact=True)
+        expect(link).to_have_attribute("href", "https://example.com/docs")
+        expect(link).to_have_attribute("target", "_blank")
+        expect(link).to_have_attribute("rel", "noopener noreferrer")
+        # A javascript: address loses its href; an image becomes a link to it.
+        assert body.locator("a", has_text="a script").get_attribute("href") is None
+        picture = body.get_by_role("link", name="a picture")
+        expect(picture).to_have_attribute("href", "https://example.com/p.png")
+        expect(body.locator("table td")).to_have_text(["1", "2"])
+        # Raw HTML is shown as its text, and none of it is an element or ran.
+        expect(body).to_contain_text("<script>window.ran = 1</script>")
+        assert page.locator("#turns script, #turns img, #turns b, #turns [onerror]").count() == 0
+        assert page.evaluate("window.ran") is None
+        shot(page, "rendered")
+    assert console_errors == []

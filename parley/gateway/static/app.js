@@ -1,6 +1,9 @@
 // parley's web page: sessions, a session's tree, the conversation root → head, and the
 // running turn streamed live.  Plain ES module, no build step.  Every piece of model or
-// user text goes into the page as a text node (never as markup).
+// user text goes into the page as a text node (never as markup), except the agent's
+// replies: Markdown, rendered and sanitized by markdown.js.
+
+import { renderMarkdown } from "./markdown.js";
 
 const TOKEN_KEY = "parley.token";
 const TITLES_KEY = "parley.titles";
@@ -8,6 +11,8 @@ const TERMINAL = new Set([
   "finished", "succeeded", "check_failed", "budget_exceeded", "cancelled", "failed",
 ]);
 const RESUMABLE = new Set(["cancelled", "failed"]);
+// Elements that hold nothing: the streaming caret never goes into one.
+const VOID_TAGS = new Set(["BR", "HR", "INPUT"]);
 const STATUS_LABEL = {
   queued: "queued",
   running: "running",
@@ -392,7 +397,8 @@ class TurnView {
     this.live = false; // its events are being followed
     this.detailed = false; // its body is the event timeline, not just the reply
     this.lastSeq = 0;
-    this.blocks = new Map(); // step index → {el, bubble, textEl, tools, committed}
+    this.blocks = new Map(); // step index → {el, bubble, textEl, tools, committed, source}
+    this.unrendered = new Set(); // blocks whose source changed since they were rendered
     this.calls = new Map(); // call_id → tool card
     this.approvals = new Map(); // approval_id → card
     this.pendingSteers = [];
@@ -451,7 +457,7 @@ class TurnView {
     this.body.replaceChildren();
     const t = this.turn;
     if (t.reply) {
-      this.body.append(h("div", { class: "bubble agent" }, h("div", { class: "text", text: t.reply })));
+      this.body.append(replyBubble(t.reply));
     } else if (this.running) {
       this.body.append(this.typing);
     } else {
@@ -514,7 +520,7 @@ class TurnView {
       const bubble = h("div", { class: "bubble agent empty" }, textEl);
       const tools = h("div", { class: "tools" });
       const el = h("div", { class: "step", dataset: { step: index } }, bubble, tools);
-      block = { el, bubble, textEl, tools, committed: false, streamed: "" };
+      block = { el, bubble, textEl, tools, committed: false, streamed: "", source: "" };
       this.blocks.set(index, block);
       this.body.append(el);
     }
@@ -549,8 +555,7 @@ class TurnView {
         const block = this.block(d.step);
         if (block.committed) break;
         block.streamed += d.text ?? "";
-        block.textEl.append(document.createTextNode(d.text ?? ""));
-        block.bubble.classList.remove("empty");
+        this.showText(block, block.streamed);
         break;
       }
       case "tool_call":
@@ -598,8 +603,7 @@ class TurnView {
         const block = this.block(d.index);
         block.committed = true;
         // The committed text is the truth; the streamed tokens were provisional.
-        block.textEl.textContent = d.text ?? "";
-        block.bubble.classList.toggle("empty", !d.text);
+        this.showText(block, d.text ?? "");
         for (const call of d.tool_calls || []) {
           if (!this.calls.has(call.id)) this.toolCard(d.index, call.id, call.name, call.arguments);
         }
@@ -616,8 +620,7 @@ class TurnView {
       case "step_restarted": {
         const old = this.blocks.get(d.index);
         if (old) {
-          old.textEl.textContent = "";
-          old.bubble.classList.add("empty");
+          this.showText(old, "");
           old.el.classList.add("superseded");
           for (const [id, card] of this.calls) {
             if (old.tools.contains(card)) this.calls.delete(id);
@@ -635,10 +638,8 @@ class TurnView {
         break;
       case "end": {
         this.turn.reply = d.reply ?? null;
-        const texts = [...this.blocks.values()].map((b) => b.textEl.textContent.trim());
-        if (d.reply && !texts.includes(d.reply.trim())) {
-          this.body.append(h("div", { class: "bubble agent" }, h("div", { class: "text", text: d.reply })));
-        }
+        const texts = [...this.blocks.values()].map((b) => b.source.trim());
+        if (d.reply && !texts.includes(d.reply.trim())) this.body.append(replyBubble(d.reply));
         if (d.error) {
           this.body.append(h("div", { class: "turn-error", role: "note", text: d.error }));
         }
@@ -667,6 +668,23 @@ class TurnView {
         break; // a kind this page does not know yet: nothing to show
     }
     this.refreshLive();
+  }
+
+  /** Show ``text`` (Markdown) as a step's text: rendered at the next frame, once for
+   *  however many tokens arrived before it (a long reply replayed is not parsed once per
+   *  token). */
+  showText(block, text) {
+    block.source = text;
+    block.bubble.classList.toggle("empty", !text);
+    this.unrendered.add(block);
+    if (this.unrendered.size === 1) requestAnimationFrame(() => this.renderTexts());
+  }
+
+  renderTexts() {
+    for (const block of this.unrendered) renderMarkdown(block.textEl, block.source);
+    this.unrendered.clear();
+    this.refreshLive();
+    contentChanged();
   }
 
   divider(text, kind) {
@@ -793,12 +811,24 @@ class TurnView {
       && this.current.tools.childElementCount === 0;
     if (streaming) {
       this.typing.remove();
-      this.current.textEl.append(this.caret);
+      // At the end of the text's last line: inside its deepest last element (a
+      // paragraph, a list item, a code block), not on a line of its own after it.
+      this.caret.remove();
+      let end = this.current.textEl;
+      while (end.lastElementChild && !VOID_TAGS.has(end.lastElementChild.tagName)) end = end.lastElementChild;
+      end.append(this.caret);
     } else {
       this.caret.remove();
       this.body.append(this.typing);
     }
   }
+}
+
+/** A reply as a bubble of rendered Markdown. */
+function replyBubble(text) {
+  const el = h("div", { class: "text" });
+  renderMarkdown(el, text);
+  return h("div", { class: "bubble agent" }, el);
 }
 
 // ---------------------------------------------------------------- page state
