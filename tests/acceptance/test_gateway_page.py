@@ -586,3 +586,57 @@ def test_replies_show_as_markdown_with_nothing_in_them_that_runs(
         assert page.evaluate("window.ran") is None
         shot(page, "rendered")
     assert console_errors == []
+
+
+def test_a_resumed_turn_that_ended_is_never_shown_running_nor_steered(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """A refresh whose reads straddle the end (they answer 'running', and arrive after
+    the end is on screen) leaves the turn ended, the box a message box."""
+    shot = Shots(tmp_path, "resume-race")
+    page.goto(gateway.url)
+    send(page, "another slow story")
+    turn = turns(page).nth(0)
+    expect(turn.locator(".step .text").first).to_contain_text("Here is a slow")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(turn.locator(".badge")).to_have_text("cancelled")
+    sid = session_id(page)
+    turn.get_by_role("button", name="Resume").click()
+    expect(turn.locator(".badge")).to_have_text("running")
+    # What the store said while the resumed turn ran: served to every later refresh.
+    stale = {
+        "tree": gateway.get(f"/v1/sessions/{sid}/tree"),
+        "history": gateway.get(f"/v1/sessions/{sid}/history"),
+    }
+    assert any(t["status"] in ("queued", "running") for t in stale["tree"]["turns"]), stale
+    served: list[str] = []
+
+    def answer_stale(route: Route) -> None:
+        which = urlsplit(route.request.url).path.rsplit("/", 1)[1]
+        served.append(which)
+        route.fulfill(status=200, json=stale[which])
+
+    page.route(re.compile(r"/v1/sessions/[^/]+/(tree|history)$"), answer_stale)
+    expect(turn).to_contain_text('Latest word from you: "another slow story". The end.')
+    for _ in range(100):  # the refresh the end asks for
+        if {"tree", "history"} <= set(served):
+            break
+        page.wait_for_timeout(100)
+    assert {"tree", "history"} <= set(served), served
+    page.wait_for_timeout(1500)  # time for whatever the stale answers would set off
+    expect(turn.locator(".badge")).to_have_text("finished")
+    expect(page.locator("#live-state")).to_have_text("")
+    expect(page.locator("#mode-pill")).to_be_hidden()
+    expect(turn.locator(".typing")).to_have_count(0)
+    shot(page, "ended")
+    page.unroute(re.compile(r"/v1/sessions/[^/]+/(tree|history)$"))
+
+    steers: list[str] = []
+    page.on("request", lambda r: steers.append(r.url) if r.url.endswith("/say") else None)
+    send(page, "and after that?")
+    after = turns(page).nth(1)
+    expect(after.locator(".agent-body")).to_contain_text("You said: and after that?")
+    expect(after.locator(".badge")).to_have_text("finished")
+    assert steers == []
+    expect(turn.locator(".badge")).to_have_text("finished")
+    shot(page, "next-turn")

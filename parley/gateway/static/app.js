@@ -258,12 +258,15 @@ export class SSEParser {
 
 /** Follows one turn's event stream with fetch (EventSource cannot send a bearer token):
  *  every event once, in order, from `after` on.  When the connection drops before the
- *  turn's last `end` it reconnects with backoff from the last seq it saw. */
+ *  turn's last `end` it reconnects with backoff from the last seq it saw.  `lastKind` is
+ *  the kind of the event at `after`: from an `end`, a stream that closes with nothing
+ *  new is a turn still ended (not resumed since), not a connection lost. */
 class Follower {
-  constructor(turnId, after, { onEvent, onState, onGone }) {
+  constructor(turnId, after, { lastKind = null, onEvent, onState, onGone }) {
     this.turnId = turnId;
     this.last = after;
-    this.lastKind = null;
+    this.lastKind = lastKind;
+    this.received = 0;
     this.onEvent = onEvent;
     this.onState = onState;
     this.onGone = onGone;
@@ -335,6 +338,7 @@ class Follower {
           if (!Number.isFinite(seq) || seq <= this.last) return; // seen already
           this.last = seq;
           this.lastKind = event.kind || frame.type;
+          this.received += 1;
           progressed = true;
           failures = 0;
           this.onEvent(event);
@@ -432,9 +436,20 @@ class TurnView {
     return !TERMINAL.has(this.turn.status);
   }
 
+  /** Whether the last event shown is the turn's `end`. */
+  get ended() {
+    return this.lastKind === "end";
+  }
+
   /** New facts about the turn from the API (ignored while its stream is the truth). */
   update(turn) {
     if (this.live && this.running) return;
+    if (this.ended && !TERMINAL.has(turn.status)) {
+      // Read before the end on screen (the reads behind a refresh straddled it), or
+      // resumed since, elsewhere: either way its stream tells (followActive follows it
+      // on from the end), and until it does the turn is shown as it ended.
+      turn = { ...turn, status: this.turn.status, reply: this.turn.reply };
+    }
     const changed = turn.status !== this.turn.status || turn.reply !== this.turn.reply;
     Object.assign(this.turn, turn);
     if (changed || !this.detailed) this.render();
@@ -503,6 +518,7 @@ class TurnView {
   beginTimeline() {
     this.detailed = true;
     this.lastSeq = 0;
+    this.lastKind = null;
     this.blocks.clear();
     this.calls.clear();
     this.current = null;
@@ -531,6 +547,7 @@ class TurnView {
   apply(event) {
     const d = event.data || {};
     this.lastSeq = Math.max(this.lastSeq, event.seq || 0);
+    this.lastKind = event.kind;
     if (this.status === "waiting" && ["token", "tool_result", "step", "steer"].includes(event.kind)) {
       this.setStatus("running"); // answered: the turn went on
     }
@@ -1188,11 +1205,14 @@ function follow(view, { fromStart = false } = {}) {
   const id = view.turn.turn_id;
   state.followers.get(id)?.stop();
   if (fromStart) view.beginTimeline();
-  view.replaying = !view.running;
+  // Replaying an ended turn from its start: the statuses it went through are history.
+  // Followed on from its end, whatever comes (a resume) is news.
+  view.replaying = fromStart && !view.running;
   view.live = true;
   view.refreshLive();
   const generation = state.generation;
   const follower = new Follower(id, view.lastSeq, {
+    lastKind: view.lastKind,
     onEvent: (event) => {
       if (generation !== state.generation) return;
       view.apply(event);
@@ -1209,7 +1229,8 @@ function follow(view, { fromStart = false } = {}) {
         view.refreshLive();
         if (state.followers.get(id) === follower) state.followers.delete(id);
         updateComposer();
-        if (!replayed) refreshSoon(); // a turn that ended just now moved the head
+        // A turn that ended just now moved the head (one still ended, nothing did).
+        if (!replayed && follower.received) refreshSoon();
       }
       renderLiveState();
     },
@@ -1302,15 +1323,18 @@ async function resumeTurn(view) {
   try {
     const { data: turn } = await api("POST", `/v1/turns/${encodeURIComponent(view.turn.turn_id)}/resume`);
     stick = true;
-    if (turn.turn_id === view.turn.turn_id) {
+    const same = turn.turn_id === view.turn.turn_id;
+    if (same) {
       view.turn.status = turn.status || "queued";
       view.renderFoot();
       // Carry on from what is on screen: the resumed events come after it.
       follow(view, { fromStart: !view.detailed });
     }
     await refreshSession();
+    // (The same turn is followed already: it may even have ended by now, and following
+    // it again would replay it.)
     const again = state.views.get(turn.turn_id);
-    if (again && !state.followers.has(turn.turn_id)) follow(again, { fromStart: true });
+    if (!same && again && !state.followers.has(turn.turn_id)) follow(again, { fromStart: true });
     scrollToBottom(true);
   } catch (err) {
     report(err, "Could not resume");
