@@ -124,8 +124,15 @@ class Gateway:
         return parse_qs(urlsplit(self.url).query)["token"][0]
 
     def get(self, path: str) -> Any:
+        return self.call("GET", path)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The JSON answer to ``method path`` with ``body`` (JSON), as this tab's token."""
         request = urllib.request.Request(
-            self.base + path, headers={"Authorization": f"Bearer {self.token}"}
+            self.base + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.load(answer)
@@ -142,18 +149,37 @@ def free_port() -> int:
 def gateway(tmp_path: Path) -> Iterator[Gateway]:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
+    yield from run_gateway(tmp_path, host=f"scripted:{script}")
+
+
+@pytest.fixture
+def offline_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """The gateway as a fresh clone starts it: no host named, the offline agent."""
+    yield from run_gateway(tmp_path, host=None)
+
+
+def run_gateway(tmp_path: Path, host: str | None) -> Iterator[Gateway]:
+    """A gateway process on SQLite in ``tmp_path`` with ``host`` (None: none named)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PARLEY_GATEWAY_TOKENS", "PARLEY_REDIS_URL", "PARLEY_DATABASE_URL")
+        if k
+        not in (
+            "PARLEY_GATEWAY_TOKENS",
+            "PARLEY_REDIS_URL",
+            "PARLEY_DATABASE_URL",
+            "PARLEY_HOST",
+            "PARLEY_MODEL",
+        )
     }
     env.update(
         PARLEY_DATABASE_URL=f"sqlite:///{tmp_path / 'p.db'}",
         PARLEY_WORKSPACES=str(tmp_path / "ws"),
-        PARLEY_HOST=f"scripted:{script}",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         PYTHONUNBUFFERED="1",
     )
+    if host is not None:
+        env["PARLEY_HOST"] = host
     log = tmp_path / "gateway.log"
     port = free_port()
     with log.open("w") as stderr:
@@ -640,3 +666,60 @@ def test_a_resumed_turn_that_ended_is_never_shown_running_nor_steered(
     assert steers == []
     expect(turn.locator(".badge")).to_have_text("finished")
     shot(page, "next-turn")
+
+
+def test_titles_the_head_mark_banners_and_the_offline_agents_files(
+    offline_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    gateway = offline_gateway
+    shot = Shots(tmp_path, "titles")
+    page.goto(gateway.url)
+    empty = page.locator("#empty-state")
+    expect(empty).to_contain_text("offline scripted agent")
+    shot(page, "empty")
+
+    # A suggestion sends itself; the offline agent finds the sample files.
+    empty.get_by_role("button", name="Look around the files").click()
+    first = turns(page).nth(0)
+    expect(first.locator(".badge")).to_have_text("finished")
+    first.locator(".tool summary").click()
+    result = first.locator(".tool pre").last
+    for name in ("README.md", "retry.py", "config.toml", "notes"):
+        expect(result).to_contain_text(name)
+    sid = session_id(page)
+    expect(page.locator("#session-title")).to_have_text("Look around the files")
+    current = page.locator("#session-list .session-item.current .session-name")
+    expect(current).to_have_text("Look around the files")
+
+    # A session this tab never opened shows its first prompt, not its id.
+    other = gateway.call("POST", "/v1/sessions", {})
+    gateway.call("POST", f"/v1/sessions/{other['id']}/turns", {"prompt": "What is in\nconfig?"})
+    gateway.call("PATCH", f"/v1/sessions/{sid}", {"title": "Files, renamed"})
+    page.reload()
+    names = page.locator("#session-list .session-name")
+    expect(names).to_have_text(["What is in config?", "Files, renamed"])
+    expect(page.locator("#session-title")).to_have_text("Files, renamed")
+    assert page.title() == "Files, renamed · parley"
+    shot(page, "listed")
+
+    # The head mark moves to a turn when it starts (the next message follows it).
+    send(page, "tell me a slow story")
+    story = turns(page).nth(1)
+    head = page.locator("#tree .node-row.head")
+    expect(head).to_contain_text("tell me a slow story")
+    assert story.locator(".badge").inner_text() == "running"
+    expect(story.locator(".is-head, .badge")).to_have_count(1)
+    shot(page, "head-moved")
+    expect(story.locator(".badge")).to_have_text("finished")
+
+    # A banner takes its own room: the conversation starts below it.
+    failure = {"error": {"type": "Unavailable", "message": "try again later"}}
+    page.route("**/v1/sessions/*/branch", lambda route: route.fulfill(status=503, json=failure))
+    first.get_by_role("button", name="Branch from here").click()
+    banner = page.locator(".banner")
+    expect(banner).to_contain_text("Could not branch")
+    below = page.locator("#conversation").bounding_box()
+    above = banner.bounding_box()
+    assert below is not None and above is not None
+    assert above["y"] + above["height"] <= below["y"] + 1, (above, below)
+    shot(page, "banner")

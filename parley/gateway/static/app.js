@@ -6,7 +6,6 @@
 import { renderMarkdown } from "./markdown.js";
 
 const TOKEN_KEY = "parley.token";
-const TITLES_KEY = "parley.titles";
 const TERMINAL = new Set([
   "finished", "succeeded", "check_failed", "budget_exceeded", "cancelled", "failed",
 ]);
@@ -864,23 +863,27 @@ const state = {
   generation: 0, // bumped on every session switch: late answers for another are dropped
 };
 
-function titles() {
-  try { return JSON.parse(localStorage.getItem(TITLES_KEY) || "{}"); } catch { return {}; }
-}
-
-function rememberTitle(sessionId, prompt) {
-  if (!sessionId || !prompt) return;
-  const all = titles();
-  if (all[sessionId]) return;
-  all[sessionId] = oneLine(prompt, 60);
-  try { localStorage.setItem(TITLES_KEY, JSON.stringify(all)); } catch { /* full: fine */ }
-}
-
+/** A session's name: its title (the first prompt's, unless one was set), else its
+ *  workspace's name if it chose one. */
 function sessionTitle(s) {
-  const known = titles()[s.id];
-  if (known) return known;
+  if (s.title) return s.title;
   if (s.workspace && s.workspace !== s.id) return s.workspace;
-  return `Session ${shortId(s.id)}`;
+  return "New session";
+}
+
+/** The turn the next message follows: the stored head, or the turn that started under
+ *  it and has not ended (a turn takes its place under the head when it starts, and the
+ *  next one hangs under it), so the mark moves when a turn starts, not when it ends. */
+function shownHead() {
+  let head = state.session?.head_turn_id ?? null;
+  const seen = new Set();
+  for (;;) {
+    const next = state.tree.find((t) => (t.parent_id ?? null) === head && !seen.has(t.turn_id)
+      && t.status !== "queued" && !TERMINAL.has(t.status));
+    if (!next) return head;
+    seen.add(next.turn_id);
+    head = next.turn_id;
+  }
 }
 
 // ---------------------------------------------------------------- sessions list
@@ -990,9 +993,6 @@ async function refreshSession({ scroll = false } = {}) {
   state.session = session;
   state.history = historyTurns;
   state.tree = treeTurns;
-  const sorted = [...treeTurns].sort((a, b) => String(a.created_at).localeCompare(String(b.created_at)));
-  const root = sorted.find((t) => !t.parent_id);
-  if (root) rememberTitle(id, root.prompt);
   const known = state.sessions.find((s) => s.id === id);
   if (known) Object.assign(known, session);
   else state.sessions.unshift(session);
@@ -1061,7 +1061,7 @@ function renderTree() {
   const tree = $("tree");
   tree.replaceChildren();
   section.hidden = !state.sessionId || state.tree.length === 0;
-  const head = state.session?.head_turn_id;
+  const head = shownHead();
   const onPath = new Set(state.history.map((t) => t.turn_id));
   const ids = new Set(state.tree.map((t) => t.turn_id));
   const children = new Map();
@@ -1178,7 +1178,7 @@ function renderConversation() {
       view.update(t);
     }
     view.el.classList.toggle("elsewhere", elsewhere.has(t.turn_id));
-    view.el.classList.toggle("is-head", t.turn_id === state.session?.head_turn_id);
+    view.el.classList.toggle("is-head", t.turn_id === shownHead());
     wanted.push(view.el);
   }
   // Views of turns not shown now stay cached (the GETs behind one render may straddle a
@@ -1264,8 +1264,12 @@ function onTurnStatus(view) {
   if (view.status === "waiting" && view.approvals.size === 0) loadApprovals(view);
   const inTree = state.tree.find((t) => t.turn_id === view.turn.turn_id);
   if (inTree && inTree.status !== view.status) {
+    const started = inTree.status === "queued";
     inTree.status = view.status;
     renderTree();
+    // Started: it has its place in the tree now, under the head (and the head mark
+    // moves to it); the tree as read at submission did not say where.
+    if (started && !TERMINAL.has(view.status)) refreshSoon();
   }
   updateComposer();
   if (TERMINAL.has(view.status)) refreshSoon();
@@ -1301,7 +1305,6 @@ async function startTurn(text) {
   try {
     const { data: turn } = await api("POST", `/v1/sessions/${encodeURIComponent(id)}/turns`, { prompt: text });
     if (id !== state.sessionId) return true;
-    if (!state.tree.length) rememberTitle(id, text);
     if (!state.tree.some((t) => t.turn_id === turn.turn_id)) state.tree.push(turn);
     stick = true;
     renderConversation();
@@ -1520,6 +1523,12 @@ async function main() {
     if (e.key === "Escape" && document.body.classList.contains("sidebar-open")) closeSidebar();
   });
   $("jump").addEventListener("click", () => scrollToBottom(true));
+  for (const suggestion of document.querySelectorAll(".suggestion")) {
+    suggestion.addEventListener("click", () => {
+      box().value = suggestion.dataset.prompt;
+      send();
+    });
+  }
   const conv = $("conversation");
   conv.addEventListener("scroll", () => onScroll(conv), { passive: true });
   // Whatever makes the conversation grow (an event, a refresh, a card opened at the end)
