@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -503,6 +504,7 @@ def _gateway(args: argparse.Namespace, console: Console) -> int:
                     "the model is an offline script (set PARLEY_HOST or PARLEY_MODEL for a "
                     "real one)"
                 )
+                settings = dataclasses.replace(settings, sample_files=True)
             client = _client(args, runs_turns=True)
         return serve(client, bind, listening, settings, note=note)
 

@@ -60,6 +60,7 @@ from workers.local_coordinator import LocalCoordinator
 from workers.log_context import bind
 from workers.redis_coordinator import RedisCoordinator
 from workers.session_leases import ProcessLeases
+from workers.session_titles import title_problem
 from workers.store import SqlStore, storable, validate_ids
 from workers.store_approvals import Answered
 
@@ -272,6 +273,7 @@ class Client:
         session_id: str | None = None,
         retention: timedelta | None = None,
         webhook_url: str | None = None,
+        title: str | None = None,
     ) -> Session:
         """Create a session about the workspace ``root`` (an existing directory).
 
@@ -279,10 +281,14 @@ class Client:
         only its own sessions); ``session_id`` chooses its id (:class:`Conflict` if
         taken), else it gets a fresh one.  ``retention`` is its time to live once ended,
         past its newest activity (else the host's); ``webhook_url`` receives each of its
-        turns' ends (else the host's URL): docs/operations.md."""
+        turns' ends (else the host's URL): docs/operations.md.  ``title`` is what a list
+        of sessions shows (else its first prompt, once submitted): one line of at most
+        200 characters."""
         self._check_open()
         check_retention(retention)
         check_webhook_url(webhook_url)
+        if title is not None:
+            check_title(title)
         if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= 64):
             raise InvalidRequest("tenant must be a non-empty string of at most 64 characters")
         if session_id is not None:
@@ -309,6 +315,7 @@ class Client:
             session_id=session_id,
             retention=retention,
             webhook_url=webhook_url,
+            title=title,
         )
         if retention is not None or webhook_url is not None:
             self._kicker.housekeeping_wanted()
@@ -398,6 +405,19 @@ class Session:
     def webhook_url(self) -> str | None:
         """Where its turns' ends are posted (None: the host's URL, if any)."""
         return self._record.webhook_url
+
+    @property
+    def title(self) -> str | None:
+        """What a list of sessions shows: the title given, else the first prompt's
+        (None before the first turn).  Read from the store: a submission sets it."""
+        return self._client.store.get_session(self.id).title
+
+    def set_title(self, title: str) -> None:
+        """Give the session ``title``: one line of at most 200 characters, without
+        control characters (:class:`InvalidRequest` otherwise).  One write."""
+        check_title(title)
+        self._client._check_open()
+        self._record = self._client.store.set_title(self.id, title)
 
     def webhook_deliveries(self) -> list[WebhookDelivery]:
         """Its turns' webhook deliveries, oldest first, each with its state."""
@@ -752,6 +772,14 @@ def check_metadata(metadata: Any) -> None:
     takes: JSON that comes back as it went in (string keys, no sets, NaN or infinity), at
     most :data:`MAX_METADATA_BYTES` of it."""
     check_json_object(metadata, "metadata", MAX_METADATA_BYTES)
+
+
+def check_title(title: Any) -> None:
+    """:class:`InvalidRequest` unless ``title`` is a session title (one line of printable
+    text, at most :data:`~workers.session_titles.MAX_TITLE_CHARS` characters)."""
+    problem = title_problem(title)
+    if problem is not None:
+        raise InvalidRequest(problem)
 
 
 def check_json_object(value: Any, what: str, limit: int) -> None:

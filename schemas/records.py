@@ -127,6 +127,8 @@ class SessionRecord:
     """Where the session's turns' ends are posted (None: the host's URL, if any)."""
     last_active_at: datetime | None = None
     """The newest activity: the newest end of its turns, else its creation."""
+    title: str | None = None
+    """What a person reads in a list of sessions (None: not given, and no turn yet)."""
 
 
 @dataclass(frozen=True, kw_only=True)

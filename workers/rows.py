@@ -51,6 +51,7 @@ class SessionRow:
     retention_seconds: int | None = None
     webhook_url: str | None = None
     last_active_at: datetime | None = None
+    title: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> SessionRow:
@@ -75,6 +76,7 @@ def session_record(row: Any) -> SessionRecord:
         ),
         webhook_url=row.webhook_url,
         last_active_at=aware(row.last_active_at) if row.last_active_at else None,
+        title=row.title,
     )
 
 

@@ -82,6 +82,10 @@ SET_HEAD = (
     update(t.sessions).where(t.sessions.c.id == b("session_id")).values(head_turn_id=b("head"))
 )
 
+SET_TITLE = update(t.sessions).where(t.sessions.c.id == b("session_id")).values(title=b("title"))
+# The first turn's prompt titles a session that has no title yet.
+SET_TITLE_IF_NONE = SET_TITLE.where(t.sessions.c.title.is_(None))
+
 BUMP_TURN_COUNT = (
     update(t.sessions)
     .where(t.sessions.c.id == b("session_id"))

@@ -65,6 +65,7 @@ from workers.rows import (
     turn_record,
     write_events,
 )
+from workers.session_titles import title_of_prompt
 from workers.store_approvals import INTERRUPTED, Answered, ApprovalStore
 from workers.store_connection import IntegrityConflict, StoreConnection
 from workers.store_driver import DriverStore
@@ -152,9 +153,11 @@ class SqlStore(
         session_id: str | None = None,
         retention: timedelta | None = None,
         webhook_url: str | None = None,
+        title: str | None = None,
     ) -> SessionRecord:
         """Insert a new session with an empty tree (its id ``session_id``, else a fresh
-        one; :class:`Conflict` if that id is taken)."""
+        one; :class:`Conflict` if that id is taken).  Without a ``title`` it takes its
+        first prompt's."""
         now = _now()
         record = SessionRecord(
             session_id=session_id or new_id(),
@@ -168,6 +171,7 @@ class SqlStore(
             retention=retention,
             webhook_url=webhook_url,
             last_active_at=now,
+            title=title,
         )
         try:
             with self._tx() as db:
@@ -190,6 +194,7 @@ class SqlStore(
                         ),
                         "webhook_url": webhook_url,
                         "last_active_at": now,
+                        "title": title,
                     },
                 )
         except IntegrityConflict as exc:
@@ -220,6 +225,15 @@ class SqlStore(
     def get_session(self, session_id: str) -> SessionRecord:
         """The stored session; :class:`SessionNotFound` if unknown."""
         return self._reading(lambda db: read_session(db, session_id))
+
+    def set_title(self, session_id: str, title: str) -> SessionRecord:
+        """Give the session ``title`` (checked by the caller); the session as it is
+        now.  :class:`SessionNotFound` if unknown."""
+        with self._tx() as db:
+            moved = db.execute(q.SET_TITLE, {"b_session_id": session_id, "b_title": title})
+            if moved.rowcount != 1:
+                raise SessionNotFound(f"no session {session_id!r}")
+            return read_session(db, session_id)
 
     def seed_history(
         self,
@@ -427,6 +441,9 @@ class SqlStore(
             ).scalar_one_or_none()
             if ordinal is None:
                 raise SessionNotFound(f"no session {session_id!r}")
+            title = title_of_prompt(prompt) if ordinal == 1 else None
+            if title is not None:
+                db.execute(q.SET_TITLE_IF_NONE, {"b_session_id": session_id, "b_title": title})
             if request_id is not None:
                 existing = self._by_request(db, session_id, request_id)
                 if existing is not None:

@@ -85,7 +85,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         app.add_middleware(
             Cors,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "PATCH", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["Location"],
         )

@@ -24,6 +24,7 @@ from parley.client import MAX_SEQ, Client, Session, TurnHandle, check_metadata
 from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
+from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import Tenant, owned_session, owned_turn, plausible_id
 from schemas.events import Event, EventKind
@@ -88,13 +89,20 @@ def create_session(
 ) -> r.Session:
     """Open a session about a workspace of the tenant's (made if missing).  Every field
     is optional, and so is the body."""
-    body = body or r.SessionCreate(workspace=None, metadata=None)
+    body = body or r.SessionCreate(workspace=None, metadata=None, title=None)
     client = client_of(request)
     session_id = new_id()
     if body.metadata is not None:
         check_metadata(body.metadata)  # refused before the workspace directory is made
-    root = workspace_root(settings_of(request).workspaces, owner, body.workspace or session_id)
-    session = client.open_session(root, metadata=body.metadata, tenant=owner, session_id=session_id)
+    settings = settings_of(request)
+    name = body.workspace or session_id
+    fresh = not (settings.workspaces / owner / name).exists()
+    root = workspace_root(settings.workspaces, owner, name)
+    if fresh and settings.sample_files:
+        add_sample_files(root)
+    session = client.open_session(
+        root, metadata=body.metadata, tenant=owner, session_id=session_id, title=body.title
+    )
     response.headers["Location"] = f"/v1/sessions/{session.id}"
     return r.Session.of(client.store.get_session(session.id))
 
@@ -117,6 +125,18 @@ def list_sessions(
 def get_session(session_id: str, request: Request, owner: Tenant) -> r.Session:
     """A session."""
     return r.Session.of(owned_session(client_of(request), session_id, owner))
+
+
+@router.patch("/sessions/{session_id}", response_model=r.Session, tags=["sessions"])
+def update_session(
+    session_id: str, body: r.SessionUpdate, request: Request, owner: Tenant
+) -> r.Session:
+    """Change what a session shows: its ``title``."""
+    client = client_of(request)
+    record = owned_session(client, session_id, owner)
+    session = Session(client, record)
+    session.set_title(body.title)
+    return r.Session.of(client.store.get_session(session.id))
 
 
 @router.post(

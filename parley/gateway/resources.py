@@ -10,22 +10,34 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
+from workers.session_titles import MAX_TITLE_CHARS, title_problem
 
 MAX_LIST = 200
 MAX_WAIT_SECONDS = 60
 # A prompt or a steer must have a character that is not white space: the client refuses
 # one that strip() empties ("the prompt is empty"), and the document says so with this
 # pattern (spelt out, since regex engines differ on what \s is).
-NOT_BLANK = "[^{}]".format(
-    "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
-)
+WHITE_SPACE = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
+NOT_BLANK = f"[^{WHITE_SPACE}]"
+# What a title may not hold (workers/session_titles.py): the C0 and C1 controls, the line
+# and paragraph separators; and it must not be blank.  (Lone surrogates are refused too,
+# but a range of them is a pattern Rust's regex engine, and so schemathesis, cannot read.)
+UNPRINTABLE = "\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029"
+ONE_LINE = f"^[^{UNPRINTABLE}]*[^{UNPRINTABLE}{WHITE_SPACE}][^{UNPRINTABLE}]*$"
 
 
 def _not_a_string_or_boolean(value: Any) -> Any:
@@ -48,6 +60,26 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def _title(value: str) -> str:
+    problem = title_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+SessionTitle = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TITLE_CHARS,
+        description="One line of text: no control characters.",
+        json_schema_extra={"pattern": ONE_LINE},
+    ),
+    AfterValidator(_title),
+]
+"""A session's title as a request gives it (workers/session_titles.py)."""
+
+
 class SessionCreate(Body):
     """``POST /v1/sessions``."""
 
@@ -57,6 +89,15 @@ class SessionCreate(Body):
         "default: the new session's id. Sessions may share one.",
     )
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object, kept as given.")
+    title: SessionTitle | None = Field(
+        None, description="What a list of sessions shows; default: the first prompt's."
+    )
+
+
+class SessionUpdate(Body):
+    """``PATCH /v1/sessions/{id}``."""
+
+    title: SessionTitle
 
 
 class TurnCreate(Body):
@@ -120,6 +161,10 @@ class Session(BaseModel):
     metadata: dict[str, Any]
     head_turn_id: str | None
     created_at: datetime
+    title: str | None = Field(
+        description="What a list of sessions shows: the one given, else the first "
+        "prompt's (null before the first turn)."
+    )
 
     @classmethod
     def of(cls, record: SessionRecord) -> Session:
@@ -130,6 +175,7 @@ class Session(BaseModel):
             metadata=record.metadata,
             head_turn_id=record.head_turn_id,
             created_at=record.created_at,
+            title=record.title,
         )
 
 

@@ -22,8 +22,8 @@ import uvicorn
 from parley.client import Client
 from parley.errors import InvalidRequest
 from parley.gateway.app import create_app
-from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.http_protocol import protocol_with
+from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.settings import GatewaySettings
 
 DEFAULT_PORT = 8000

@@ -65,6 +65,9 @@ class GatewaySettings:
     """The local token, when no token was configured (loopback only)."""
     metrics_token: str | None = None
     """The bearer token ``GET /metrics`` asks for (None: it is open)."""
+    sample_files: bool = False
+    """A workspace the gateway makes starts with sample files (``sample_files.py``):
+    set by ``parley gateway`` when it runs the offline scripted agent."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:

@@ -41,7 +41,7 @@ from tests.gateway import (
 
 KEEPALIVE_SECONDS = 0.5
 
-SESSION_FIELDS = {"id", "workspace", "metadata", "head_turn_id", "created_at"}
+SESSION_FIELDS = {"id", "workspace", "metadata", "head_turn_id", "created_at", "title"}
 TURN_FIELDS = {
     "turn_id",
     "session_id",
@@ -71,6 +71,7 @@ ROUTES = [
     ("post", "/v1/sessions"),
     ("get", "/v1/sessions"),
     ("get", "/v1/sessions/{session_id}"),
+    ("patch", "/v1/sessions/{session_id}"),
     ("post", "/v1/sessions/{session_id}/turns"),
     ("get", "/v1/sessions/{session_id}/history"),
     ("get", "/v1/sessions/{session_id}/tree"),
@@ -300,6 +301,57 @@ def test_listing_refuses_bad_limits_and_unknown_pages(alpha: Tenant) -> None:
     for before in (unknown_id(), "a\x00b", "x" * 36):
         missing = alpha.http.get("/v1/sessions", params={"before": before})
         assert_error(missing, 404, "SessionNotFound")
+
+
+def test_a_session_is_titled_by_its_first_prompt_or_over_patch(alpha: Tenant) -> None:
+    session = alpha.new_session()
+    assert session["title"] is None  # no turn yet
+    first = "  What does\tretry.py\nretry on?  " + "and then some " * 10
+    alpha.result(alpha.submit(session["id"], first)["turn_id"])
+    alpha.result(alpha.submit(session["id"], "a second prompt")["turn_id"])
+    titled = session_of(alpha, session["id"])["title"]
+    # One line, its words as typed, cut short for a list.
+    assert titled.startswith("What does retry.py retry on? and then some")
+    assert len(titled) == 80 and titled.endswith("…")
+    listed = alpha.http.get("/v1/sessions").json()["sessions"]
+    assert [s["title"] for s in listed if s["id"] == session["id"]] == [titled]
+
+    renamed = alpha.http.patch(f"/v1/sessions/{session['id']}", json={"title": "Retries ✓"})
+    assert renamed.status_code == 200, renamed.text
+    assert set(renamed.json()) == SESSION_FIELDS
+    assert renamed.json()["title"] == "Retries ✓" == session_of(alpha, session["id"])["title"]
+
+    given = alpha.new_session(title="Chosen up front")
+    assert given["title"] == "Chosen up front"
+    alpha.result(alpha.submit(given["id"], "a first prompt")["turn_id"])
+    assert session_of(alpha, given["id"])["title"] == "Chosen up front"  # kept
+
+
+def test_a_bad_title_is_422_and_changes_nothing(alpha: Tenant, beta: Tenant) -> None:
+    session = alpha.new_session(title="Kept")
+    path = f"/v1/sessions/{session['id']}"
+    for body in (
+        {"title": None},
+        {"title": 7},
+        {"title": ""},
+        {"title": "   "},
+        {"title": "x" * 201},
+        {"title": "two\nlines"},
+        {"title": "an \x1b[31mescape"},
+        {"title": "a\u2028separator"},
+        {},
+        {"title": "Kept", "workspace": "elsewhere"},
+    ):
+        assert_error(alpha.http.patch(path, json=body), 422, "InvalidRequest")
+    assert_error(alpha.http.post("/v1/sessions", json={"title": "a\tb"}), 422, "InvalidRequest")
+    assert alpha.http.patch(path, json={"title": "x" * 200}).status_code == 200
+    assert_error(beta.http.patch(path, json={"title": "Mine"}), 404, "SessionNotFound")
+    assert_error(
+        alpha.http.patch(f"/v1/sessions/{unknown_id()}", json={"title": "t"}),
+        404,
+        "SessionNotFound",
+    )
+    assert session_of(alpha, session["id"])["title"] == "x" * 200
 
 
 # ------------------------------------------------------------------------ turns

@@ -49,6 +49,17 @@ SLOW_OPENING = "Here is a slow story, told slowly so that there is time to steer
 NUMBERS = "".join(f"w{i:03d} " for i in range(1, 121))
 """A long step of distinct words: a word shown twice or skipped is easy to see."""
 
+MARKDOWN = (
+    "# Plan\n\nThis is **bold**, *slanted* and `inline code`.\n\n"
+    "- first\n- second\n\n"
+    "```python\nprint('hi')  # <b>not bold</b>\n```\n\n"
+    "A [link](https://example.com/docs) and [a script](javascript:window.ran=3).\n\n"
+    '<script>window.ran = 1</script><img src=x onerror="window.ran = 2">\n\n'
+    "![a picture](https://example.com/p.png)\n\n"
+    "| a | b |\n|---|---|\n| 1 | 2 |\n"
+)
+"""A reply with what the chat UIs render, and what must never run."""
+
 SCRIPT: dict[str, Any] = {
     "rules": [
         {
@@ -99,6 +110,7 @@ SCRIPT: dict[str, Any] = {
                 {"text": PAUSED_REPLY, "chunk_chars": 17, "delay_ms": KEEPALIVE_SECONDS * 5000}
             ],
         },
+        {"when": "(?i)markdown", "steps": [{"text": MARKDOWN, "chunk_chars": 7, "delay_ms": 10}]},
         {"when": ".*", "steps": [{"text": "You said: {last_message}", "chunk_chars": 3}]},
     ]
 }
@@ -123,8 +135,15 @@ class Gateway:
         return parse_qs(urlsplit(self.url).query)["token"][0]
 
     def get(self, path: str) -> Any:
+        return self.call("GET", path)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The JSON answer to ``method path`` with ``body`` (JSON), as this tab's token."""
         request = urllib.request.Request(
-            self.base + path, headers={"Authorization": f"Bearer {self.token}"}
+            self.base + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.load(answer)
@@ -141,19 +160,38 @@ def free_port() -> int:
 def gateway(tmp_path: Path) -> Iterator[Gateway]:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
+    yield from run_gateway(tmp_path, host=f"scripted:{script}")
+
+
+@pytest.fixture
+def offline_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """The gateway as a fresh clone starts it: no host named, the offline agent."""
+    yield from run_gateway(tmp_path, host=None)
+
+
+def run_gateway(tmp_path: Path, host: str | None) -> Iterator[Gateway]:
+    """A gateway process on SQLite in ``tmp_path`` with ``host`` (None: none named)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PARLEY_GATEWAY_TOKENS", "PARLEY_REDIS_URL", "PARLEY_DATABASE_URL")
+        if k
+        not in (
+            "PARLEY_GATEWAY_TOKENS",
+            "PARLEY_REDIS_URL",
+            "PARLEY_DATABASE_URL",
+            "PARLEY_HOST",
+            "PARLEY_MODEL",
+        )
     }
     env.update(
         PARLEY_DATABASE_URL=f"sqlite:///{tmp_path / 'p.db'}",
         PARLEY_WORKSPACES=str(tmp_path / "ws"),
-        PARLEY_HOST=f"scripted:{script}",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         PYTHONUNBUFFERED="1",
         PARLEY_GATEWAY_KEEPALIVE=str(KEEPALIVE_SECONDS),
     )
+    if host is not None:
+        env["PARLEY_HOST"] = host
     log = tmp_path / "gateway.log"
     port = free_port()
     with log.open("w") as stderr:
@@ -587,3 +625,159 @@ def test_an_event_source_reads_a_stream_silent_for_longer_than_the_keep_alive(
     assert (read["outcome"], read["text"]) == ("finished", PAUSED_REPLY)
     first, last = read["tokenTimes"][0], read["tokenTimes"][-1]
     assert last - first >= KEEPALIVE_SECONDS * 5000 * 0.9  # the silence was there
+
+
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+def test_replies_show_as_markdown_with_nothing_in_them_that_runs(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "markdown")
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    answer = page.goto(gateway.url)
+    assert answer is not None and answer.headers["content-security-policy"] == PAGE_POLICY
+    send(page, "show me some markdown")
+    reply = turns(page).nth(0).locator(".agent-body")
+    expect(turns(page).nth(0).locator(".badge")).to_have_text("finished")
+    for body in (reply, None):
+        if body is None:  # and the same once read back from the store
+            page.reload()
+            body = turns(page).nth(0).locator(".agent-body")
+        expect(body.locator("h1")).to_have_text("Plan")
+        expect(body.locator("strong")).to_have_text("bold")
+        expect(body.locator("em")).to_have_text("slanted")
+        expect(body.locator(":not(pre) > code")).to_have_text("inline code")
+        expect(body.locator("ul > li")).to_have_text(["first", "second"])
+        code = body.locator("pre > code.language-python")
+        expect(code).to_have_text("print('hi')  # <b>not bold</b>")
+        link = body.get_by_role("link", name="link", exact=True)
+        expect(link).to_have_attribute("href", "https://example.com/docs")
+        expect(link).to_have_attribute("target", "_blank")
+        expect(link).to_have_attribute("rel", "noopener noreferrer")
+        # A javascript: address loses its href; an image becomes a link to it.
+        assert body.locator("a", has_text="a script").get_attribute("href") is None
+        picture = body.get_by_role("link", name="a picture")
+        expect(picture).to_have_attribute("href", "https://example.com/p.png")
+        expect(body.locator("table td")).to_have_text(["1", "2"])
+        # Raw HTML is shown as its text, and none of it is an element or ran.
+        expect(body).to_contain_text("<script>window.ran = 1</script>")
+        assert page.locator("#turns script, #turns img, #turns b, #turns [onerror]").count() == 0
+        assert page.evaluate("window.ran") is None
+        shot(page, "rendered")
+    assert console_errors == []
+
+
+def test_a_resumed_turn_that_ended_is_never_shown_running_nor_steered(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """A refresh whose reads straddle the end (they answer 'running', and arrive after
+    the end is on screen) leaves the turn ended, the box a message box."""
+    shot = Shots(tmp_path, "resume-race")
+    page.goto(gateway.url)
+    send(page, "another slow story")
+    turn = turns(page).nth(0)
+    expect(turn.locator(".step .text").first).to_contain_text("Here is a slow")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(turn.locator(".badge")).to_have_text("cancelled")
+    sid = session_id(page)
+    turn.get_by_role("button", name="Resume").click()
+    expect(turn.locator(".badge")).to_have_text("running")
+    # What the store said while the resumed turn ran: served to every later refresh.
+    stale = {
+        "tree": gateway.get(f"/v1/sessions/{sid}/tree"),
+        "history": gateway.get(f"/v1/sessions/{sid}/history"),
+    }
+    assert any(t["status"] in ("queued", "running") for t in stale["tree"]["turns"]), stale
+    served: list[str] = []
+
+    def answer_stale(route: Route) -> None:
+        which = urlsplit(route.request.url).path.rsplit("/", 1)[1]
+        served.append(which)
+        route.fulfill(status=200, json=stale[which])
+
+    page.route(re.compile(r"/v1/sessions/[^/]+/(tree|history)$"), answer_stale)
+    expect(turn).to_contain_text('Latest word from you: "another slow story". The end.')
+    for _ in range(100):  # the refresh the end asks for
+        if {"tree", "history"} <= set(served):
+            break
+        page.wait_for_timeout(100)
+    assert {"tree", "history"} <= set(served), served
+    page.wait_for_timeout(1500)  # time for whatever the stale answers would set off
+    expect(turn.locator(".badge")).to_have_text("finished")
+    expect(page.locator("#live-state")).to_have_text("")
+    expect(page.locator("#mode-pill")).to_be_hidden()
+    expect(turn.locator(".typing")).to_have_count(0)
+    shot(page, "ended")
+    page.unroute(re.compile(r"/v1/sessions/[^/]+/(tree|history)$"))
+
+    steers: list[str] = []
+    page.on("request", lambda r: steers.append(r.url) if r.url.endswith("/say") else None)
+    send(page, "and after that?")
+    after = turns(page).nth(1)
+    expect(after.locator(".agent-body")).to_contain_text("You said: and after that?")
+    expect(after.locator(".badge")).to_have_text("finished")
+    assert steers == []
+    expect(turn.locator(".badge")).to_have_text("finished")
+    shot(page, "next-turn")
+
+
+def test_titles_the_head_mark_banners_and_the_offline_agents_files(
+    offline_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    gateway = offline_gateway
+    shot = Shots(tmp_path, "titles")
+    page.goto(gateway.url)
+    empty = page.locator("#empty-state")
+    expect(empty).to_contain_text("offline scripted agent")
+    shot(page, "empty")
+
+    # A suggestion sends itself; the offline agent finds the sample files.
+    empty.get_by_role("button", name="Look around the files").click()
+    first = turns(page).nth(0)
+    expect(first.locator(".badge")).to_have_text("finished")
+    first.locator(".tool summary").click()
+    result = first.locator(".tool pre").last
+    for name in ("README.md", "retry.py", "config.toml", "notes"):
+        expect(result).to_contain_text(name)
+    sid = session_id(page)
+    expect(page.locator("#session-title")).to_have_text("Look around the files")
+    current = page.locator("#session-list .session-item.current .session-name")
+    expect(current).to_have_text("Look around the files")
+
+    # A session this tab never opened shows its first prompt, not its id.
+    other = gateway.call("POST", "/v1/sessions", {})
+    gateway.call("POST", f"/v1/sessions/{other['id']}/turns", {"prompt": "What is in\nconfig?"})
+    gateway.call("PATCH", f"/v1/sessions/{sid}", {"title": "Files, renamed"})
+    page.reload()
+    names = page.locator("#session-list .session-name")
+    expect(names).to_have_text(["What is in config?", "Files, renamed"])
+    expect(page.locator("#session-title")).to_have_text("Files, renamed")
+    assert page.title() == "Files, renamed · parley"
+    shot(page, "listed")
+
+    # The head mark moves to a turn when it starts (the next message follows it).
+    send(page, "tell me a slow story")
+    story = turns(page).nth(1)
+    head = page.locator("#tree .node-row.head")
+    expect(head).to_contain_text("tell me a slow story")
+    assert story.locator(".badge").inner_text() == "running"
+    expect(story.locator(".is-head, .badge")).to_have_count(1)
+    shot(page, "head-moved")
+    expect(story.locator(".badge")).to_have_text("finished")
+
+    # A banner takes its own room: the conversation starts below it.
+    failure = {"error": {"type": "Unavailable", "message": "try again later"}}
+    page.route("**/v1/sessions/*/branch", lambda route: route.fulfill(status=503, json=failure))
+    first.get_by_role("button", name="Branch from here").click()
+    banner = page.locator(".banner")
+    expect(banner).to_contain_text("Could not branch")
+    below = page.locator("#conversation").bounding_box()
+    above = banner.bounding_box()
+    assert below is not None and above is not None
+    assert above["y"] + above["height"] <= below["y"] + 1, (above, below)
+    shot(page, "banner")

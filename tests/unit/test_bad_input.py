@@ -72,6 +72,33 @@ def test_metadata_and_context_nest_at_most_max_json_depth_levels(
     assert count(client, "turns") == 0
 
 
+@pytest.mark.parametrize("title", [None, 7, "", "  ", "x" * 201, "two\nlines", "\x1b[2J"])
+def test_a_title_is_one_line_of_text(client: parley.Client, tmp_path: Path, title: Any) -> None:
+    if title is not None:
+        with pytest.raises(InvalidRequest, match="title"):
+            client.open_session(tmp_path, title=title)
+        assert count(client, "sessions") == 0
+    session = client.open_session(tmp_path, title="Kept")
+    with pytest.raises(InvalidRequest, match="title"):
+        session.set_title(title)
+    assert session.title == "Kept"
+
+
+def test_a_session_is_titled_by_its_first_prompt_unless_given_one(
+    client: parley.Client, tmp_path: Path
+) -> None:
+    session = client.open_session(tmp_path)
+    assert session.title is None
+    session.turn("What does\nretry.py do?")
+    session.turn("and then?")
+    assert session.title == "What does retry.py do?"
+    session.set_title("Retries")
+    assert client.session(session.id).title == "Retries"
+    chosen = client.open_session(tmp_path, title="Chosen")
+    chosen.turn("a first prompt")
+    assert chosen.title == "Chosen"
+
+
 def test_turn_checks_its_arguments_before_it_writes(client: parley.Client, tmp_path: Path) -> None:
     session = client.open_session(tmp_path)
     with pytest.raises(InvalidRequest, match="timeout"):

@@ -35,3 +35,20 @@ def test_pyproject_declares_the_lua_files_as_package_data_of_workers() -> None:
     patterns = setuptools["package-data"]["workers"]
     for name in _lua_files():
         assert any(fnmatch.fnmatch(f"lua/{name}", p) for p in patterns), name
+
+
+def test_every_file_the_web_page_serves_is_package_data_of_parley() -> None:
+    """The page's scripts, styles and vendored libraries (and their licences) reach an
+    installed parley: each file under parley/gateway/static matches a declared pattern."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["parley"]
+    static = ROOT / "parley" / "gateway" / "static"
+    served = [path.relative_to(ROOT / "parley").as_posix() for path in static.rglob("*")]
+    files = [name for name in served if (ROOT / "parley" / name).is_file()]
+    assert "gateway/static/vendor/marked.esm.js" in files
+    assert "gateway/static/vendor/purify.min.js" in files
+    for name in files:
+        # setuptools' globs do not cross a directory: "static/*" is not "static/vendor/x".
+        assert any(
+            fnmatch.fnmatch(name, p) and name.count("/") == p.count("/") for p in patterns
+        ), name

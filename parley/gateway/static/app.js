@@ -1,13 +1,17 @@
 // parley's web page: sessions, a session's tree, the conversation root → head, and the
 // running turn streamed live.  Plain ES module, no build step.  Every piece of model or
-// user text goes into the page as a text node (never as markup).
+// user text goes into the page as a text node (never as markup), except the agent's
+// replies: Markdown, rendered and sanitized by markdown.js.
+
+import { renderMarkdown } from "./markdown.js";
 
 const TOKEN_KEY = "parley.token";
-const TITLES_KEY = "parley.titles";
 const TERMINAL = new Set([
   "finished", "succeeded", "check_failed", "budget_exceeded", "cancelled", "failed",
 ]);
 const RESUMABLE = new Set(["cancelled", "failed"]);
+// Elements that hold nothing: the streaming caret never goes into one.
+const VOID_TAGS = new Set(["BR", "HR", "INPUT"]);
 const STATUS_LABEL = {
   queued: "queued",
   running: "running",
@@ -253,12 +257,15 @@ export class SSEParser {
 
 /** Follows one turn's event stream with fetch (EventSource cannot send a bearer token):
  *  every event once, in order, from `after` on.  When the connection drops before the
- *  turn's last `end` it reconnects with backoff from the last seq it saw. */
+ *  turn's last `end` it reconnects with backoff from the last seq it saw.  `lastKind` is
+ *  the kind of the event at `after`: from an `end`, a stream that closes with nothing
+ *  new is a turn still ended (not resumed since), not a connection lost. */
 class Follower {
-  constructor(turnId, after, { onEvent, onState, onGone }) {
+  constructor(turnId, after, { lastKind = null, onEvent, onState, onGone }) {
     this.turnId = turnId;
     this.last = after;
-    this.lastKind = null;
+    this.lastKind = lastKind;
+    this.received = 0;
     this.onEvent = onEvent;
     this.onState = onState;
     this.onGone = onGone;
@@ -330,6 +337,7 @@ class Follower {
           if (!Number.isFinite(seq) || seq <= this.last) return; // seen already
           this.last = seq;
           this.lastKind = event.kind || frame.type;
+          this.received += 1;
           progressed = true;
           failures = 0;
           this.onEvent(event);
@@ -392,7 +400,8 @@ class TurnView {
     this.live = false; // its events are being followed
     this.detailed = false; // its body is the event timeline, not just the reply
     this.lastSeq = 0;
-    this.blocks = new Map(); // step index → {el, bubble, textEl, tools, committed}
+    this.blocks = new Map(); // step index → {el, bubble, textEl, tools, committed, source}
+    this.unrendered = new Set(); // blocks whose source changed since they were rendered
     this.calls = new Map(); // call_id → tool card
     this.approvals = new Map(); // approval_id → card
     this.pendingSteers = [];
@@ -426,9 +435,20 @@ class TurnView {
     return !TERMINAL.has(this.turn.status);
   }
 
+  /** Whether the last event shown is the turn's `end`. */
+  get ended() {
+    return this.lastKind === "end";
+  }
+
   /** New facts about the turn from the API (ignored while its stream is the truth). */
   update(turn) {
     if (this.live && this.running) return;
+    if (this.ended && !TERMINAL.has(turn.status)) {
+      // Read before the end on screen (the reads behind a refresh straddled it), or
+      // resumed since, elsewhere: either way its stream tells (followActive follows it
+      // on from the end), and until it does the turn is shown as it ended.
+      turn = { ...turn, status: this.turn.status, reply: this.turn.reply };
+    }
     const changed = turn.status !== this.turn.status || turn.reply !== this.turn.reply;
     Object.assign(this.turn, turn);
     if (changed || !this.detailed) this.render();
@@ -451,7 +471,7 @@ class TurnView {
     this.body.replaceChildren();
     const t = this.turn;
     if (t.reply) {
-      this.body.append(h("div", { class: "bubble agent" }, h("div", { class: "text", text: t.reply })));
+      this.body.append(replyBubble(t.reply));
     } else if (this.running) {
       this.body.append(this.typing);
     } else {
@@ -497,6 +517,7 @@ class TurnView {
   beginTimeline() {
     this.detailed = true;
     this.lastSeq = 0;
+    this.lastKind = null;
     this.blocks.clear();
     this.calls.clear();
     this.current = null;
@@ -514,7 +535,7 @@ class TurnView {
       const bubble = h("div", { class: "bubble agent empty" }, textEl);
       const tools = h("div", { class: "tools" });
       const el = h("div", { class: "step", dataset: { step: index } }, bubble, tools);
-      block = { el, bubble, textEl, tools, committed: false, streamed: "" };
+      block = { el, bubble, textEl, tools, committed: false, streamed: "", source: "" };
       this.blocks.set(index, block);
       this.body.append(el);
     }
@@ -525,6 +546,7 @@ class TurnView {
   apply(event) {
     const d = event.data || {};
     this.lastSeq = Math.max(this.lastSeq, event.seq || 0);
+    this.lastKind = event.kind;
     if (this.status === "waiting" && ["token", "tool_result", "step", "steer"].includes(event.kind)) {
       this.setStatus("running"); // answered: the turn went on
     }
@@ -549,8 +571,7 @@ class TurnView {
         const block = this.block(d.step);
         if (block.committed) break;
         block.streamed += d.text ?? "";
-        block.textEl.append(document.createTextNode(d.text ?? ""));
-        block.bubble.classList.remove("empty");
+        this.showText(block, block.streamed);
         break;
       }
       case "tool_call":
@@ -603,8 +624,7 @@ class TurnView {
         const block = this.block(d.index);
         block.committed = true;
         // The committed text is the truth; the streamed tokens were provisional.
-        block.textEl.textContent = d.text ?? "";
-        block.bubble.classList.toggle("empty", !d.text);
+        this.showText(block, d.text ?? "");
         for (const call of d.tool_calls || []) {
           if (!this.calls.has(call.id)) this.toolCard(d.index, call.id, call.name, call.arguments);
         }
@@ -621,8 +641,7 @@ class TurnView {
       case "step_restarted": {
         const old = this.blocks.get(d.index);
         if (old) {
-          old.textEl.textContent = "";
-          old.bubble.classList.add("empty");
+          this.showText(old, "");
           old.el.classList.add("superseded");
           for (const [id, card] of this.calls) {
             if (old.tools.contains(card)) this.calls.delete(id);
@@ -640,10 +659,8 @@ class TurnView {
         break;
       case "end": {
         this.turn.reply = d.reply ?? null;
-        const texts = [...this.blocks.values()].map((b) => b.textEl.textContent.trim());
-        if (d.reply && !texts.includes(d.reply.trim())) {
-          this.body.append(h("div", { class: "bubble agent" }, h("div", { class: "text", text: d.reply })));
-        }
+        const texts = [...this.blocks.values()].map((b) => b.source.trim());
+        if (d.reply && !texts.includes(d.reply.trim())) this.body.append(replyBubble(d.reply));
         if (d.error) {
           this.body.append(h("div", { class: "turn-error", role: "note", text: d.error }));
         }
@@ -672,6 +689,23 @@ class TurnView {
         break; // a kind this page does not know yet: nothing to show
     }
     this.refreshLive();
+  }
+
+  /** Show ``text`` (Markdown) as a step's text: rendered at the next frame, once for
+   *  however many tokens arrived before it (a long reply replayed is not parsed once per
+   *  token). */
+  showText(block, text) {
+    block.source = text;
+    block.bubble.classList.toggle("empty", !text);
+    this.unrendered.add(block);
+    if (this.unrendered.size === 1) requestAnimationFrame(() => this.renderTexts());
+  }
+
+  renderTexts() {
+    for (const block of this.unrendered) renderMarkdown(block.textEl, block.source);
+    this.unrendered.clear();
+    this.refreshLive();
+    contentChanged();
   }
 
   divider(text, kind) {
@@ -798,12 +832,24 @@ class TurnView {
       && this.current.tools.childElementCount === 0;
     if (streaming) {
       this.typing.remove();
-      this.current.textEl.append(this.caret);
+      // At the end of the text's last line: inside its deepest last element (a
+      // paragraph, a list item, a code block), not on a line of its own after it.
+      this.caret.remove();
+      let end = this.current.textEl;
+      while (end.lastElementChild && !VOID_TAGS.has(end.lastElementChild.tagName)) end = end.lastElementChild;
+      end.append(this.caret);
     } else {
       this.caret.remove();
       this.body.append(this.typing);
     }
   }
+}
+
+/** A reply as a bubble of rendered Markdown. */
+function replyBubble(text) {
+  const el = h("div", { class: "text" });
+  renderMarkdown(el, text);
+  return h("div", { class: "bubble agent" }, el);
 }
 
 // ---------------------------------------------------------------- page state
@@ -822,23 +868,27 @@ const state = {
   generation: 0, // bumped on every session switch: late answers for another are dropped
 };
 
-function titles() {
-  try { return JSON.parse(localStorage.getItem(TITLES_KEY) || "{}"); } catch { return {}; }
-}
-
-function rememberTitle(sessionId, prompt) {
-  if (!sessionId || !prompt) return;
-  const all = titles();
-  if (all[sessionId]) return;
-  all[sessionId] = oneLine(prompt, 60);
-  try { localStorage.setItem(TITLES_KEY, JSON.stringify(all)); } catch { /* full: fine */ }
-}
-
+/** A session's name: its title (the first prompt's, unless one was set), else its
+ *  workspace's name if it chose one. */
 function sessionTitle(s) {
-  const known = titles()[s.id];
-  if (known) return known;
+  if (s.title) return s.title;
   if (s.workspace && s.workspace !== s.id) return s.workspace;
-  return `Session ${shortId(s.id)}`;
+  return "New session";
+}
+
+/** The turn the next message follows: the stored head, or the turn that started under
+ *  it and has not ended (a turn takes its place under the head when it starts, and the
+ *  next one hangs under it), so the mark moves when a turn starts, not when it ends. */
+function shownHead() {
+  let head = state.session?.head_turn_id ?? null;
+  const seen = new Set();
+  for (;;) {
+    const next = state.tree.find((t) => (t.parent_id ?? null) === head && !seen.has(t.turn_id)
+      && t.status !== "queued" && !TERMINAL.has(t.status));
+    if (!next) return head;
+    seen.add(next.turn_id);
+    head = next.turn_id;
+  }
 }
 
 // ---------------------------------------------------------------- sessions list
@@ -948,9 +998,6 @@ async function refreshSession({ scroll = false } = {}) {
   state.session = session;
   state.history = historyTurns;
   state.tree = treeTurns;
-  const sorted = [...treeTurns].sort((a, b) => String(a.created_at).localeCompare(String(b.created_at)));
-  const root = sorted.find((t) => !t.parent_id);
-  if (root) rememberTitle(id, root.prompt);
   const known = state.sessions.find((s) => s.id === id);
   if (known) Object.assign(known, session);
   else state.sessions.unshift(session);
@@ -1019,7 +1066,7 @@ function renderTree() {
   const tree = $("tree");
   tree.replaceChildren();
   section.hidden = !state.sessionId || state.tree.length === 0;
-  const head = state.session?.head_turn_id;
+  const head = shownHead();
   const onPath = new Set(state.history.map((t) => t.turn_id));
   const ids = new Set(state.tree.map((t) => t.turn_id));
   const children = new Map();
@@ -1136,7 +1183,7 @@ function renderConversation() {
       view.update(t);
     }
     view.el.classList.toggle("elsewhere", elsewhere.has(t.turn_id));
-    view.el.classList.toggle("is-head", t.turn_id === state.session?.head_turn_id);
+    view.el.classList.toggle("is-head", t.turn_id === shownHead());
     wanted.push(view.el);
   }
   // Views of turns not shown now stay cached (the GETs behind one render may straddle a
@@ -1163,11 +1210,14 @@ function follow(view, { fromStart = false } = {}) {
   const id = view.turn.turn_id;
   state.followers.get(id)?.stop();
   if (fromStart) view.beginTimeline();
-  view.replaying = !view.running;
+  // Replaying an ended turn from its start: the statuses it went through are history.
+  // Followed on from its end, whatever comes (a resume) is news.
+  view.replaying = fromStart && !view.running;
   view.live = true;
   view.refreshLive();
   const generation = state.generation;
   const follower = new Follower(id, view.lastSeq, {
+    lastKind: view.lastKind,
     onEvent: (event) => {
       if (generation !== state.generation) return;
       view.apply(event);
@@ -1184,7 +1234,8 @@ function follow(view, { fromStart = false } = {}) {
         view.refreshLive();
         if (state.followers.get(id) === follower) state.followers.delete(id);
         updateComposer();
-        if (!replayed) refreshSoon(); // a turn that ended just now moved the head
+        // A turn that ended just now moved the head (one still ended, nothing did).
+        if (!replayed && follower.received) refreshSoon();
       }
       renderLiveState();
     },
@@ -1218,8 +1269,12 @@ function onTurnStatus(view) {
   if (view.status === "waiting" && view.approvals.size === 0) loadApprovals(view);
   const inTree = state.tree.find((t) => t.turn_id === view.turn.turn_id);
   if (inTree && inTree.status !== view.status) {
+    const started = inTree.status === "queued";
     inTree.status = view.status;
     renderTree();
+    // Started: it has its place in the tree now, under the head (and the head mark
+    // moves to it); the tree as read at submission did not say where.
+    if (started && !TERMINAL.has(view.status)) refreshSoon();
   }
   updateComposer();
   if (TERMINAL.has(view.status)) refreshSoon();
@@ -1255,7 +1310,6 @@ async function startTurn(text) {
   try {
     const { data: turn } = await api("POST", `/v1/sessions/${encodeURIComponent(id)}/turns`, { prompt: text });
     if (id !== state.sessionId) return true;
-    if (!state.tree.length) rememberTitle(id, text);
     if (!state.tree.some((t) => t.turn_id === turn.turn_id)) state.tree.push(turn);
     stick = true;
     renderConversation();
@@ -1277,15 +1331,18 @@ async function resumeTurn(view) {
   try {
     const { data: turn } = await api("POST", `/v1/turns/${encodeURIComponent(view.turn.turn_id)}/resume`);
     stick = true;
-    if (turn.turn_id === view.turn.turn_id) {
+    const same = turn.turn_id === view.turn.turn_id;
+    if (same) {
       view.turn.status = turn.status || "queued";
       view.renderFoot();
       // Carry on from what is on screen: the resumed events come after it.
       follow(view, { fromStart: !view.detailed });
     }
     await refreshSession();
+    // (The same turn is followed already: it may even have ended by now, and following
+    // it again would replay it.)
     const again = state.views.get(turn.turn_id);
-    if (again && !state.followers.has(turn.turn_id)) follow(again, { fromStart: true });
+    if (!same && again && !state.followers.has(turn.turn_id)) follow(again, { fromStart: true });
     scrollToBottom(true);
   } catch (err) {
     report(err, "Could not resume");
@@ -1471,6 +1528,12 @@ async function main() {
     if (e.key === "Escape" && document.body.classList.contains("sidebar-open")) closeSidebar();
   });
   $("jump").addEventListener("click", () => scrollToBottom(true));
+  for (const suggestion of document.querySelectorAll(".suggestion")) {
+    suggestion.addEventListener("click", () => {
+      box().value = suggestion.dataset.prompt;
+      send();
+    });
+  }
   const conv = $("conversation");
   conv.addEventListener("scroll", () => onScroll(conv), { passive: true });
   // Whatever makes the conversation grow (an event, a refresh, a card opened at the end)
