@@ -54,7 +54,13 @@ from schemas.records import (
 from workers import metrics
 from workers.backend_ports import Coordinator
 from workers.constants import SEEDED, TURN_QUEUE
-from workers.database import check_migrated, create_database_engine, migrate, sqlite_file
+from workers.database import (
+    check_migrated,
+    create_database_engine,
+    in_memory,
+    migrate,
+    sqlite_file,
+)
 from workers.engine import TurnEngine
 from workers.local_coordinator import LocalCoordinator
 from workers.log_context import bind
@@ -153,8 +159,7 @@ def connect(
 
         # Other processes may share the database (a file, or a server): a session's lock
         # is a lease in it too, this client's own (workers.session_leases).
-        in_memory = engine.dialect.name == "sqlite" and sqlite_file(url) is None
-        leases = None if in_memory else ProcessLeases(store)
+        leases = None if in_memory(engine) else ProcessLeases(store)
 
         def strays() -> list[str]:
             undriven = coordinator.unattended(store.sessions_with_work())
@@ -165,8 +170,9 @@ def connect(
         )
         if host is not None:
             # Turns an earlier process left (killed mid-turn, say) go on from now, not
-            # at this client's first turn: a restarted process may run none.
-            kicker.start()
+            # at this client's first turn: a restarted process may run none.  (Building
+            # the engine starts its sweep for them.)
+            kicker.ready()
         return Client(store, coordinator, kicker, host=host)
     settings = FleetSettings(
         database_url=url,

@@ -100,10 +100,6 @@ class EmbeddedKicker:
             thread.start()
             self._start_timer()
 
-    def start(self) -> None:
-        """Build the engine now, and start driving what earlier processes left."""
-        self.ready()
-
     def _start_recovery(self) -> None:
         """With an engine: a thread that drives the sessions nothing drives, at once and
         every ``SWEEP_SECONDS``, as the fleet's sweeper does."""
@@ -118,7 +114,7 @@ class EmbeddedKicker:
         # turn another process just submitted has no lease until its own kick, moments
         # later, takes one (the fleet's sweeper trusts a kick for KICK_GRACE_SECONDS).
         seen: set[str] = set()
-        while not self._closed:
+        while not self._stop.is_set():
             try:
                 strays = self._strays()
             except Exception as exc:
@@ -224,6 +220,10 @@ class EmbeddedKicker:
         if wait:
             for thread in drivers:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        recovery = self._recovery
+        if recovery is not None:
+            # Its look at the store is short, and must not outlive the store's close.
+            recovery.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._housekeeping is not None:
             # After the drivers: their last turns' deliveries have their outbox rows.
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

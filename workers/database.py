@@ -64,6 +64,14 @@ def create_database_engine(
     )
 
 
+def in_memory(engine: Engine) -> bool:
+    """Whether ``engine`` is SQLite in memory (a database no other process can open)."""
+    url = engine.url
+    if engine.dialect.name != "sqlite":
+        return False
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL names (None for another database, or SQLite in memory)."""
     try:

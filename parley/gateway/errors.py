@@ -166,8 +166,12 @@ client's body, and far below what fails later (pydantic stops serializing at som
 levels, ``json.loads`` at some 1000): a deep body is refused before any route sees it."""
 
 # A JSON string (its escapes included), and every byte that is not a bracket: what is
-# left of a body without them is its nesting.
-JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# left of a body without them is its nesting.  The closing quote is optional so that a
+# match never fails: one that must (a body of many escaped quotes after an opening one)
+# would be tried from every quote to the end, in time that grows with the square of the
+# body, on the event loop, before any token is checked.  An unterminated string takes the
+# rest of the body, which is malformed anyway.
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
 
 
