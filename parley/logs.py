@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Mapping
 from enum import StrEnum
 from types import TracebackType
@@ -68,6 +69,24 @@ def escape_controls(text: str) -> str:
 def escape_traceback(text: str) -> str:
     """A traceback's text with every control character but its line breaks escaped."""
     return text.translate(TRACEBACK_ESCAPES)
+
+
+def format_exception_lines(ei: Any) -> str:
+    """A traceback as logging writes it, but each exception's own message (which may hold
+    text a client sent) on one line: its line breaks escaped, the frames' kept."""
+    exception = traceback.TracebackException(*ei)
+    messages: set[str] = set()
+    chain: traceback.TracebackException | None = exception
+    seen: set[int] = set()
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        messages.update(chain.format_exception_only())
+        chain = chain.__cause__ or (None if chain.__suppress_context__ else chain.__context__)
+    text = "".join(
+        escape_controls(chunk.rstrip("\n")) + "\n" if chunk in messages else chunk
+        for chunk in exception.format()
+    )
+    return text.removesuffix("\n")
 
 
 class LogFormat(StrEnum):
@@ -112,7 +131,7 @@ class TextLines(logging.Formatter):
         return escape_controls(super().formatMessage(record))
 
     def formatException(self, ei: Any) -> str:
-        return escape_traceback(super().formatException(ei))
+        return escape_traceback(format_exception_lines(ei))
 
     def formatStack(self, stack_info: str) -> str:
         return escape_traceback(super().formatStack(stack_info))
