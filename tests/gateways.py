@@ -24,7 +24,8 @@ from tests.fleet import REPO, Fleet
 
 TOKEN = "gateway-test-token-0123456789"
 TENANT = "alpha"
-ANNOUNCEMENT = re.compile(r"parley gateway: open (http://127\.0\.0\.1:\d+)/")
+# The URL line, printed last (after the lines saying how the gateway runs).
+ANNOUNCEMENT = re.compile(r"^parley gateway: open (http://127\.0\.0\.1:\d+)/", re.MULTILINE)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -141,7 +142,7 @@ def start_gateway(
     fleet.processes.append(process)
     fleet.logs[process.pid] = log
     deadline = time.monotonic() + 30
-    while (found := ANNOUNCEMENT.match(out.read_text())) is None:
+    while (found := ANNOUNCEMENT.search(out.read_text())) is None:
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the gateway did not announce its URL on stdout; see {log}")
         time.sleep(0.02)

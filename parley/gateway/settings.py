@@ -31,8 +31,10 @@ DEFAULT_MAX_BODY = 1 << 20
 DEFAULT_KEEPALIVE_SECONDS = 15.0
 DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
-DEFAULT_TENANT_REQUESTS = 64
-DEFAULT_TENANT_STREAMS = 16
+# A tenant is an application, whose users each may follow a turn: its bounds are what
+# one gateway process can give one tenant and still serve the others, not one person's.
+DEFAULT_TENANT_REQUESTS = 2000
+DEFAULT_TENANT_STREAMS = 1000
 # A tenant's name is a directory under PARLEY_WORKSPACES, and a workspace's a directory
 # under that: one pattern for both, which no path trick gets through.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"

@@ -31,10 +31,8 @@ STREAM_ROUTES = re.compile(
     r"|POST /v1/responses)/?"
 )
 """The routes that answer a stream, or (a ``POST /v1/responses`` not in the background)
-wait for the turn; ``GET /v1/responses/{id}`` is one with ``stream=true``, and
-``GET /v1/turns/{id}/result`` one with a ``wait``."""
+wait for the turn; ``GET /v1/responses/{id}`` is one with ``stream=true``."""
 RESPONSE = re.compile(r"GET /v1/responses/[^/]+/?")
-RESULT = re.compile(r"GET /v1/turns/[^/]+/result/?")
 
 
 def is_stream(scope: Scope) -> bool:
@@ -42,10 +40,8 @@ def is_stream(scope: Scope) -> bool:
     route = f"{scope['method']} {scope['path']}"
     if STREAM_ROUTES.fullmatch(route):
         return True
-    if RESPONSE.fullmatch(route) or RESULT.fullmatch(route):
+    if RESPONSE.fullmatch(route):
         query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
-        if RESULT.fullmatch(route):
-            return query.get("wait", ["0"])[-1] not in ("", "0")
         return bool(query.get("stream", [""])[-1].lower() == "true")
     return False
 

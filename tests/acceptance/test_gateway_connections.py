@@ -254,9 +254,15 @@ def test_a_tenant_past_its_bounds_gets_429_while_another_is_served(
         waiter = gateway.tenant(tenant.name)  # (a client of its own, in a thread of its own)
         waited: list[httpx.Response] = []
         result = f"/v1/turns/{turn['turn_id']}/result"
-        thread = threading.Thread(
-            target=lambda: waited.append(waiter.http.get(result, params={"wait": 30}))
-        )
+
+        def wait() -> None:
+            # The listings below may hold the third place when the wait arrives: it
+            # tries again until it has one.
+            while (answer := waiter.http.get(result, params={"wait": 30})).status_code == 429:
+                time.sleep(0.05)
+            waited.append(answer)
+
+        thread = threading.Thread(target=wait)
         thread.start()
         deadline = time.monotonic() + 10
         while True:
