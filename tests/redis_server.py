@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -83,3 +85,14 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(10)
         self.process = None
+
+
+@contextmanager
+def running_redis(directory: Path, *, tls: bool = False) -> Iterator[RedisServer]:
+    """A :class:`RedisServer` in ``directory``, started, and stopped after the block."""
+    server = RedisServer(directory, tls=tls)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

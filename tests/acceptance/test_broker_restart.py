@@ -20,7 +20,7 @@ from tests.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.conftest import fresh_postgres_database
 from tests.fleet import Fleet, flush_redis
 from tests.rabbitmq import RabbitServer
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, running_redis
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -65,12 +65,8 @@ class Broker(Protocol):
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with running_redis(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import parley
 from schemas.events import Event, EventKind
 from tests.chaos import wait_until
 from tests.integration.drive import commit, finish, start
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.postgres
 
@@ -45,12 +45,8 @@ def test_a_client_whose_broker_is_down_warns_on_one_line_and_the_turn_stays_queu
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of the test's own, to stop and start again."""
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with running_redis(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_turn_followed_through_a_redis_outage_is_read_from_the_store_and_logged_twice(

@@ -22,7 +22,7 @@ from broker_config.app import TLS_TRANSPORT, TRANSPORT, create_app, transport_fo
 from broker_config.settings import FleetSettings
 from broker_config.transport import Channel, TlsTransport, Transport
 from tests.fleet import REDIS_TEST_URL, flush_redis
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, running_redis
 
 
 @pytest.fixture
@@ -120,12 +120,8 @@ def _assert_restores_after_its_connection_let_go(connection: Any, admin: redis.R
 
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, tls=True)
-    server.start()
-    try:
+    with running_redis(tmp_path, tls=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_rediss_broker_gets_the_channel_with_kombus_tls_default(
