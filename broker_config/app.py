@@ -16,7 +16,7 @@ from kombu import Queue  # type: ignore[attr-defined]
 from kombu.exceptions import OperationalError
 
 from broker_config.settings import FleetSettings
-from workers import constants as c
+from workers.coordination import constants as c
 
 #: Celery's ``broker_transport`` for parley's kombu channel (``broker_config/transport.py``),
 #: by name: kombu imports it when a connection is made, not when parley is imported.

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas.errors import InvalidRequest
-from workers import constants as c
-from workers.concurrency import DATABASE_POOL_SIZE
+from workers.coordination import constants as c
+from workers.runtime.concurrency import DATABASE_POOL_SIZE
 
 # Redis refuses an EXPIRE far enough out; no replay needs more than a year.
 MAX_REPLAY_SECONDS = 365 * 86_400

@@ -22,10 +22,10 @@ from schemas.records import (
     TurnStatus,
     Usage,
 )
-from workers.agent_loop import AgentLoop
-from workers.budget import ContextBudget, estimate_tokens
-from workers.driver_ports import DriverInput, DriverStep, DriverTurn, SessionDriver, TurnStopped
-from workers.host_ports import (
+from workers.engine.agent_loop import AgentLoop
+from workers.ports.budget import ContextBudget, estimate_tokens
+from workers.ports.driver import DriverInput, DriverStep, DriverTurn, SessionDriver, TurnStopped
+from workers.ports.host import (
     Access,
     ApprovalRequest,
     Ask,

@@ -37,11 +37,11 @@ from parley.host import host_from_environment, load_host
 from parley.housekeeping import Housekeeper
 from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
-from workers import constants as c
-from workers.concurrency import ConnectionBudget, drivers_per_process
-from workers.database import unmigrated
-from workers.fleet_runtime import FleetRuntime, drive_session, sweep
-from workers.store import validate_ids
+from workers.coordination import constants as c
+from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
+from workers.runtime.fleet import FleetRuntime, drive_session, sweep
+from workers.store.database import unmigrated
+from workers.store.sql_store import validate_ids
 
 log = logging.getLogger("parley.worker")
 
@@ -73,7 +73,7 @@ def runtime() -> FleetRuntime:
 def _size_pools(instance: Any, conf: Any, **_kwargs: Any) -> None:
     # Sent in the worker's main process once its pool and concurrency are settled, before
     # it connects to the broker and before prefork's children are forked: each process
-    # sizes its pools for the turns it drives at once (workers.concurrency).
+    # sizes its pools for the turns it drives at once (workers.runtime.concurrency).
     global _budget
     pool = _pool_name(instance.pool_cls)
     _budget = ConnectionBudget.for_drivers(

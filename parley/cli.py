@@ -31,8 +31,8 @@ from parley.errors import ParleyError
 from parley.host import host_from_environment
 from parley.logs import LogFormat, celery_worker_logging, configure_logging, log_format
 from parley.render import EventPrinter, approval_line, error_line, tree_of, turn_line
-from workers.database import create_database_engine, migrate, sqlite_file
-from workers.log_context import log_scope
+from workers.store.database import create_database_engine, migrate, sqlite_file
+from workers.telemetry.log_context import log_scope
 
 CHAT_SCRIPT = Path(__file__).parent / "demo" / "chat.json"
 

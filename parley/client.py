@@ -51,24 +51,24 @@ from schemas.records import (
     TurnRecord,
     TurnResult,
 )
-from workers import metrics
-from workers.backend_ports import Coordinator
-from workers.constants import SEEDED, TURN_QUEUE
-from workers.database import (
+from workers.coordination.constants import SEEDED, TURN_QUEUE
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.backend import Coordinator
+from workers.runtime.session_leases import ProcessLeases
+from workers.store.approvals import Answered
+from workers.store.database import (
     check_migrated,
     create_database_engine,
     in_memory,
     migrate,
     sqlite_file,
 )
-from workers.engine import TurnEngine
-from workers.local_coordinator import LocalCoordinator
-from workers.log_context import bind
-from workers.redis_coordinator import RedisCoordinator
-from workers.session_leases import ProcessLeases
-from workers.session_titles import title_problem
-from workers.store import SqlStore, storable, validate_ids
-from workers.store_approvals import Answered
+from workers.store.session_titles import title_problem
+from workers.store.sql_store import SqlStore, storable, validate_ids
+from workers.telemetry import metrics
+from workers.telemetry.log_context import bind
 
 log = logging.getLogger("parley.client")
 
@@ -158,7 +158,7 @@ def connect(
             housekeeping.touch(host)
 
         # Other processes may share the database (a file, or a server): a session's lock
-        # is a lease in it too, this client's own (workers.session_leases).
+        # is a lease in it too, this client's own (workers.runtime.session_leases).
         leases = None if in_memory(engine) else ProcessLeases(store)
 
         def strays() -> list[str]:
@@ -782,7 +782,7 @@ def check_metadata(metadata: Any) -> None:
 
 def check_title(title: Any) -> None:
     """:class:`InvalidRequest` unless ``title`` is a session title (one line of printable
-    text, at most :data:`~workers.session_titles.MAX_TITLE_CHARS` characters)."""
+    text, at most :data:`~workers.store.session_titles.MAX_TITLE_CHARS` characters)."""
     problem = title_problem(title)
     if problem is not None:
         raise InvalidRequest(problem)

@@ -20,10 +20,10 @@ from parley.retention import check_retention
 from parley.tools import WORKSPACE_TOOLS
 from parley.webhooks import check_webhook_url
 from schemas.records import TaskContract
-from workers.agent_loop import AgentLoop
-from workers.budget import ContextBudget
-from workers.driver_ports import SessionDriver
-from workers.host_ports import (
+from workers.engine.agent_loop import AgentLoop
+from workers.ports.budget import ContextBudget
+from workers.ports.driver import SessionDriver
+from workers.ports.host import (
     Access,
     ApprovalRequest,
     Approver,
@@ -33,7 +33,7 @@ from workers.host_ports import (
     ToolContext,
     Toolset,
 )
-from workers.host_ports import Policy as PolicyPort
+from workers.ports.host import Policy as PolicyPort
 
 if TYPE_CHECKING:
     from parley.mcp.pool import McpPool

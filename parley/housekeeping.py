@@ -16,9 +16,9 @@ from datetime import timedelta
 
 from parley.retention import prune
 from parley.webhooks import WebhookDeliverer, WebhookSettings
-from workers.backend_ports import Coordinator
-from workers.host_ports import Host
-from workers.store import SqlStore
+from workers.ports.backend import Coordinator
+from workers.ports.host import Host
+from workers.store.sql_store import SqlStore
 
 log = logging.getLogger("parley.housekeeping")
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
-from workers.constants import SWEEP_SECONDS
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.log_context import log_context
-from workers.session_leases import ProcessLeases
-from workers.store_approvals import Answered
+from workers.coordination.constants import SWEEP_SECONDS
+from workers.engine.turn_engine import TurnEngine
+from workers.runtime.session_drainer import SessionDrainer
+from workers.runtime.session_leases import ProcessLeases
+from workers.store.approvals import Answered
+from workers.telemetry.log_context import log_context
 
 if TYPE_CHECKING:
     from parley.housekeeping import EmbeddedHousekeeping

@@ -3,7 +3,7 @@
 
 A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and ``pid``;
 ``session_id``, ``turn_id`` and ``run_id`` when the line concerns one (the ids of
-:mod:`workers.log_context`, set where a kick, a driver's claim or a gateway request
+:mod:`workers.telemetry.log_context`, set where a kick, a driver's claim or a gateway request
 starts work on one, so no ``log.warning(...)`` call passes them); ``exception`` with the
 traceback when there is one; and whatever ``extra=`` a library gave the record.
 
@@ -39,7 +39,7 @@ from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 from parley.errors import InvalidRequest
-from workers.log_context import current_ids
+from workers.telemetry.log_context import current_ids
 
 LOG_FORMAT_VARIABLE = "PARLEY_LOG_FORMAT"
 TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"

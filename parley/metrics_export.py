@@ -1,4 +1,4 @@
-"""Serving the metrics of :mod:`workers.metrics`: a worker's or the sweeper's HTTP port
+"""Serving the metrics of :mod:`workers.telemetry.metrics`: a worker's or the sweeper's HTTP port
 (``PARLEY_METRICS_PORT``), and the body of the gateway's ``GET /metrics``.
 
 A Celery worker on the prefork pool runs its turns in child processes, so its counts
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.errors import InvalidRequest
-from workers import metrics
-from workers.metrics import instruments
+from workers.telemetry import metrics
+from workers.telemetry.metrics import instruments
 
 log = logging.getLogger("parley.metrics")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
 from parley.workspace import confine, relative
-from workers.host_ports import Access, ApprovalRequest, Ask, Refusal
+from workers.ports.host import Access, ApprovalRequest, Ask, Refusal
 
 GLOB_CHARS = ("*", "?")
 _NAMED_RULES = {

@@ -2,7 +2,7 @@
 ``parley prune``, ``Client.prune`` and the sweeper's expiry run.
 
 The store decides which sessions expire and deletes each one whole in a transaction of
-its own (:mod:`workers.retention`, where "ended" and "newest activity" are defined).
+its own (:mod:`workers.store.retention`, where "ended" and "newest activity" are defined).
 After each commit this drops the coordinator's keys of the session's turns and, only
 when asked, removes its workspace directory.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 from parley.errors import InvalidRequest
 from schemas.operations import PrunedSession, PruneReport
-from workers.backend_ports import Coordinator
-from workers.retention import Candidate, Cut, Deleted
-from workers.store import SqlStore
+from workers.ports.backend import Coordinator
+from workers.store.retention import Candidate, Cut, Deleted
+from workers.store.sql_store import SqlStore
 
 log = logging.getLogger("parley.retention")
 

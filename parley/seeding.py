@@ -18,8 +18,8 @@ from typing import Any
 
 from parley.errors import CodecError, InvalidRequest
 from schemas.messages import StepPayload, ToolCall, ToolResult
-from workers.backend_ports import CommittedStep
-from workers.context import turn_replay
+from workers.engine.context import turn_replay
+from workers.ports.backend import CommittedStep
 
 MAX_SEED_MESSAGES = 10_000
 SEEDED_MODEL = "seeded"

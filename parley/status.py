@@ -24,10 +24,10 @@ from sqlalchemy.engine import make_url
 from broker_config.app import BROKER_ERRORS, create_app
 from broker_config.settings import FleetSettings
 from schemas.records import TurnStatus
-from workers.database import check_migrated, normalise_url
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
-from workers.store_status import UNFINISHED, UnfinishedTurn, UnfinishedWork
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.store.database import check_migrated, normalise_url
+from workers.store.sql_store import SqlStore
+from workers.store.status import UNFINISHED, UnfinishedTurn, UnfinishedWork
 
 DEFAULT_PING_SECONDS = 1.0
 LISTED = 20

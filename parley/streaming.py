@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 
 from schemas.errors import StoreError
 from schemas.events import Event, EventKind
-from workers.backend_ports import Coordinator
-from workers.store import SqlStore
+from workers.ports.backend import Coordinator
+from workers.store.sql_store import SqlStore
 
 POLL_SECONDS = 0.5
 PATIENCE_SECONDS = 2.0

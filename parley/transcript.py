@@ -2,7 +2,7 @@
 ``rows``, ``native``, ``to_messages`` (checked), ``display``, and the rows' JSON form.
 ``Session.transcript()`` returns the history path's rows, and ``CommitReceipt.delta``
 the rows a committed turn appended.  The conversion contract a host codec keeps is in
-``docs/transcript.md``.  (The rows live in ``workers.transcript``, where the engine
+``docs/transcript.md``.  (The rows live in ``workers.engine.transcript``, where the engine
 builds a receipt's delta; this is their public name.)"""
 
 from schemas.messages import (
@@ -13,7 +13,7 @@ from schemas.messages import (
     ToolResult,
     UserMessage,
 )
-from workers.transcript import (
+from workers.engine.transcript import (
     AssistantRow,
     DisplayLine,
     InputRow,

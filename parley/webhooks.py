@@ -1,5 +1,5 @@
 """Webhooks (SPEC §8; docs/operations.md "Webhooks"): posting each turn's end from the
-durable outbox (:mod:`workers.outbox`), signed, at least once, never in a turn's way.
+durable outbox (:mod:`workers.store.outbox`), signed, at least once, never in a turn's way.
 
 The deliverer runs in ``parley beat`` on a fleet and on a thread of the embedded client.
 Each pass claims the due deliveries (a claim counts the attempt and leases the row), posts
@@ -31,7 +31,7 @@ import httpx2
 
 from parley.errors import InvalidRequest
 from schemas.operations import WebhookDelivery
-from workers.outbox import OutboxStore
+from workers.store.outbox import OutboxStore
 
 log = logging.getLogger("parley.webhooks")
 

@@ -75,7 +75,7 @@ sessions = Table(
     # transaction, on the row it updates anyway).  Retention counts from it.  Nullable
     # only so that migration 0009 could add it to a table with rows; always written.
     Column("last_active_at", Timestamp, nullable=True),
-    # What a person reads in a list of sessions (workers/session_titles.py): given, or
+    # What a person reads in a list of sessions (workers/store/session_titles.py): given, or
     # the first prompt's (set when the first turn is submitted); None before either.
     Column("title", Text, nullable=True),
     # A tenant's sessions, newest first (the gateway's listing).

@@ -8,6 +8,7 @@ scripts/setup.sh dev
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 set +e
 .venv/bin/pytest "$@"
 status=$?

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.rabbitmq import run_vhost
-from workers.database import create_database_engine, migrate
+from workers.store.database import create_database_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -12,8 +12,8 @@ from typing import Any
 import parley
 from schemas.events import EventKind
 from tests.hosts import control_dir
-from workers.constants import TAKEOVER_SEQ_GAP
-from workers.host_ports import ModelReply, ModelRequest
+from workers.coordination.constants import TAKEOVER_SEQ_GAP
+from workers.ports.host import ModelReply, ModelRequest
 
 
 class Control:

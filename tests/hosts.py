@@ -18,7 +18,7 @@ from typing import Any
 import parley
 from parley.tools import WORKSPACE_TOOLS, FunctionTool
 from schemas.messages import message_to_json
-from workers.host_ports import (
+from workers.ports.host import (
     Access,
     ApprovalRequest,
     Ask,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from workers.store import SqlStore
+from workers.store.sql_store import SqlStore
 
 
 def age(store: SqlStore, session_id: str, by: timedelta) -> None:

@@ -1,7 +1,18 @@
-"""What runs a turn: the engine (step loop), the store (all SQL), coordination (lock,
-fencing, deltas, steer signals) in a Redis and an in-process implementation, the driver
-that runs a session's turns in order, and the Celery tasks.
+"""parley's runtime core: what runs a turn, below the client and the gateway.
 
-The engine imports no Celery, Redis, SQLAlchemy or HTTP client: it talks to the narrow
-ports of :mod:`workers.host_ports` and :mod:`workers.backend_ports`.
+Five layers, each a sub-package, each importing only those under it (an import contract
+in ``pyproject.toml``, checked by ``lint-imports`` in CI):
+
+- :mod:`workers.runtime`: a fleet process's part: the session drainer (holds a session's
+  lock and runs its turns in order), the Celery tasks' bodies, leases, concurrency;
+- :mod:`workers.engine`: one turn under a fencing token, step by step, and what a driver
+  (the host's agent loop) is handed;
+- :mod:`workers.store`: all durable state, every SQL statement named in one catalogue;
+- :mod:`workers.coordination`: locks, fencing, deltas and steer lists in Redis (Lua
+  scripts) and in process, every key and timing;
+- :mod:`workers.ports`: the contracts a host author and a back end implement;
+- :mod:`workers.telemetry`: metrics and the ids a log line is about.
+
+Nothing here imports :mod:`parley`; the engine imports no Celery, Redis, SQLAlchemy or
+HTTP client.
 """

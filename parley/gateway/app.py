@@ -38,7 +38,7 @@ from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable, bearer
 from parley.metrics_export import exposition
 from schemas.events import PAYLOADS, payload_adapter
-from workers.log_context import log_scope
+from workers.telemetry.log_context import log_scope
 
 access_log = logging.getLogger("parley.gateway.access")
 STATIC = package_files.files("parley.gateway") / "static"
@@ -299,7 +299,7 @@ class AccessLog:
     """One line per request: method, path (never the query string, which may carry the
     page's token), status and duration.  uvicorn's own access log is off.
 
-    Each request is an open log scope (:func:`workers.log_context.log_scope`): once a
+    Each request is an open log scope (:func:`workers.telemetry.log_context.log_scope`): once a
     route has resolved the session or turn it is about, every line it logs, this one
     included, carries their ids."""
 

@@ -27,7 +27,7 @@ from contextlib import aclosing
 from parley.client import Client, TurnHandle
 from schemas.events import Event
 from schemas.records import TurnRecord
-from workers import metrics
+from workers.telemetry import metrics
 
 log = logging.getLogger("parley.gateway.feeds")
 

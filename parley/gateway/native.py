@@ -29,7 +29,7 @@ from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import Tenant, owned_session, owned_turn, plausible_id
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
-from workers.store import new_id
+from workers.store.sql_store import new_id
 
 log = logging.getLogger("parley.gateway")
 

@@ -24,7 +24,7 @@ from parley.gateway.settings import NAME_PATTERN
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
-from workers.session_titles import MAX_TITLE_CHARS, title_problem
+from workers.store.session_titles import MAX_TITLE_CHARS, title_problem
 
 MAX_LIST = 200
 MAX_WAIT_SECONDS = 60
@@ -33,7 +33,7 @@ MAX_WAIT_SECONDS = 60
 # pattern (spelt out, since regex engines differ on what \s is).
 WHITE_SPACE = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())
 NOT_BLANK = f"[^{WHITE_SPACE}]"
-# What a title may not hold (workers/session_titles.py): the C0 and C1 controls, the line
+# What a title may not hold (workers/store/session_titles.py): the C0 and C1 controls, the line
 # and paragraph separators; and it must not be blank.  (Lone surrogates are refused too,
 # but a range of them is a pattern Rust's regex engine, and so schemathesis, cannot read.)
 UNPRINTABLE = "\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029"
@@ -77,7 +77,7 @@ SessionTitle = Annotated[
     ),
     AfterValidator(_title),
 ]
-"""A session's title as a request gives it (workers/session_titles.py)."""
+"""A session's title as a request gives it (workers/store/session_titles.py)."""
 
 
 class SessionCreate(Body):

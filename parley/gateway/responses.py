@@ -56,7 +56,7 @@ from parley.gateway.responses_events import (
 from parley.gateway.tenants import Tenant, owned_session, owned_turn
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
-from workers.store import new_id
+from workers.store.sql_store import new_id
 
 log = logging.getLogger("parley.gateway")
 

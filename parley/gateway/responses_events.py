@@ -50,7 +50,7 @@ from schemas.events import (
     ToolCalled,
 )
 from schemas.records import Approval, RunState, TurnRecord, TurnStatus, Usage
-from workers.backend_ports import CommittedStep
+from workers.ports.backend import CommittedStep
 
 SLOTS = 16
 """Responses events one parley event may expand into; ``sequence_number = seq * SLOTS + k``."""

@@ -19,8 +19,8 @@ from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
 from parley.gateway.errors import unauthorized
 from schemas.records import SessionRecord, TurnRecord
-from workers.log_context import bind
-from workers.store import validate_ids
+from workers.store.sql_store import validate_ids
+from workers.telemetry.log_context import bind
 
 
 class TokenTable:

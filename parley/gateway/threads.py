@@ -27,7 +27,7 @@ from parley.errors import Conflict, InvalidRequest, SessionNotFound, TurnNotFoun
 from parley.gateway.native import workspace_root
 from parley.gateway.tenants import owned_session
 from schemas.records import Decision
-from workers.store import storable
+from workers.store.sql_store import storable
 
 NAMESPACE = uuid.UUID("5b0c6f0e-93a4-4c53-9d0b-70a1e7a5c1d2")
 """The namespace of every derived session id.  Fixed for good: changing it would orphan

@@ -14,7 +14,7 @@ from parley.errors import InvalidRequest, McpError
 from parley.mcp.connection import McpConnection
 from parley.tools.base import decode_arguments, validate
 from schemas.messages import ToolDeclaration
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 # The JSON Schema keywords parley checks before a call, and the types it knows.  Anything
 # else in a server's schema (anyOf, $ref, formats, bounds …) is left to the server, which

@@ -17,7 +17,7 @@ from parley.models.errors import ProviderError
 from parley.models.fallover import Backoff, Fallover
 from parley.models.function import FunctionModel
 from parley.models.scripted import ScriptedModel
-from workers.host_ports import ModelReply, ModelRequest, StreamAborted
+from workers.ports.host import ModelReply, ModelRequest, StreamAborted
 
 if TYPE_CHECKING:
     from parley.models.anthropic_messages import AnthropicModel

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from parley.models.errors import ProviderError
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 Item = TypeVar("Item")
 Stream = TypeVar("Stream")

@@ -33,7 +33,7 @@ from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
 from schemas.records import Usage
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 # The longest Retry-After the client may sleep through.  The anthropic client honours any
 # value (the openai one refuses more than two minutes); a driver asleep inside the client

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 
 from schemas.messages import ToolCall, message_bytes
 from schemas.records import Usage
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 
 class CompletionModel(ABC):

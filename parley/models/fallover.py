@@ -18,7 +18,7 @@ and it waits out the backoff in slices, asking ``on_delta.raise_if_interrupted()
 between them, so an interrupt is not held up by the pause.
 
 Only :class:`ProviderError` is handled.  Anything else — an interrupt
-(:class:`~workers.host_ports.StreamAborted`) or a lost session lock raised by the sink, a bug —
+(:class:`~workers.ports.host.StreamAborted`) or a lost session lock raised by the sink, a bug —
 propagates at once and is never retried.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from parley.errors import InvalidRequest
 from parley.models.errors import ProviderError
-from workers.host_ports import DeltaSink, Model, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, Model, ModelReply, ModelRequest
 
 log = logging.getLogger(__name__)
 

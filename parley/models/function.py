@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 
 class FunctionModel:

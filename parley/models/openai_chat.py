@@ -30,7 +30,7 @@ from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
 from schemas.records import Usage
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
 _STREAM_FAILURES = (openai.OpenAIError, httpx2.HTTPError, ValueError, TypeError, AttributeError)

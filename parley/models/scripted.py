@@ -21,7 +21,7 @@ from parley.errors import InvalidRequest
 from parley.models.completion import estimate_usage
 from schemas.messages import AssistantMessage, ToolCall, UserMessage
 from schemas.records import Usage
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 DEFAULT_CHUNK_CHARS = 16
 MAX_DELAY_MS = 60_000

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from parley.errors import InvalidRequest
 from parley.models.fallover import Fallover
 from parley.models.scripted import ScriptedModel
-from workers.host_ports import Model
+from workers.ports.host import Model
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"

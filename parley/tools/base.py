@@ -18,7 +18,7 @@ from jsonschema.validators import extend
 
 from parley.errors import InvalidRequest
 from schemas.messages import ToolDeclaration
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 

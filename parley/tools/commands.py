@@ -37,7 +37,7 @@ from typing import Any, cast
 from parley.errors import InvalidRequest
 from parley.tools.base import FunctionTool
 from parley.workspace import confine, relative
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 600.0

@@ -19,7 +19,7 @@ a parameter its description.  Anything else is refused when the function is deco
 pydantic builds the schema and the conversion (:mod:`parley.tools.schema`); docstrings
 in Google, NumPy or reST style are read by ``docstring_parser``.  A parameter annotated
 ``ToolContext`` (or an unannotated one named ``context``) receives the turn's
-:class:`~workers.host_ports.ToolContext` and is not shown to the model.
+:class:`~workers.ports.host.ToolContext` and is not shown to the model.
 
 Arguments are validated against the schema before the function runs; a validation error
 goes back to the model as the tool's result.  A ``str`` return value is the result as
@@ -42,7 +42,7 @@ from pydantic_core import to_jsonable_python
 from parley.errors import InvalidRequest
 from parley.tools.base import FunctionTool
 from parley.tools.schema import Argument, ArgumentsSchema
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 P = ParamSpec("P")
 R = TypeVar("R")

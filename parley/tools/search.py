@@ -31,7 +31,7 @@ from parley.globs import glob_match
 from parley.tools.base import FunctionTool
 from parley.tools.workspace import SKIPPED_DIRS
 from parley.workspace import confine
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 DEFAULT_MAX_RESULTS = 100
 MAX_RESULTS = 1000

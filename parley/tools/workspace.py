@@ -10,7 +10,7 @@ from typing import Any
 
 from parley.tools.base import FunctionTool
 from parley.workspace import confine, relative
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 READ_LIMIT = 200_000
 LIST_LIMIT = 1000

@@ -32,7 +32,7 @@ from tests.providers.servers import (
     openai_text,
     openai_tool_calls,
 )
-from workers.tool_calls import NOT_RUN_INTERRUPTED
+from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ import parley
 from schemas.events import EventKind
 from tests.acceptance.conftest import ClientFactory
 from tests.gateway import start_gateway
-from workers.store import SqlStore
+from workers.store.sql_store import SqlStore
 
 SLOW_TEXT = "".join(f"chunk{i:03d} " for i in range(300))
 RULES = [

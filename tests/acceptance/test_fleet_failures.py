@@ -26,8 +26,8 @@ from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options,
 from tests.conftest import terminate_backends
 from tests.fleet import flush_redis
 from tests.helpers import assert_once_in_order_gap_free_but_at_takeovers
-from workers.constants import TAKEOVER_SEQ_GAP, kicked_key
-from workers.engine import MAX_ATTEMPTS
+from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
+from workers.engine.turn_engine import MAX_ATTEMPTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from tests.conftest import fresh_postgres_database
 from tests.fleet import REDIS_TEST_URL, Fleet, flush_redis
 from tests.helpers import Control
 from tests.store_rows import ROWS_OF_SESSION, age, rows_of
-from workers import constants as c
+from workers.coordination import constants as c
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 GATE = {"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "out"}]}

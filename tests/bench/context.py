@@ -23,9 +23,9 @@ import parley
 from schemas.messages import Message, Prefix, message_bytes
 from tests.bench.embedded import bare_sqlite_commit
 from tests.helpers import RecordingModel
-from workers.backend_ports import PathTurn
-from workers.context import assemble, history_messages, turn_replay
-from workers.replay_cache import ReplayCache
+from workers.engine.context import assemble, history_messages, turn_replay
+from workers.engine.replay_cache import ReplayCache
+from workers.ports.backend import PathTurn
 
 RULES = {
     "rules": [

@@ -39,7 +39,7 @@ import parley
 from schemas.events import EventKind
 from tests.conftest import fresh_postgres_database
 from tests.fleet import REPO, Fleet, flush_redis, procfile_worker
-from workers import constants as c
+from workers.coordination import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters

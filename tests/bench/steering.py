@@ -22,12 +22,12 @@ import redis
 import parley
 from schemas.messages import ToolCall
 from tests.conftest import fresh_postgres_database
-from workers import store_connection
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store import connection as store_connection
+from workers.store.sql_store import SqlStore
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 STEPS = 20

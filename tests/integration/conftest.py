@@ -9,10 +9,10 @@ import pytest
 
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import migrated_store
-from workers.backend_ports import Coordinator
-from workers.local_coordinator import LocalCoordinator
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.ports.backend import Coordinator
+from workers.store.sql_store import SqlStore
 
 COORDINATORS = ["local", "redis"]
 

@@ -12,9 +12,9 @@ from sqlalchemy import event
 from schemas.events import Event, EventKind
 from schemas.messages import StepPayload
 from schemas.records import IfBusy, TurnStatus, Usage
-from workers.backend_ports import FinishReceipt, StepReceipt, TurnEnd
-from workers.database import create_database_engine, migrate
-from workers.store import SqlStore
+from workers.ports.backend import FinishReceipt, StepReceipt, TurnEnd
+from workers.store.database import create_database_engine, migrate
+from workers.store.sql_store import SqlStore
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import pytest
 import parley
 from schemas.records import TurnStatus
 from tests.integration.drive import commit, migrated_store, new_session, start, submit
-from workers.driver import SessionDrainer
-from workers.engine import MAX_ATTEMPTS, TurnEngine, worker_name
-from workers.local_coordinator import LocalCoordinator
-from workers.store import SqlStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.engine.turn_engine import MAX_ATTEMPTS, TurnEngine, worker_name
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store.sql_store import SqlStore
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import redis
 
 from tests.chaos import wait_until
 from tests.fleet import REDIS_TEST_URL, flush_redis
-from workers.concurrency import ConnectionBudget
-from workers.emitter import Emitter
-from workers.fleet_runtime import FleetRuntime
-from workers.redis_coordinator import RedisCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.emitter import Emitter
+from workers.runtime.concurrency import ConnectionBudget
+from workers.runtime.fleet import FleetRuntime
 
 
 def blocked_reads(admin: redis.Redis, db: int) -> int:

@@ -1,4 +1,4 @@
-"""The coordinator port's contract (:class:`workers.backend_ports.Coordinator`), one suite for
+"""The coordinator port's contract (:class:`workers.ports.backend.Coordinator`), one suite for
 both implementations: the test bodies that take the ``coordinator`` fixture run against
 the in-process coordinator and against the Redis one, and those that take ``peer`` also
 read (or lock, or adopt) through what another client sees.
@@ -33,10 +33,10 @@ import pytest
 from schemas.events import Ended, Event, Queued, Started, StepCommitted, Token, ToolCalled
 from schemas.records import Steer, SteerKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
-from workers import constants as c
-from workers.backend_ports import Coordinator, SessionLock
-from workers.local_coordinator import LocalCoordinator
-from workers.redis_coordinator import RedisCoordinator
+from workers.coordination import constants as c
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.ports.backend import Coordinator, SessionLock
 
 TURN = "turn"
 SESSION = "session"

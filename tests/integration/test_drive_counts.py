@@ -15,8 +15,8 @@ import pytest
 import parley
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import migrated_store, new_session, submit
-from workers.fleet_runtime import FleetRuntime, drive_session
-from workers.host_ports import ModelReply
+from workers.ports.host import ModelReply
+from workers.runtime.fleet import FleetRuntime, drive_session
 
 pytestmark = pytest.mark.postgres
 

@@ -16,10 +16,10 @@ from parley.errors import DriverFailed, InvalidRequest
 from schemas.records import TurnStatus
 from tests.helpers import RecordingModel, scripted_host
 from tests.integration.drive import new_session, submit
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.local_coordinator import LocalCoordinator
-from workers.store import SqlStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store.sql_store import SqlStore
 
 TWO_CALLS = {
     "when": ".*",

@@ -9,11 +9,11 @@ from pathlib import Path
 import parley
 from schemas.records import TurnStatus
 from tests.integration.drive import new_session, submit
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
-from workers.local_coordinator import LocalCoordinator
-from workers.store import SqlStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store.sql_store import SqlStore
 
 
 class StopDuringFirstTurn:

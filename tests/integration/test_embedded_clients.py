@@ -15,7 +15,7 @@ import parley
 import parley.kickers as kickers
 from parley.kickers import EmbeddedKicker
 from schemas.events import EventKind
-from workers.engine import TurnEngine
+from workers.engine.turn_engine import TurnEngine
 
 
 class GatedModel:

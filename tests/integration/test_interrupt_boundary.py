@@ -13,11 +13,11 @@ from schemas.messages import ToolCall
 from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import new_session, submit
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store.sql_store import SqlStore
 
 
 class CountingModel:

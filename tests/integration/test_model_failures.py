@@ -13,7 +13,7 @@ from parley.tools.base import FunctionTool
 from schemas.events import EventKind
 from schemas.records import Usage
 from tests.helpers import displayed_text
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 
 class BreaksOnce:

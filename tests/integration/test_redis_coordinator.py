@@ -19,9 +19,9 @@ import redis
 from schemas.events import Ended, Event, EventKind, Queued, Started, StepCommitted, ToolCalled
 from schemas.records import Steer, SteerKind
 from tests.fleet import REDIS_TEST_URL, flush_redis
-from workers import constants as c
-from workers.emitter import Emitter
-from workers.redis_coordinator import RedisCoordinator
+from workers.coordination import constants as c
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.emitter import Emitter
 
 STARTED = Started(run_id="r", attempt=1, worker="w")
 

@@ -12,9 +12,9 @@ import pytest
 import parley
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from tests.helpers import RecordingModel
-from workers import rows, store_driver
-from workers import store as store_module
-from workers.replay_cache import ReplayCache, replay_size
+from workers.engine.replay_cache import ReplayCache, replay_size
+from workers.store import rows, turn_runs
+from workers.store import sql_store as store_module
 
 RULES = [
     {
@@ -51,7 +51,7 @@ class CountingSteps:
             self.loaded.extend(run_ids)
             return original(db, run_ids)
 
-        for module in (store_module, store_driver):
+        for module in (store_module, turn_runs):
             monkeypatch.setattr(module, "read_steps", counting)
 
 

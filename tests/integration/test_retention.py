@@ -33,12 +33,12 @@ from tests.hosts import workspace_host
 from tests.integration.drive import finish, migrated_store, new_session, start, submit
 from tests.store_rows import HELD_WHILE_DRIVEN, ROWS_OF_SESSION, age, rows_of
 from tests.webhook_receiver import receiver
-from workers import constants as c
-from workers.database import alembic_config, create_database_engine, current_revision
-from workers.local_coordinator import LocalCoordinator
-from workers.redis_coordinator import RedisCoordinator
-from workers.retention import Cut
-from workers.store import SqlStore
+from workers.coordination import constants as c
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.store.database import alembic_config, create_database_engine, current_revision
+from workers.store.retention import Cut
+from workers.store.sql_store import SqlStore
 
 SECRET = "test-secret-0123456789"
 ASK = {"ask_tools": ["record_call"]}

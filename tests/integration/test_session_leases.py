@@ -1,5 +1,5 @@
 """Session leases: the embedded deployment's lock across the processes sharing one
-database (workers.session_leases), on SQLite and PostgreSQL."""
+database (workers.runtime.session_leases), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 from schemas.errors import StoreError
 from tests.integration.drive import migrated_store, new_session
-from workers.local_coordinator import LocalCoordinator
-from workers.session_leases import HOSTNAME, ProcessLeases, gone
-from workers.store import SqlStore
-from workers.store_leases import LeaseStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.runtime.session_leases import HOSTNAME, ProcessLeases, gone
+from workers.store.leases import LeaseStore
+from workers.store.sql_store import SqlStore
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from schemas.messages import ToolCall, UserMessage
 from schemas.records import SteerKind, TurnStatus
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import StatementLog, new_session, submit
-from workers.backend_ports import Coordinator
-from workers.driver import SessionDrainer
-from workers.engine import TurnEngine
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.backend import Coordinator
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest
+from workers.runtime.session_drainer import SessionDrainer
+from workers.store.sql_store import SqlStore
 
 
 class SteeredModel:

@@ -30,12 +30,12 @@ from tests.integration.drive import (
     start,
     submit,
 )
-from workers import constants as c
-from workers import statements as q
-from workers.backend_ports import ClaimedTurn, TurnEnd
-from workers.database import create_database_engine, current_revision, head_revision, migrate
-from workers.rows import SessionRow, read_session
-from workers.store import SqlStore
+from workers.coordination import constants as c
+from workers.ports.backend import ClaimedTurn, TurnEnd
+from workers.store import statements as q
+from workers.store.database import create_database_engine, current_revision, head_revision, migrate
+from workers.store.rows import SessionRow, read_session
+from workers.store.sql_store import SqlStore
 
 
 @pytest.fixture
@@ -330,7 +330,7 @@ def test_a_read_on_a_connection_dropped_unseen_runs_again_on_a_fresh_one(
         # The server drops them, and the checkout's look misses it (as when its goodbye
         # has not reached the socket yet): the read's first statement fails, and the
         # retry must not be handed another of the dead ones.
-        monkeypatch.setattr("workers.database._readable", lambda _connection: False)
+        monkeypatch.setattr("workers.store.database._readable", lambda _connection: False)
         assert terminate_backends(postgres_url) > 0
         time.sleep(0.2)
         assert store.run_state(turn_id).status is TurnStatus.QUEUED

@@ -13,9 +13,9 @@ from sqlalchemy import Connection, event
 from sqlalchemy.exc import IntegrityError
 
 from tests.integration.drive import submit
-from workers import statements as q
-from workers.store import SqlStore
-from workers.store_connection import MAX_INSERT_ROWS, DirectStatements, StoreConnection
+from workers.store import statements as q
+from workers.store.connection import MAX_INSERT_ROWS, DirectStatements, StoreConnection
+from workers.store.sql_store import SqlStore
 
 
 @pytest.fixture

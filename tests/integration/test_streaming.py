@@ -12,10 +12,10 @@ from parley.streaming import PATIENCE_SECONDS, follow
 from schemas.events import Event, EventKind, StepCommitted, StepRestarted
 from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import Driving, commit, finish, new_session, start, submit
-from workers.emitter import Emitter
-from workers.local_coordinator import LocalCoordinator
-from workers.redis_coordinator import RedisCoordinator
-from workers.store import SqlStore
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.emitter import Emitter
+from workers.store.sql_store import SqlStore
 
 
 def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(

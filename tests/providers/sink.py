@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from workers.host_ports import StreamAborted
+from workers.ports.host import StreamAborted
 
 
 class RecordingSink:

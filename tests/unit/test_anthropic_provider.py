@@ -28,7 +28,7 @@ from schemas.messages import (
 from schemas.records import Usage
 from tests.providers.servers import ProviderServer, Reply, anthropic_message, anthropic_server, sse
 from tests.providers.sink import RecordingSink
-from workers.host_ports import ModelRequest, StreamAborted
+from workers.ports.host import ModelRequest, StreamAborted
 
 KEY = "sk-ant-test-0123456789abcdef"
 

@@ -11,8 +11,8 @@ import pytest
 from broker_config.app import REDIS_BROKER_CONNECTIONS, create_app, transport_options
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
-from workers import constants as c
-from workers.concurrency import DATABASE_POOL_SIZE
+from workers.coordination import constants as c
+from workers.runtime.concurrency import DATABASE_POOL_SIZE
 
 ENV = {
     "PARLEY_DATABASE_URL": "postgresql+psycopg://db/parley",

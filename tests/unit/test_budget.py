@@ -21,8 +21,8 @@ from schemas.messages import (
     UserMessage,
 )
 from tests.helpers import RecordingModel
-from workers.budget import ContextBudget, elided_result_marker, estimate_tokens
-from workers.context import check_replay
+from workers.engine.context import check_replay
+from workers.ports.budget import ContextBudget, elided_result_marker, estimate_tokens
 
 PREFIX = Prefix(system_prompt="be brief", tools=())
 

@@ -20,7 +20,7 @@ from parley.tools import commands as commands_module
 from parley.tools import search as search_module
 from parley.tools.base import validate
 from schemas.events import EventKind
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from schemas.messages import (
     UserMessage,
 )
 from schemas.records import TurnRecord, TurnStatus
-from workers.backend_ports import CommittedStep, PathTurn
-from workers.context import assemble, check_replay, history_messages, step_messages
+from workers.engine.context import assemble, check_replay, history_messages, step_messages
+from workers.ports.backend import CommittedStep, PathTurn
 
 
 def tool_call(call_id: str, name: str = "read_file") -> ToolCall:

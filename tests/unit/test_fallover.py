@@ -29,7 +29,7 @@ from tests.providers.servers import (
     openai_text,
 )
 from tests.providers.sink import RecordingSink
-from workers.host_ports import DeltaSink, ModelReply, ModelRequest, StreamAborted
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest, StreamAborted
 
 OPENAI_KEY = "sk-test-123456"
 ANTHROPIC_KEY = "sk-ant-123456"

@@ -9,7 +9,7 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest
-from workers.host_ports import HookSet
+from workers.ports.host import HookSet
 
 
 class Audit(parley.SessionHooks):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from schemas.events import Event, EventKind
 from schemas.records import Steer, SteerKind
-from workers.local_coordinator import UNENDED_FACTOR, LocalCoordinator
+from workers.coordination.local_coordinator import UNENDED_FACTOR, LocalCoordinator
 
 
 def event(turn_id: str, seq: int, kind: EventKind = EventKind.TOKEN) -> Event:

@@ -1,4 +1,4 @@
-"""parley.logs and workers.log_context: the format a variable names, the ids a line
+"""parley.logs and workers.telemetry.log_context: the format a variable names, the ids a line
 carries, and the JSON line itself."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from parley.errors import InvalidRequest
 from parley.logs import IdsOnRecords, JsonLines, LogFormat, TextLines, log_format
-from workers.log_context import bind, current_ids, log_context, log_scope
+from workers.telemetry.log_context import bind, current_ids, log_context, log_scope
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from parley.mcp import (
 )
 from parley.mcp.toolbox import _name_tools
 from parley.policy import Policy
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
 CONTEXT = ToolContext(root="/tmp", session_id="s", turn_id="t")

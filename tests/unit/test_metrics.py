@@ -20,9 +20,9 @@ from schemas.messages import ToolCall
 from schemas.records import TurnStatus
 from tests.scrape import Samples, parse
 from tests.unit.test_tool_calls import Recorder, runner
-from workers import metrics
-from workers.emitter import Emitter
-from workers.local_coordinator import LocalCoordinator
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.engine.emitter import Emitter
+from workers.telemetry import metrics
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

@@ -18,7 +18,7 @@ from parley.models import (
 from schemas.messages import Prefix, UserMessage
 from tests.providers.servers import Reply, openai_server, openai_text
 from tests.providers.sink import RecordingSink
-from workers.host_ports import Model, ModelRequest
+from workers.ports.host import Model, ModelRequest
 
 SCRIPT = str(Path(__file__).resolve().parents[2] / "parley" / "demo" / "script.json")
 OPENAI_KEY = "sk-env-openai-0123456789"

@@ -38,7 +38,7 @@ from tests.providers.servers import (
     sse,
 )
 from tests.providers.sink import RecordingSink
-from workers.host_ports import ModelRequest, StreamAborted
+from workers.ports.host import ModelRequest, StreamAborted
 
 KEY = "sk-test-0123456789abcdef"
 

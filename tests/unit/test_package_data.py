@@ -9,30 +9,34 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from workers import redis_coordinator
+from workers.coordination import redis_coordinator
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lua_files() -> set[str]:
-    folder = resources.files("workers").joinpath("lua")
+    folder = resources.files("workers.coordination").joinpath("lua")
     return {entry.name for entry in folder.iterdir() if entry.name.endswith(".lua")}
 
 
-def test_every_script_the_coordinator_reads_is_a_file_in_workers_lua() -> None:
+def test_every_script_the_coordinator_reads_is_a_file_in_its_lua_folder() -> None:
     assert _lua_files() == {f"{name}.lua" for name in redis_coordinator.LUA_SCRIPTS}
     for name in redis_coordinator.LUA_SCRIPTS:
-        source = resources.files("workers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+        source = (
+            resources.files("workers.coordination")
+            .joinpath("lua", f"{name}.lua")
+            .read_text("utf-8")
+        )
         assert "redis.call(" in source
         assert "-- KEYS:" in source  # each file says what its keys and arguments are
     assert "redis.call('XADD'" in redis_coordinator.APPEND_AND_PUBLISH
 
 
-def test_pyproject_declares_the_lua_files_as_package_data_of_workers() -> None:
+def test_pyproject_declares_the_lua_files_as_package_data_of_coordination() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
     setuptools = config["tool"]["setuptools"]
     assert any(fnmatch.fnmatch("workers", p) for p in setuptools["packages"]["find"]["include"])
-    patterns = setuptools["package-data"]["workers"]
+    patterns = setuptools["package-data"]["workers.coordination"]
     for name in _lua_files():
         assert any(fnmatch.fnmatch(f"lua/{name}", p) for p in patterns), name
 

@@ -12,7 +12,7 @@ from parley.errors import InvalidRequest
 from parley.globs import glob_match
 from parley.policy import ApproveAll, Policy
 from parley.workspace import confine, relative
-from workers.host_ports import Access, AccessMode, ApprovalRequest
+from workers.ports.host import Access, AccessMode, ApprovalRequest
 
 # ---------------------------------------------------------------------------- globs
 

@@ -46,7 +46,7 @@ from schemas.messages import StepPayload, ToolCall, ToolResult
 from schemas.records import TurnStatus
 from tests.helpers import scripted_host
 from tests.open_responses import OPENAI_ITEMS, check_event, check_response
-from workers.backend_ports import CommittedStep
+from workers.ports.backend import CommittedStep
 
 TURN = "0b6c0c3e-4a1f-4d55-9d1e-2f9d5d1f7a10"
 META = ResponseMeta(response_id=TURN, created_at=1_700_000_000, conversation_id="s-1")

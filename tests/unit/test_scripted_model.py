@@ -22,7 +22,7 @@ from schemas.messages import (
 )
 from schemas.records import Usage
 from tests.providers.sink import RecordingSink
-from workers.host_ports import ModelReply, ModelRequest
+from workers.ports.host import ModelReply, ModelRequest
 
 PREFIX = Prefix(system_prompt="s", tools=())
 

@@ -14,10 +14,10 @@ from parley.tools import FunctionTool
 from schemas.errors import Fenced
 from schemas.events import EventKind
 from schemas.messages import ToolCall
-from workers.emitter import Emitter
-from workers.host_ports import Access, ApprovalRequest, Refusal, ToolContext
-from workers.local_coordinator import LocalCoordinator
-from workers.tool_calls import ToolRunner, cap, unique_ids
+from workers.coordination.local_coordinator import LocalCoordinator
+from workers.engine.emitter import Emitter
+from workers.engine.tool_calls import ToolRunner, cap, unique_ids
+from workers.ports.host import Access, ApprovalRequest, Refusal, ToolContext
 
 ECHO_SCHEMA = {
     "type": "object",

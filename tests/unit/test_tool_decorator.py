@@ -25,7 +25,7 @@ from parley.errors import InvalidRequest
 from parley.tools import DecoratedTool, FunctionTool, tool
 from parley.tools.base import validate
 from parley.tools.decorator import parse_docstring
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from parley.errors import InvalidRequest
 from parley.tools import WORKSPACE_TOOLS, FunctionTool, list_files, read_file, write_file
 from parley.tools.base import validate
 from parley.tools.workspace import LIST_LIMIT, READ_LIMIT
-from workers.host_ports import Access, ToolContext
+from workers.ports.host import Access, ToolContext
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

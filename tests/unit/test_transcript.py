@@ -7,7 +7,7 @@ import pytest
 from parley import transcript
 from parley.errors import CodecError
 from schemas.messages import AssistantMessage, StepInput, StepPayload, ToolCall, ToolResult
-from workers.backend_ports import CommittedStep
+from workers.ports.backend import CommittedStep
 
 CALL = ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')
 STEPS = [

@@ -1,0 +1,3 @@
+"""What the fleet shares outside the database: session locks and fencing, replay buffers
+and live deltas, steer lists and work marks, in Redis (its Lua scripts in ``lua/``) and in
+process for the embedded client, behind one port; every key shape and timing."""

@@ -1,0 +1,56 @@
+"""What one attempt at a turn carries between its boundaries, and how it ends (shared by
+the engine, the approvals it holds a step for, and the turn a driver is handed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.messages import StepInput
+from schemas.records import Steer, SteerKind, TurnStatus, Usage
+from workers.engine.contract_check import CheckResult
+from workers.ports.backend import CommittedStep, FinishReceipt
+
+
+@dataclass(kw_only=True)
+class Ending:
+    """How one attempt at a turn ends: its outcome, and what its end commits."""
+
+    status: TurnStatus
+    reply: str | None = None
+    error: str | None = None
+    partial: str | None = None
+    receipt: FinishReceipt | None = None
+    """Set when the turn's end was committed with its last step."""
+    discarded: Usage = field(default_factory=Usage)
+    """What a step thrown away at the end cost (a vetoed answer): charged with the end."""
+
+
+@dataclass(kw_only=True)
+class TurnState:
+    """What one attempt at a turn knows between its boundaries."""
+
+    steps: list[CommittedStep]
+    cursor: int
+    pending: list[Steer]
+    # How many steers the run had accepted when the store last said (the claim, the
+    # latest step commit): the steer list must hold those past the cursor to be trusted.
+    steer_count: int
+    usage: Usage
+    session_tokens: int
+    feedback: list[StepInput] = field(default_factory=list)
+    # The steer list as read with the latest step's event, for the boundary after it.
+    listed: list[Steer] | None = None
+    inbox_closed: bool = False
+    first_boundary: bool = True
+    # The contract's check run on the final answer of the step at this index.
+    contract_checked: tuple[int, CheckResult] | None = None
+    # The boundary after the driver answered was looked at (steers taken, nothing to
+    # stop for) when it brought a new input: the next drive's first step starts there.
+    boundary_settled: bool = False
+
+
+def has_interrupt(steers: Sequence[Any]) -> bool:
+    """Whether an interrupt is among ``steers``."""
+    return any(s.kind is SteerKind.INTERRUPT for s in steers)

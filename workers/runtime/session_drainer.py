@@ -1,0 +1,153 @@
+"""Runs a session's turns in order while holding its lock (the handler of a *kick*).
+
+A kick names a session, never a turn: whoever holds the session's lock runs a stranded
+running turn first, then queued turns oldest first.  Duplicate kicks are harmless — they
+find the lock taken and return — and a submission sends none while a kick is pending or
+a driver holds the session (up to ``KICK_PENDING_SECONDS``).  Letting go returns the
+session's work mark: changed since the lock was taken, something was submitted
+meanwhile, and the driver goes on.
+
+"Driver" here is SPEC §2.3's: the one holder of a session's lock.  The host's driver
+(``Host(driver=...)``, :mod:`workers.ports.driver`) runs inside the engine, one turn's
+steps at a time, under that lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from schemas.errors import Fenced
+from schemas.records import TurnStatus
+from workers.engine.turn_engine import TurnEngine
+from workers.ports.backend import ClaimedTurn
+from workers.runtime.session_leases import ProcessLeases
+from workers.telemetry import metrics
+from workers.telemetry.log_context import log_context
+
+log = logging.getLogger("parley.driver")
+
+
+class SessionDrainer:
+    """Drains one session's runnable turns with one engine.
+
+    ``stopping`` says the process is shutting down, and ``slice_seconds`` (None: no limit)
+    is how long one drive may keep a worker slot while other sessions' kicks may wait.
+    Past either, the driver finishes the turn it runs, claims no other, and, if the
+    session has turns left, hands it over with ``hand_over`` (a kick, so that another
+    worker, or this one after the kicks queued before it, goes on with it).  With
+    ``leases`` (embedded, on a database other processes may share) a session's lock is
+    also its lease there."""
+
+    def __init__(
+        self,
+        engine: TurnEngine,
+        *,
+        stopping: Callable[[], bool] = lambda: False,
+        slice_seconds: float | None = None,
+        hand_over: Callable[[str], None] = lambda _session_id: None,
+        leases: ProcessLeases | None = None,
+    ) -> None:
+        self.engine = engine
+        self.leases = leases
+        self.store = engine.store
+        self.coordinator = engine.coordinator
+        self.stopping = stopping
+        self.slice_seconds = slice_seconds
+        self.hand_over = hand_over
+
+    def drive(self, session_id: str) -> int:
+        """Run every runnable turn of the session (at least one, unless stopping, and
+        within the slice); returns how many ran here.
+
+        Per turn this costs at most two transactions besides its steps: the claim
+        (taken with the fence, or by the previous turn's final transaction) and the
+        final one, which a final answer with nothing pending shares with its step.
+        Whether anything was submitted meanwhile is told by the work mark that letting go
+        of the lock returns, not asked of the database."""
+        ran = 0
+        ends = None if self.slice_seconds is None else time.monotonic() + self.slice_seconds
+
+        def going_on() -> bool:
+            return not self.stopping() and (ends is None or time.monotonic() < ends)
+
+        while True:
+            if self.stopping():
+                self.hand_over(session_id)
+                return ran
+            lock = self.coordinator.try_lock(session_id)
+            if lock is not None and self.leases is not None:
+                lock = self.leases.lease(session_id, lock)
+            if lock is None:
+                return ran  # another driver has it; it will see our turn
+            mark = lock.work_mark
+            handing_over = later_turns = False
+            running: ClaimedTurn | None = None
+            try:
+                fence, claim = self.store.start_drive(
+                    session_id,
+                    worker=self.engine.run_label(),
+                    seq_floor=self.coordinator.adopt,
+                    known=self.engine.replay_cache.knows,
+                )
+                while claim is not None and lock.held():
+                    running = claim[0]
+                    # A turn claimed before the stop or the slice's end is run: left
+                    # claimed, it would cost its next driver an attempt.
+                    with _about(running), metrics.Driving(claim[0]):
+                        log.info(
+                            "running turn %s (attempt %d)",
+                            running.turn.turn_id,
+                            running.run.attempts + 1,
+                        )
+                        status, receipt = self.engine.run_claimed(
+                            claim, fence, holding=lock.held, claim_next=going_on
+                        )
+                        log.info("turn %s %s", running.turn.turn_id, _ended(status))
+                    running = None
+                    if receipt is None:
+                        # The turn waits for answers and holds its session's line: nothing
+                        # after it is runnable until they are in (their kick drives it).
+                        claim, later_turns = None, False
+                    else:
+                        claim, later_turns = receipt.next_claim, receipt.later_turns
+                    ran += 1
+                handing_over = not going_on()
+            except Fenced:
+                # Another driver has the session now; the work-mark check below still
+                # runs, in case a kick bounced off our lock meanwhile.
+                with _about(running):
+                    log.warning("lost session %s to another driver", session_id)
+            finally:
+                # Later turns are known before letting go: the kick that hands them over
+                # is as good as pending already.
+                after = lock.release(handing_over=handing_over and later_turns)
+            if handing_over:
+                # Turns counted after the last one that ran, or submitted while we held
+                # the lock (their kick was left to us): the session goes on after a
+                # kick.  With neither, a kick would only cost a worker a lock and a
+                # start transaction that finds nothing.
+                if later_turns or after != mark:
+                    self.hand_over(session_id)
+                return ran
+            if after == mark:
+                return ran
+
+
+def _about(claimed: ClaimedTurn | None) -> AbstractContextManager[None]:
+    """The log context of a claimed turn (its session's, when none is running)."""
+    if claimed is None:
+        return log_context()
+    return log_context(
+        session_id=claimed.session.session_id,
+        turn_id=claimed.turn.turn_id,
+        run_id=claimed.run.run_id,
+    )
+
+
+def _ended(status: TurnStatus) -> str:
+    if status is TurnStatus.WAITING:
+        return "waits for answers (it holds no worker meanwhile)"
+    return f"ended: {status.value}"

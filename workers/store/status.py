@@ -1,0 +1,98 @@
+"""The store's side of ``parley status``: the unfinished work of every session, as the
+database has it (queued, running and waiting turns; the oldest in line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from schemas.records import TurnStatus
+from workers.store import statements as q
+from workers.store.connection import StoreConnection, Transactions
+from workers.store.rows import aware
+
+UNFINISHED = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnfinishedTurn:
+    """A turn that has not ended, as its run row stands."""
+
+    turn_id: str
+    session_id: str
+    status: TurnStatus
+    worker: str | None
+    """Who claimed it last (``host:pid:thread``; None if never claimed)."""
+    steps: int
+    attempts: int
+    queued_at: datetime
+    """When it was submitted, or last resumed."""
+    started_at: datetime | None
+    asked_at: datetime | None
+    """For a waiting turn: when its oldest unanswered call asked."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnfinishedWork:
+    """How many turns are queued, running and waiting, and the first few of each."""
+
+    counts: dict[TurnStatus, int]
+    oldest_queued_at: datetime | None
+    turns: dict[TurnStatus, tuple[UnfinishedTurn, ...]]
+
+
+class StatusStore(Transactions):
+    """Reads for an operator (see the module docstring)."""
+
+    def unfinished_work(self, limit: int = 20) -> UnfinishedWork:
+        """Every session's unfinished turns: counted, and up to ``limit`` of each status
+        listed, oldest in line first."""
+
+        def read(db: StoreConnection) -> UnfinishedWork:
+            counts = dict.fromkeys(UNFINISHED, 0)
+            oldest = None
+            for row in db.execute(q.UNFINISHED_BY_STATUS, {}).all():
+                status = TurnStatus(row.status)
+                counts[status] = int(row.runs)
+                if status is TurnStatus.QUEUED:
+                    oldest = _moment(row.oldest)
+            turns = {
+                status: tuple(
+                    _unfinished(row)
+                    for row in db.execute(
+                        q.UNFINISHED_OF_STATUS, {"b_status": status.value, "b_limit": limit}
+                    ).all()
+                )
+                if counts[status]
+                else ()
+                for status in UNFINISHED
+            }
+            return UnfinishedWork(counts=counts, oldest_queued_at=oldest, turns=turns)
+
+        return self._reading(read)
+
+
+def _unfinished(row: Any) -> UnfinishedTurn:
+    queued_at = _moment(row.queued_at)
+    assert queued_at is not None  # (the column is NOT NULL)
+    return UnfinishedTurn(
+        turn_id=row.turn_id,
+        session_id=row.session_id,
+        status=TurnStatus(row.status),
+        worker=row.worker,
+        steps=int(row.steps),
+        attempts=int(row.attempts),
+        queued_at=queued_at,
+        started_at=_moment(row.started_at),
+        asked_at=_moment(row.asked_at),
+    )
+
+
+def _moment(value: datetime | str | None) -> datetime | None:
+    """A stored time as an aware datetime (SQLite hands an aggregate's back as text)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return aware(value)

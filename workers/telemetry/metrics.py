@@ -1,0 +1,345 @@
+"""What parley counts for Prometheus, and the calls that count it.
+
+Every metric is declared once, in :data:`METRICS` (name, type, labels, help: the table
+in docs/operations.md is checked against it), and recorded through the functions below,
+which the driver, the emitter, the tool runner, the sweeper, the client and the
+gateway's feeds call at the one place each thing happens.  Recording never fails a
+turn: an exception in instrumentation is swallowed, and logged once per function.
+
+prometheus_client is imported when a process first records or serves, not when this
+module is imported: the library decides once, at its import, whether values live in
+memory or in files under ``PROMETHEUS_MULTIPROC_DIR`` (what a Celery prefork worker
+needs, so that its main process can serve the sum over its pool), and a worker's main
+process sets that directory up before its pool forks (:mod:`parley.metrics_export`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec
+
+from schemas.records import TurnStatus
+
+if TYPE_CHECKING:
+    from schemas.messages import StepPayload
+    from workers.ports.backend import ClaimedTurn
+
+log = logging.getLogger("parley.metrics")
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+# Seconds: from a few milliseconds (a warm fleet's queue) to an hour (a long agent turn).
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+UNKNOWN_TOOL = "unknown"
+"""The ``tool`` label of a call naming a tool the host does not have: the model chooses
+that name, and a label must not take any value a model makes up."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSpec:
+    """One metric: its name as exposed (a counter's with ``_total``), its type, labels
+    and help text."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def base(self) -> str:
+        """The name prometheus_client is given (a counter's without ``_total``)."""
+        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        name="parley_turns_submitted_total",
+        kind="counter",
+        help="Turns submitted by this process (a repeated request_id is not counted).",
+    ),
+    MetricSpec(
+        name="parley_turns_started_total",
+        kind="counter",
+        help="Claims of a turn by a driver, by how it starts: new (its first), resume "
+        "(after a resume), takeover (cut off mid-turn elsewhere), answers (its "
+        "approvals are in).",
+        labels=("start",),
+    ),
+    MetricSpec(
+        name="parley_turns_ended_total",
+        kind="counter",
+        help="Turns that ended here, by outcome.",
+        labels=("outcome",),
+    ),
+    MetricSpec(
+        name="parley_queue_wait_seconds",
+        kind="histogram",
+        help="Seconds from a turn's submission to its first claim by a driver.",
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        name="parley_turn_duration_seconds",
+        kind="histogram",
+        help="Seconds from the claim of the attempt that ended a turn to its end, by outcome.",
+        labels=("outcome",),
+        buckets=_DURATION_BUCKETS,
+    ),
+    MetricSpec(
+        name="parley_first_token_latency_seconds",
+        kind="histogram",
+        help="Seconds from a driver's claim of a turn to the first token it streamed.",
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        name="parley_steps_total",
+        kind="counter",
+        help="Steps committed.",
+    ),
+    MetricSpec(
+        name="parley_tool_calls_total",
+        kind="counter",
+        help="Tool calls given a result (run, failed or refused), by tool.",
+        labels=("tool",),
+    ),
+    MetricSpec(
+        name="parley_refusals_total",
+        kind="counter",
+        help="Tool calls refused (by the policy, the approver or a person), by rule.",
+        labels=("rule",),
+    ),
+    MetricSpec(
+        name="parley_tokens_total",
+        kind="counter",
+        help="Model tokens of committed steps, by model and direction (input, output).",
+        labels=("model", "direction"),
+    ),
+    MetricSpec(
+        name="parley_crash_takeovers_total",
+        kind="counter",
+        help="Turns claimed while still running under a driver that died or lost its session.",
+    ),
+    MetricSpec(
+        name="parley_sweeper_kicks_total",
+        kind="counter",
+        help="Sessions the sweeper kicked (work with no live driver).",
+    ),
+    MetricSpec(
+        name="parley_turns_in_flight",
+        kind="gauge",
+        help="Turns a driver of this process (or worker) is running now.",
+    ),
+    MetricSpec(
+        name="parley_sse_connections",
+        kind="gauge",
+        help="Event streams (every protocol's) this gateway is serving now.",
+    ),
+    MetricSpec(
+        name="parley_sse_connections_opened_total",
+        kind="counter",
+        help="Event streams this gateway has opened.",
+    ),
+)
+
+
+class _Instruments:
+    """This process's prometheus_client metrics, by name (built on first use)."""
+
+    def __init__(self) -> None:
+        import prometheus_client
+
+        self.by_name: dict[str, Any] = {}
+        for spec in METRICS:
+            options: dict[str, Any] = {"labelnames": spec.labels}
+            if spec.kind == "counter":
+                metric: Any = prometheus_client.Counter(spec.base, spec.help, **options)
+            elif spec.kind == "gauge":
+                # Summed over the live processes of a multiprocess worker; a pool process
+                # that died stops counting (parley.metrics_export prunes its file).
+                metric = prometheus_client.Gauge(
+                    spec.base, spec.help, multiprocess_mode="livesum", **options
+                )
+            else:
+                metric = prometheus_client.Histogram(
+                    spec.base, spec.help, buckets=spec.buckets, **options
+                )
+            self.by_name[spec.name] = metric
+
+    def __getitem__(self, name: str) -> Any:
+        return self.by_name[name]
+
+
+_instruments: _Instruments | None = None
+_building = threading.Lock()
+
+
+def instruments() -> _Instruments:
+    """This process's metrics, registered in prometheus_client's default registry on
+    first use (prometheus_client is imported then)."""
+    global _instruments
+    if _instruments is None:
+        with _building:
+            if _instruments is None:
+                _instruments = _Instruments()
+    return _instruments
+
+
+def built() -> bool:
+    """Whether this process has made its metrics yet."""
+    return _instruments is not None
+
+
+_P = ParamSpec("_P")
+_failed: set[str] = set()
+
+
+def _never_fails(record: Callable[_P, None]) -> Callable[_P, None]:
+    """``record``, with any exception it raises swallowed: logged the first time only,
+    so a broken metrics directory cannot flood the log either."""
+
+    @functools.wraps(record)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            record(*args, **kwargs)
+        except Exception:
+            if record.__name__ not in _failed:
+                _failed.add(record.__name__)
+                log.warning(
+                    "metrics: %s failed (logged once; turns are unaffected)",
+                    record.__name__,
+                    exc_info=True,
+                )
+
+    return guarded
+
+
+# ---------------------------------------------------------------------------- recording
+
+
+@_never_fails
+def turn_submitted() -> None:
+    """A submission created a turn."""
+    instruments()["parley_turns_submitted_total"].inc()
+
+
+def start_of(claimed: ClaimedTurn) -> str:
+    """How a claim starts its turn (the ``start`` label): new, resume, takeover, answers."""
+    if claimed.run.attempts == 0:
+        return "new"
+    if claimed.previous_status == TurnStatus.RUNNING:
+        return "takeover"
+    if claimed.run.held_step is not None:
+        return "answers"
+    return "resume"
+
+
+@_never_fails
+def _turn_claimed(claimed: ClaimedTurn) -> None:
+    m = instruments()
+    start = start_of(claimed)
+    m["parley_turns_started_total"].labels(start=start).inc()
+    if start == "takeover":
+        m["parley_crash_takeovers_total"].inc()
+    if start == "new":
+        # Wall clocks, the submitter's and this one's: a skew below zero reads as none.
+        waited = (datetime.now(UTC) - claimed.turn.created_at).total_seconds()
+        m["parley_queue_wait_seconds"].observe(max(waited, 0.0))
+    m["parley_turns_in_flight"].inc()
+
+
+@_never_fails
+def _turn_let_go() -> None:
+    instruments()["parley_turns_in_flight"].dec()
+
+
+@_never_fails
+def turn_ended(outcome: str, seconds: float) -> None:
+    """A turn ended with ``outcome`` (a terminal status), ``seconds`` after the claim
+    of the attempt that ended it.  Counted before its ``end`` event is published, so
+    that whoever sees the end sees it counted."""
+    m = instruments()
+    m["parley_turns_ended_total"].labels(outcome=outcome).inc()
+    m["parley_turn_duration_seconds"].labels(outcome=outcome).observe(seconds)
+
+
+class Driving:
+    """A driver's run of one claimed turn: counted as started (and how) as the ``with``
+    block begins, and in flight until it ends, however it ends (the turn's end, a wait
+    for answers, a lost session).  The end itself is counted where it is published
+    (:func:`turn_ended`)."""
+
+    def __init__(self, claimed: ClaimedTurn) -> None:
+        self._claimed = claimed
+
+    def __enter__(self) -> Driving:
+        _turn_claimed(self._claimed)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _turn_let_go()
+
+
+@_never_fails
+def first_token(seconds: float) -> None:
+    """A turn attempt streamed its first token ``seconds`` after its claim."""
+    instruments()["parley_first_token_latency_seconds"].observe(seconds)
+
+
+@_never_fails
+def step_committed(payload: StepPayload) -> None:
+    """A step committed: counted, and its tokens charged to its model."""
+    m = instruments()
+    m["parley_steps_total"].inc()
+    tokens = m["parley_tokens_total"]
+    model = payload.model or "unknown"
+    if payload.usage.input_tokens:
+        tokens.labels(model=model, direction="input").inc(payload.usage.input_tokens)
+    if payload.usage.output_tokens:
+        tokens.labels(model=model, direction="output").inc(payload.usage.output_tokens)
+
+
+@_never_fails
+def tool_called(tool: str) -> None:
+    """A tool call got its result (``tool``: the host's name for it, or
+    :data:`UNKNOWN_TOOL`)."""
+    instruments()["parley_tool_calls_total"].labels(tool=tool).inc()
+
+
+@_never_fails
+def refused(rule: str) -> None:
+    """A tool call was refused by ``rule``."""
+    instruments()["parley_refusals_total"].labels(rule=rule).inc()
+
+
+@_never_fails
+def sweeper_kicked(sessions: int) -> None:
+    """A sweep kicked ``sessions`` sessions."""
+    if sessions:
+        instruments()["parley_sweeper_kicks_total"].inc(sessions)
+
+
+@_never_fails
+def sse_connected() -> None:
+    """The gateway opened an event stream."""
+    m = instruments()
+    m["parley_sse_connections"].inc()
+    m["parley_sse_connections_opened_total"].inc()
+
+
+@_never_fails
+def sse_disconnected() -> None:
+    """An event stream the gateway served has closed."""
+    instruments()["parley_sse_connections"].dec()
