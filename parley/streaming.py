@@ -77,11 +77,7 @@ def follow(
                     if _over(turn_id, last, store, driver_failure):
                         return
                 if not live:
-                    ahead = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
-                    if ahead and ahead[0].seq != last + 1:
-                        # Events wait past a gap that only a commit closes, and nothing
-                        # announces commits: poll the store instead of spinning on them.
-                        time.sleep(GAP_POLL_SECONDS)
+                    _wait_past_gap(turn_id, last, coordinator)
                 continue
         progressed = time.monotonic()
         for event in batch:
@@ -93,6 +89,14 @@ def follow(
             and not coordinator.read_events(turn_id, last, timeout=0)
         ):
             return
+
+
+def _wait_past_gap(turn_id: str, last: int, coordinator: Coordinator) -> None:
+    """Wait a poll for the buffer; if its events start past a gap that only a commit
+    closes (and nothing announces commits), wait a store poll instead of spinning."""
+    ahead = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+    if ahead and ahead[0].seq != last + 1:
+        time.sleep(GAP_POLL_SECONDS)
 
 
 def _over(
