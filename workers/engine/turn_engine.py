@@ -73,7 +73,7 @@ from workers.ports.backend import (
 from workers.ports.driver import DriverInput, TurnStopped
 from workers.ports.host import (
     CommitReceipt,
-    Host,
+    HostPort,
     ModelRequest,
     PrefixSnapshot,
     SessionStateView,
@@ -125,7 +125,7 @@ class TurnEngine:
         *,
         store: Store,
         coordinator: Coordinator,
-        host: Host,
+        host: HostPort,
         label: str | None = None,
     ) -> None:
         """``label`` names this process on the runs it drives (default host:pid:thread)."""
