@@ -29,11 +29,11 @@ from workers.ports.host import (
     Approver,
     HookSet,
     Model,
+    PolicyPort,
     Tool,
     ToolContext,
     Toolset,
 )
-from workers.ports.host import Policy as PolicyPort
 
 if TYPE_CHECKING:
     from parley.mcp.pool import McpPool
