@@ -1,5 +1,5 @@
 """``Session.seed_history``: an existing conversation, in the OpenAI chat format, as the
-turns parley replays (SPEC §4 "Host seams").
+turns parley replays (docs/host.md#3-seeded-history).
 
 Each ``user`` message opens a turn (its prompt); each ``assistant`` message after it is a
 step of that turn (its text and tool calls), answered by the ``tool`` messages that

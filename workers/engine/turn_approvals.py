@@ -1,5 +1,5 @@
-"""A step held for a person's answers (SPEC §2.15): holding it when a call asks, going on
-with it once every answer is in, and the answers a turn's end lists."""
+"""A step held for a person's answers (docs/guarantees.md#15-approvals): holding it when a call
+asks, going on with it once every answer is in, and the answers a turn's end lists."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ class Refusal:
 
 @dataclass(frozen=True, kw_only=True)
 class Ask:
-    """A call that may run only once a person approves it (SPEC §6a): the policy's or the
+    """A call that may run only once a person approves it (docs/approvals.md): the policy's or the
     approver's answer instead of yes or no.  ``rule`` names what asked."""
 
     rule: str
