@@ -30,7 +30,7 @@ from workers.ports.backend import (
     TurnEnd,
 )
 from workers.store import statements as q
-from workers.store.connection import StoreConnection, Transactions, row_key
+from workers.store.connection import StoreConnection, Transactions
 from workers.store.outbox import insert_delivery
 from workers.store.rows import (
     SessionRow,
@@ -566,7 +566,7 @@ class TurnRunStore(Transactions):
             "b_payload": payload.to_json(),
         }
         for n, event in enumerate(durable):
-            values.update((row_key(n, k), v) for k, v in event_row(event).items())
+            values.update((q.row_key(n, k), v) for k, v in event_row(event).items())
         row = db.execute(fused, values).one_or_none()
         if row is None:
             raise _stale(fence, end)

@@ -1,0 +1,43 @@
+"""Statements on the unfinished work of every session, by status (``parley status``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from schemas import tables as t
+from workers.store.statements.binds import b
+from workers.store.statements.run_status import IS_UNFINISHED
+
+# How many runs are queued, running and waiting, and the oldest ``queued_at`` of each:
+# the unfinished work of every session (``parley status``).
+UNFINISHED_BY_STATUS = (
+    select(
+        t.runs.c.status,
+        func.count().label("runs"),
+        func.min(t.runs.c.queued_at).label("oldest"),
+    )
+    .where(IS_UNFINISHED)
+    .group_by(t.runs.c.status)
+)
+
+# The runs of one unfinished status, oldest in line first, at most ``limit``; a waiting
+# one with the time its oldest unanswered call asked.
+UNFINISHED_OF_STATUS = (
+    select(
+        t.runs.c.turn_id,
+        t.runs.c.session_id,
+        t.runs.c.status,
+        t.runs.c.worker,
+        t.runs.c.steps,
+        t.runs.c.attempts,
+        t.runs.c.queued_at,
+        t.runs.c.started_at,
+        select(func.min(t.approvals.c.requested_at))
+        .where(t.approvals.c.run_id == t.runs.c.id, t.approvals.c.decision.is_(None))
+        .scalar_subquery()
+        .label("asked_at"),
+    )
+    .where(t.runs.c.status == b("status"))
+    .order_by(t.runs.c.queued_at, t.runs.c.id)
+    .limit(b("limit"))
+)
