@@ -58,6 +58,7 @@ from workers.store.leases import LeaseStore
 from workers.store.outbox import OutboxStore
 from workers.store.retention import RetentionStore
 from workers.store.rows import (
+    insert_step,
     read_path,
     read_pending,
     read_session,
@@ -304,7 +305,7 @@ class SqlStore(
                     },
                 )
                 for index, payload in enumerate(steps):
-                    self._insert_step(db, run_id, index, payload, now)
+                    insert_step(db, self._q, run_id, index, payload, now)
                 records.append(
                     TurnRecord(
                         turn_id=turn_id,
