@@ -85,6 +85,12 @@ from workers.store.statements.events import (
     STEPS_OF_RUNS as STEPS_OF_RUNS,
 )
 from workers.store.statements.fleet_state import (
+    PING as PING,
+)
+from workers.store.statements.fleet_state import (
+    ROW_COUNTS as ROW_COUNTS,
+)
+from workers.store.statements.fleet_state import (
     UNFINISHED_BY_STATUS as UNFINISHED_BY_STATUS,
 )
 from workers.store.statements.fleet_state import (

@@ -1,4 +1,5 @@
-"""Statements on the unfinished work of every session, by status (``parley status``)."""
+"""Statements on the fleet's state: the unfinished work of every session, by status
+(``parley status``), whether the database answers, and each table's size."""
 
 from __future__ import annotations
 
@@ -40,4 +41,12 @@ UNFINISHED_OF_STATUS = (
     .where(t.runs.c.status == b("status"))
     .order_by(t.runs.c.queued_at, t.runs.c.id)
     .limit(b("limit"))
+)
+
+# Whether the database answers now (readiness checks).
+PING = select(1)
+
+# Each table's name and the count of its rows (benchmarks and storage checks).
+ROW_COUNTS = tuple(
+    (table.name, select(func.count()).select_from(table)) for table in t.metadata.sorted_tables
 )
