@@ -21,8 +21,6 @@ STEPS_OF_RUNS = (
     .order_by(t.steps.c.run_id, t.steps.c.step_index)
 )
 
-# Counting a steer only while the inbox is open takes the run row's lock and checks it in
-
 EVENTS_AFTER = (
     select(t.events.c.seq, t.events.c.kind, t.events.c.data)
     .where(t.events.c.turn_id == b("turn_id"), t.events.c.seq > b("seq"))

@@ -8,6 +8,8 @@ from sqlalchemy import select, update
 from schemas import tables as t
 from workers.store.statements.binds import b
 
+# Counting a steer only while the inbox is open takes the run row's lock and checks it in
+# one statement: a concurrent close either sees the steer or refuses it.
 COUNT_STEER = (
     update(t.runs)
     .where(t.runs.c.id == b("run_id"), t.runs.c.inbox_open.is_(True))
