@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.events import Event
-from schemas.messages import StepPayload
 from schemas.records import Approval, Steer
-from workers.ports.backend import FinishReceipt, StepReceipt, Store, TurnEnd
+from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, Store, TurnEnd
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,21 +37,19 @@ class FencedStore:
     def commit_step(
         self,
         *,
-        index: int,
-        payload: StepPayload,
+        step: CommittedStep,
         steer_cursor: int,
         events: Sequence[Event],
         close_inbox_if_idle: bool,
         end: TurnEnd | None = None,
     ) -> StepReceipt:
-        """Commit step ``index`` whole (see :meth:`Store.commit_step`)."""
+        """Commit ``step`` whole (see :meth:`Store.commit_step`)."""
         run = self.run
         return self._store.commit_step(
             run_id=run.run_id,
             session_id=run.session_id,
             fence=run.fence,
-            index=index,
-            payload=payload,
+            step=step,
             steer_cursor=steer_cursor,
             events=events,
             close_inbox_if_idle=close_inbox_if_idle,

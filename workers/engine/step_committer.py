@@ -67,8 +67,7 @@ class StepCommitter:
         )
         events = [*emitter.take_unstored(), *announced]
         receipt = self._store.commit_step(
-            index=step.index,
-            payload=payload,
+            step=step,
             steer_cursor=cursor,
             events=events,
             close_inbox_if_idle=idle,

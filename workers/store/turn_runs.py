@@ -17,7 +17,7 @@ from schemas.errors import Fenced
 from schemas.events import Event
 from schemas.messages import StepPayload
 from schemas.records import Approval, Steer
-from workers.ports.backend import FinishReceipt, StepReceipt, TurnEnd
+from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
 from workers.store import statements as q
 from workers.store.rows import approval_of, insert_step, read_pending, write_events
 from workers.store.turn_ends import RunCommit, StepNotFinal, TurnEnds
@@ -40,8 +40,7 @@ class TurnRunStore(TurnEnds):
         run_id: str,
         session_id: str,
         fence: int,
-        index: int,
-        payload: StepPayload,
+        step: CommittedStep,
         steer_cursor: int,
         events: Sequence[Event],
         close_inbox_if_idle: bool,
@@ -63,12 +62,12 @@ class TurnRunStore(TurnEnds):
         if end is not None:
             try:
                 with self._tx() as db:
-                    finished = self._end_turn(db, commit, end, step=(index, payload))
+                    finished = self._end_turn(db, commit, end, step=(step.index, step.payload))
                 return StepReceipt(finished=finished)
             except StepNotFinal:
                 pass  # a steer arrived meanwhile, or the run moved on: the step alone, below
         return self._commit_step_alone(
-            commit, index, payload, close_inbox_if_idle or end is not None
+            commit, step.index, step.payload, close_inbox_if_idle or end is not None
         )
 
     def _commit_step_alone(
