@@ -78,7 +78,9 @@ class AnthropicModel(ProviderModel):
     stream_failures = _STREAM_FAILURES
     end_marker = "message_stop"
 
-    def __init__(
+    # The provider's options, each keyword-only and defaulted (as its SDK's client takes
+    # them): not an argument list a caller has to get in order.
+    def __init__(  # noqa: PLR0913
         self,
         model: str,
         *,
