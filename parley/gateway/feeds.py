@@ -24,7 +24,8 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 
-from parley.client import Client, TurnHandle
+from parley.client import Client
+from parley.turn_handle import TurnHandle
 from schemas.events import Event
 from schemas.records import TurnRecord
 from workers.telemetry import metrics

@@ -20,13 +20,16 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, Session, TurnHandle, check_metadata
+from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import Tenant, owned_session, owned_turn, plausible_id
+from parley.session import Session
+from parley.turn_handle import TurnHandle
+from parley.validation import MAX_SEQ, check_metadata
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store.sql_store import new_id

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from parley import errors
-from parley.client import MAX_PROMPT_BYTES, MAX_STEER_BYTES, Client, TurnHandle
+from parley.client import Client
 from parley.gateway.errors import GatewayError, status_of
 from parley.gateway.feeds import FellBehind
 from parley.gateway.native import (
@@ -54,6 +54,8 @@ from parley.gateway.responses_events import (
     unix_seconds,
 )
 from parley.gateway.tenants import Tenant, owned_session, owned_turn
+from parley.turn_handle import TurnHandle
+from parley.validation import MAX_PROMPT_BYTES, MAX_STEER_BYTES
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
 from workers.store.sql_store import new_id
