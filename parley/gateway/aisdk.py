@@ -198,13 +198,13 @@ def _continue(
     if session is None:
         raise SessionNotFound(f"no chat {chat_id!r} with calls to answer")
     turn_id = answer_approvals(client, session, answers)
-    approvals = client.store.approvals(turn_id)
+    approvals = client.approvals_of(turn_id)
     ids = {answer.approval_id for answer in answers}
     step = max(a.step for a in approvals if a.approval_id in ids)
     asked = {a.approval_id: a.call_id for a in approvals if a.step == step}
     requested = [
         event.seq
-        for event in client.store.events_after(turn_id, 0)
+        for event in client.stored_events(turn_id)
         if event.kind is EventKind.APPROVAL_REQUESTED and event.data["approval_id"] in asked
     ]
     return _Continuation(

@@ -159,7 +159,7 @@ def _health_routes(app: FastAPI, client: Client) -> None:
     )
     def readyz() -> JSONResponse:
         """Readiness: ``200`` only while the database (and Redis, on a fleet) answer."""
-        checks = {"database": "ok" if client.store.ping() else "unavailable"}
+        checks = {"database": "ok" if client.ping() else "unavailable"}
         if client.fleet:
             checks["redis"] = "ok" if client.coordinator.ping() else "unavailable"
         ready = all(value == "ok" for value in checks.values())

@@ -262,7 +262,7 @@ class Feeds:
         fail and the store has nothing newer (a resume adds events)."""
         if feed.failure is not None:
             return False
-        stored = await asyncio.to_thread(self._client.store.last_event_seq, feed.turn_id)
+        stored = await asyncio.to_thread(self._client.stored_seq, feed.turn_id)
         return stored <= feed.last_seq
 
     def _release(self, feed: TurnFeed) -> None:

@@ -107,7 +107,7 @@ def create_session(
         root, metadata=body.metadata, tenant=owner, session_id=session_id, title=body.title
     )
     response.headers["Location"] = f"/v1/sessions/{session.id}"
-    return r.Session.of(client.store.get_session(session.id))
+    return r.Session.of(client.session_record(session.id))
 
 
 @router.get("/sessions", response_model=r.Sessions, tags=["sessions"])
@@ -120,7 +120,7 @@ def list_sessions(
     """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
     if before is not None and not plausible_id(before):
         raise SessionNotFound(f"no session {before!r}")
-    records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
+    records = client_of(request).session_records(tenant=owner, limit=limit, before=before)
     return r.Sessions(sessions=[r.Session.of(record) for record in records])
 
 
@@ -139,7 +139,7 @@ def update_session(
     record = owned_session(client, session_id, owner)
     session = Session(client, record)
     session.set_title(body.title)
-    return r.Session.of(client.store.get_session(session.id))
+    return r.Session.of(client.session_record(session.id))
 
 
 @router.post(
@@ -188,7 +188,7 @@ def history(session_id: str, request: Request, owner: Tenant) -> r.Turns:
     """The turns root → head: what the model sees."""
     client = client_of(request)
     owned_session(client, session_id, owner)
-    return r.Turns(turns=[r.Turn.of(t) for t in client.store.history(session_id)])
+    return r.Turns(turns=[r.Turn.of(t) for t in client.history_of(session_id)])
 
 
 @router.get("/sessions/{session_id}/tree", response_model=r.Turns, tags=["sessions"])
@@ -196,7 +196,7 @@ def tree(session_id: str, request: Request, owner: Tenant) -> r.Turns:
     """Every turn of every branch, in submission order."""
     client = client_of(request)
     owned_session(client, session_id, owner)
-    return r.Turns(turns=[r.Turn.of(t) for t in client.store.tree(session_id)])
+    return r.Turns(turns=[r.Turn.of(t) for t in client.tree_of(session_id)])
 
 
 @router.post("/sessions/{session_id}/branch", response_model=r.Session, tags=["sessions"])
@@ -206,7 +206,7 @@ def branch(session_id: str, body: r.BranchRequest, request: Request, owner: Tena
     owned_session(client, session_id, owner)
     owned_turn(client, body.turn_id, owner)  # another tenant's turn is unknown here
     client.session(session_id).branch_from(body.turn_id)
-    return r.Session.of(client.store.get_session(session_id))
+    return r.Session.of(client.session_record(session_id))
 
 
 # ---------------------------------------------------------------------------- turns
@@ -220,8 +220,8 @@ def get_turn(turn_id: str, request: Request, owner: Tenant) -> r.TurnDetails:
 
 def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
     record = owned_turn(client, turn_id, owner)
-    run = client.store.run_state(turn_id)
-    approvals = client.store.approvals(turn_id) if run.approval_count else ()
+    run = client.run_state(turn_id)
+    approvals = client.approvals_of(turn_id) if run.approval_count else ()
     return r.TurnDetails.of_run(record, run, approvals)
 
 

@@ -495,7 +495,7 @@ def _answer_approvals(
         )
     client = client_of(request)
     previous = _previous(client, body, owner)
-    approvals = {a.approval_id: a for a in client.store.approvals(previous.turn_id)}
+    approvals = {a.approval_id: a for a in client.approvals_of(previous.turn_id)}
     named: set[str] = set()
     for answer in answers:
         where = f"input[{answer.position}].approval_request_id"
@@ -559,11 +559,11 @@ def _follow(client: Client, session_id: str, previous: str) -> None:
     running will head the session when it ends, and a new turn waits for it anyway; an
     ended one that is not the head is branched from (as OpenAI continues from any earlier
     response), which only an idle session can do without a race."""
-    record = client.store.get_session(session_id)
-    run = client.store.run_state(previous)
+    record = client.session_record(session_id)
+    run = client.run_state(previous)
     if not run.status.terminal or record.head_turn_id == previous:
         return
-    if any(not turn.status.terminal for turn in client.store.tree(session_id)):
+    if any(not turn.status.terminal for turn in client.tree_of(session_id)):
         raise Refusal(
             409,
             f"a response of conversation {session_id!r} is in progress: continuing after "
@@ -632,39 +632,37 @@ def _last_event_id(value: str | None) -> int:
 
 
 def _stored(client: Client, turn_id: str, hints: dict[str, Any]) -> dict[str, Any]:
-    store = client.store
-    run = store.run_state(turn_id)
+    run = client.run_state(turn_id)
     return stored_response(
-        store.get_turn(turn_id),
+        client.turn_record(turn_id),
         run,
-        store.steps_of(turn_id),
-        approvals=store.approvals(turn_id) if run.approval_count else (),
+        client.steps_of(turn_id),
+        approvals=client.approvals_of(turn_id) if run.approval_count else (),
         **hints,
     )
 
 
 def _meta(client: Client, turn_id: str) -> ResponseMeta:
-    store = client.store
-    return meta_of(store.get_turn(turn_id), store.run_state(turn_id), store.steps_of(turn_id))
+    return meta_of(client.turn_record(turn_id), client.run_state(turn_id), client.steps_of(turn_id))
 
 
 async def _until_ended(request: Request, turn_id: str, timeout: float | None) -> None:
     """Wait (at most ``timeout`` seconds, if given) for the turn's last ``end`` (the
     shared feed's reading of the turn stops there), or until it waits for a person: an
     OpenAI client is answered then, with the approval requests in the output."""
-    store = client_of(request).store
+    client = client_of(request)
     try:
         async with asyncio.timeout(timeout):
             try:
                 async for event in feeds_of(request).subscribe(turn_id, 0):
                     if event.kind is EventKind.APPROVAL_REQUESTED:
-                        run = await asyncio.to_thread(store.run_state, turn_id)
+                        run = await asyncio.to_thread(client.run_state, turn_id)
                         if run.status is TurnStatus.WAITING:
                             return
             except FellBehind:
                 # A turn longer than a feed lets one reader lag behind: ask the store.
                 while True:
-                    status = (await asyncio.to_thread(store.run_state, turn_id)).status
+                    status = (await asyncio.to_thread(client.run_state, turn_id)).status
                     if status.terminal or status is TurnStatus.WAITING:
                         return
                     await asyncio.sleep(0.5)

@@ -61,7 +61,7 @@ def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
     """The session if ``owner`` owns it; another tenant's answers as an unknown one."""
     if not plausible_id(session_id):
         raise SessionNotFound(f"no session {session_id!r}")
-    record = client.store.get_session(session_id)
+    record = client.session_record(session_id)
     if record.tenant != owner:
         raise SessionNotFound(f"no session {session_id!r}")
     bind(session_id=session_id)  # (the request's log lines are about it from here on)
@@ -72,7 +72,7 @@ def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     """The turn if ``owner`` owns its session; another tenant's answers as an unknown one."""
     if not plausible_id(turn_id):
         raise TurnNotFound(f"no turn {turn_id!r}")
-    turn, tenant = client.store.turn_and_tenant(turn_id)
+    turn, tenant = client.turn_and_tenant(turn_id)
     if tenant != owner:
         raise TurnNotFound(f"no turn {turn_id!r}")
     bind(session_id=turn.session_id, turn_id=turn_id, run_id=turn.run_id)

@@ -129,7 +129,7 @@ def answer_approvals(client: Client, session: Session, answers: Sequence[Approva
         raise InvalidRequest("no approval to answer")
     ids = {answer.approval_id for answer in answers}
     for turn in reversed(session.tree()):
-        asked = {a.approval_id: a for a in client.store.approvals(turn.turn_id)}
+        asked = {a.approval_id: a for a in client.approvals_of(turn.turn_id)}
         if ids <= asked.keys():
             break
     else:
