@@ -23,7 +23,6 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
-from parley.gateway import agui, aisdk, native, responses
 from parley.gateway import resources as r
 from parley.gateway.errors import (
     JSON_HEADERS,
@@ -33,6 +32,7 @@ from parley.gateway.errors import (
     unauthorized,
 )
 from parley.gateway.feeds import Feeds
+from parley.gateway.routers import agui, aisdk, native, responses
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable, bearer

@@ -13,7 +13,7 @@ import pytest
 
 from parley.errors import InvalidRequest
 from parley.gateway.local_token import TOKEN_FILE
-from parley.gateway.native import workspace_root
+from parley.gateway.routers.native import workspace_root
 from parley.gateway.server import Bind
 from parley.gateway.settings import LOCAL_TENANT, GatewaySettings, parse_tokens
 from parley.gateway.tenants import TokenTable

@@ -1,4 +1,4 @@
-"""The OpenAI Responses projection (``parley.gateway.responses_events``), checked with the
+"""The OpenAI Responses projection (``parley.gateway.projections.responses``), checked with the
 official ``openai`` package and against the Open Responses specification's schema
 (``tests/open_responses.py``): every event validates against both, the client's own
 stream accumulator takes the stream and ends with the reply, and a restarted step leaves
@@ -19,7 +19,7 @@ from openai.types.responses import ParsedResponse, Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 import parley
-from parley.gateway.responses_events import (
+from parley.gateway.projections.responses import (
     SLOTS,
     Projection,
     ResponseMeta,

@@ -33,10 +33,10 @@ from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse
 
 from parley.errors import InvalidRequest, SessionNotFound
-from parley.gateway.agui_projection import AgUiRun
-from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
+from parley.gateway.projections.agui import AgUiRun
 from parley.gateway.resources import NOT_BLANK
+from parley.gateway.routers.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.tenants import Tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,

@@ -8,7 +8,7 @@ answering when it ends, at once (``background``), or as a stream (``stream``);
 after ``starting_after``; ``POST /v1/responses/{id}/cancel`` interrupts it.  Every
 response is durable, whether or not it was created in the background: its stream can be
 resumed for as long as the store keeps the turn.  The events are a projection of the
-turn's own (``responses_events.py``), read through the process's shared feed.
+turn's own (``projections/responses.py``), read through the process's shared feed.
 
 Refusals are in OpenAI's error form, ``{"error": {"message", "type", "param", "code"}}``,
 with OpenAI's statuses, and change nothing.
@@ -36,15 +36,7 @@ from parley import errors
 from parley.client import Client
 from parley.gateway.errors import GatewayError, status_of
 from parley.gateway.feeds import FellBehind
-from parley.gateway.native import (
-    client_of,
-    event_stream,
-    feeds_of,
-    settings_of,
-    workspace_root,
-)
-from parley.gateway.resources import JSON_NUMBER, ErrorBody
-from parley.gateway.responses_events import (
+from parley.gateway.projections.responses import (
     SLOTS,
     Projection,
     ResponseMeta,
@@ -52,6 +44,14 @@ from parley.gateway.responses_events import (
     response_object,
     stored_response,
     unix_seconds,
+)
+from parley.gateway.resources import JSON_NUMBER, ErrorBody
+from parley.gateway.routers.native import (
+    client_of,
+    event_stream,
+    feeds_of,
+    settings_of,
+    workspace_root,
 )
 from parley.gateway.tenants import Tenant, owned_session, owned_turn
 from parley.turn_handle import TurnHandle

@@ -41,10 +41,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound
-from parley.gateway.aisdk_projection import UiMessageStream
-from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
+from parley.gateway.projections.aisdk import UiMessageStream
 from parley.gateway.resources import NOT_BLANK
+from parley.gateway.routers.native import ERRORS, client_of, feeds_of, settings_of
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import Tenant
 from parley.gateway.threads import (
