@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
 from parley.gateway import resources as r
+from parley.gateway.dependencies import bearer
 from parley.gateway.errors import (
     JSON_HEADERS,
     BodyLimit,
@@ -35,7 +36,7 @@ from parley.gateway.feeds import Feeds
 from parley.gateway.routers import agui, aisdk, native, responses
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenant_limits import TenantLimits
-from parley.gateway.tenants import TokenTable, bearer
+from parley.gateway.tenants import TokenTable
 from parley.metrics_export import exposition
 from schemas.events import PAYLOADS, payload_adapter
 from workers.telemetry.log_context import log_scope

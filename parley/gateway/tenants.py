@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from typing import Annotated
-
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
-from parley.gateway.errors import unauthorized
 from schemas.records import SessionRecord, TurnRecord
 from workers.store.sql_store import validate_ids
 from workers.telemetry.log_context import bind
@@ -38,23 +33,6 @@ class TokenTable:
             if hmac.compare_digest(token, given):
                 found = tenant
         return found
-
-
-bearer = HTTPBearer(auto_error=False, description="A token from PARLEY_GATEWAY_TOKENS")
-
-
-def tenant(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> str:
-    """The tenant of the request's bearer token: 401 if it has none or an unknown one."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise unauthorized("this needs an Authorization: Bearer token")
-    table: TokenTable = request.app.state.tokens
-    found = table.tenant_of(credentials.credentials)
-    if found is None:
-        raise unauthorized("the bearer token is not one this gateway knows")
-    return found
 
 
 def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
@@ -86,7 +64,3 @@ def plausible_id(value: str) -> bool:
     except InvalidRequest:
         return False
     return True
-
-
-Tenant = Annotated[str, Depends(tenant)]
-"""A route parameter: the tenant of the request's bearer token (401 without one)."""

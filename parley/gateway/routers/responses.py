@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -34,8 +35,9 @@ from starlette.responses import Response
 
 from parley import errors
 from parley.client import Client
+from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
 from parley.gateway.errors import GatewayError, status_of
-from parley.gateway.feeds import FellBehind
+from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.projections.responses import (
     SLOTS,
     Projection,
@@ -46,14 +48,9 @@ from parley.gateway.projections.responses import (
     unix_seconds,
 )
 from parley.gateway.resources import JSON_NUMBER, ErrorBody
-from parley.gateway.routers.native import (
-    client_of,
-    event_stream,
-    feeds_of,
-    settings_of,
-    workspace_root,
-)
-from parley.gateway.tenants import Tenant, owned_session, owned_turn
+from parley.gateway.routers.native import event_stream, workspace_root
+from parley.gateway.settings import GatewaySettings
+from parley.gateway.tenants import owned_session, owned_turn
 from parley.turn_handle import TurnHandle
 from parley.validation import MAX_PROMPT_BYTES, MAX_STEER_BYTES
 from schemas.events import EventKind
@@ -424,25 +421,30 @@ def _conversation_id(value: str | dict[str, Any]) -> str:
 
 
 @router.post("/responses", response_model=None, responses=RESPONSE_OR_STREAM)
-async def create_response(body: ResponseCreate, request: Request, owner: Tenant) -> Response:
+async def create_response(
+    body: ResponseCreate,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
+    owner: Tenant,
+) -> Response:
     """Start a response (a turn): in a new conversation (a session), in ``conversation``'s,
     or after ``previous_response_id``.  Answers the response once it has ended; with
     ``background``, at once (``queued``); with ``stream``, its events as they come."""
     _check_supported(body)
-    client = client_of(request)
     answers = answers_of(body.input)
     if answers:
         # Answers to a waiting response's approval requests: the same response (the
         # same turn) goes on; it is answered in the mode asked, as it stands.
-        handle = await asyncio.to_thread(_answer_approvals, request, owner, body, answers)
+        handle = await asyncio.to_thread(_answer_approvals, client, owner, body, answers)
         if body.stream:
             meta = await asyncio.to_thread(_meta, client, handle.turn_id)
-            return _event_stream(request, handle.turn_id, meta, 0, {})
+            return _event_stream(client, feeds, settings, handle.turn_id, meta, 0, {})
         if not body.background:
-            await _until_ended(request, handle.turn_id, None)
+            await _until_ended(client, feeds, handle.turn_id, None)
         return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, {}))
     prompt = prompt_of(body.input)
-    handle = await asyncio.to_thread(_submit, request, owner, body, prompt)
+    handle = await asyncio.to_thread(_submit, client, settings.workspaces, owner, body, prompt)
     hints = {
         "model": body.model or "",
         "previous_response_id": body.previous_response_id,
@@ -460,11 +462,11 @@ async def create_response(body: ResponseCreate, request: Request, owner: Tenant)
             max_output_tokens=body.max_output_tokens,
         )
         if body.stream:
-            return _event_stream(request, handle.turn_id, meta, 0, hints)
+            return _event_stream(client, feeds, settings, handle.turn_id, meta, 0, hints)
         # The response as created (OpenAI's answer to a background create), however far
         # the turn has gone since: retrieve it, or stream it, for the rest.
         return JSONResponse(response_object(meta, status="queued"))
-    await _until_ended(request, handle.turn_id, None)
+    await _until_ended(client, feeds, handle.turn_id, None)
     return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, hints))
 
 
@@ -482,7 +484,7 @@ def _previous(client: Client, body: ResponseCreate, owner: str) -> TurnRecord:
 
 
 def _answer_approvals(
-    request: Request, owner: str, body: ResponseCreate, answers: list[ApprovalAnswer]
+    client: Client, owner: str, body: ResponseCreate, answers: list[ApprovalAnswer]
 ) -> TurnHandle:
     """Answer calls of the response ``previous_response_id`` that wait for a person:
     every answer is checked (its call waits, and is named once) before any is given."""
@@ -493,7 +495,6 @@ def _answer_approvals(
             "previous_response_id",
             param="previous_response_id",
         )
-    client = client_of(request)
     previous = _previous(client, body, owner)
     approvals = {a.approval_id: a for a in client.approvals_of(previous.turn_id)}
     named: set[str] = set()
@@ -525,9 +526,11 @@ def _answer_approvals(
     return handle
 
 
-def _submit(request: Request, owner: str, body: ResponseCreate, prompt: str) -> TurnHandle:
-    """Queue the turn where the request says (every check made before any write)."""
-    client = client_of(request)
+def _submit(
+    client: Client, workspaces: Path, owner: str, body: ResponseCreate, prompt: str
+) -> TurnHandle:
+    """Queue the turn where the request says (every check made before any write); a new
+    conversation's workspace is made under ``workspaces``."""
     contract = None
     if body.max_output_tokens is not None:
         contract = TaskContract(max_tokens=body.max_output_tokens)
@@ -549,7 +552,7 @@ def _submit(request: Request, owner: str, body: ResponseCreate, prompt: str) -> 
             ) from None
         return client.session(conversation).submit(prompt, contract=contract)
     session_id = new_id()
-    root = workspace_root(settings_of(request).workspaces, owner, session_id)
+    root = workspace_root(workspaces, owner, session_id)
     session = client.open_session(root, tenant=owner, session_id=session_id)
     return session.submit(prompt, contract=contract)
 
@@ -577,7 +580,9 @@ def _follow(client: Client, session_id: str, previous: str) -> None:
 @router.get("/responses/{response_id}", response_model=None, responses=RESPONSE_OR_STREAM)
 async def retrieve_response(
     response_id: str,
-    request: Request,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
     owner: Tenant,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=0, le=MAX_SEQUENCE_NUMBER)] = None,
@@ -585,28 +590,28 @@ async def retrieve_response(
 ) -> Response:
     """The response; with ``stream=true`` its events after ``starting_after`` (or the
     ``Last-Event-ID`` header), from its start if neither, closing after its end."""
-    client = client_of(request)
     await asyncio.to_thread(_owned, client, response_id, owner)
     if not stream:
         return JSONResponse(await asyncio.to_thread(_stored, client, response_id, {}))
     after = starting_after if starting_after is not None else _last_event_id(last_event_id)
     meta = await asyncio.to_thread(_meta, client, response_id)
-    return _event_stream(request, response_id, meta, after, {})
+    return _event_stream(client, feeds, settings, response_id, meta, after, {})
 
 
 @router.post("/responses/{response_id}/cancel", response_model=None)
-async def cancel_response(response_id: str, request: Request, owner: Tenant) -> JSONResponse:
+async def cancel_response(
+    response_id: str, client: ClientDep, feeds: FeedsDep, owner: Tenant
+) -> JSONResponse:
     """Interrupt the response (it stops at its next step boundary, at once while the model
     streams, and stays resumable through the native API) and answer its object; one that
     has ended is answered as it is."""
-    client = client_of(request)
     await asyncio.to_thread(_owned, client, response_id, owner)
     try:
         await asyncio.to_thread(lambda: client.attach(response_id).interrupt())
     except errors.TurnEnded:
         pass  # cancelling twice, or after the end, answers the response as it is (OpenAI)
     else:
-        await _until_ended(request, response_id, CANCEL_WAIT_SECONDS)
+        await _until_ended(client, feeds, response_id, CANCEL_WAIT_SECONDS)
     return JSONResponse(await asyncio.to_thread(_stored, client, response_id, {}))
 
 
@@ -646,15 +651,14 @@ def _meta(client: Client, turn_id: str) -> ResponseMeta:
     return meta_of(client.turn_record(turn_id), client.run_state(turn_id), client.steps_of(turn_id))
 
 
-async def _until_ended(request: Request, turn_id: str, timeout: float | None) -> None:
+async def _until_ended(client: Client, feeds: Feeds, turn_id: str, timeout: float | None) -> None:
     """Wait (at most ``timeout`` seconds, if given) for the turn's last ``end`` (the
     shared feed's reading of the turn stops there), or until it waits for a person: an
     OpenAI client is answered then, with the approval requests in the output."""
-    client = client_of(request)
     try:
         async with asyncio.timeout(timeout):
             try:
-                async for event in feeds_of(request).subscribe(turn_id, 0):
+                async for event in feeds.subscribe(turn_id, 0):
                     if event.kind is EventKind.APPROVAL_REQUESTED:
                         run = await asyncio.to_thread(client.run_state, turn_id)
                         if run.status is TurnStatus.WAITING:
@@ -671,13 +675,17 @@ async def _until_ended(request: Request, turn_id: str, timeout: float | None) ->
 
 
 def _event_stream(
-    request: Request, turn_id: str, meta: ResponseMeta, after: int, hints: dict[str, Any]
+    client: Client,
+    feeds: Feeds,
+    settings: GatewaySettings,
+    turn_id: str,
+    meta: ResponseMeta,
+    after: int,
+    hints: dict[str, Any],
 ) -> EventSourceResponse:
     """The response's events numbered above ``after``.  The turn is projected from its
     first event every time, so the numbering (and what follows ``after``) is the same on
     every read, from any gateway process."""
-    client = client_of(request)
-    feeds = feeds_of(request)
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         projection = Projection(meta)
@@ -700,7 +708,7 @@ def _event_stream(
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
-    return event_stream(frames(), settings_of(request))
+    return event_stream(frames(), settings)
 
 
 def _frames(events: list[dict[str, Any]], after: int) -> list[ServerSentEvent]:
