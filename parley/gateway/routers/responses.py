@@ -19,40 +19,42 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from parley import errors
 from parley.client import Client
 from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
-from parley.gateway.errors import GatewayError, status_of
 from parley.gateway.feeds import Feeds, FellBehind
-from parley.gateway.projections.responses import (
+from parley.gateway.projections.responses import ResponsesProjection
+from parley.gateway.projections.responses_objects import (
     SLOTS,
-    Projection,
     ResponseMeta,
     meta_of,
     response_object,
     stored_response,
     unix_seconds,
 )
-from parley.gateway.resources import JSON_NUMBER, ErrorBody
+from parley.gateway.resources import ErrorBody
 from parley.gateway.routers.native import event_stream, workspace_root
+from parley.gateway.routers.openai_errors import OpenAIError, OpenAIErrorBody, OpenAIRoute
+from parley.gateway.routers.responses_requests import (
+    ApprovalResponseItem,
+    ResponseCreate,
+    answers_of,
+    check_supported,
+    conversation_id,
+    prompt_of,
+)
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import owned_session, owned_turn
 from parley.turn_handle import TurnHandle
-from parley.validation import MAX_PROMPT_BYTES, MAX_STEER_BYTES
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
 from workers.store.sql_store import new_id
@@ -64,115 +66,6 @@ CANCEL_WAIT_SECONDS = 10.0
 step boundary, at once while the model streams): the object it answers then says
 ``cancelled``; a turn inside a slow tool call is still ``in_progress``."""
 MAX_SEQUENCE_NUMBER = (2**31 - 1) * SLOTS + SLOTS - 1
-
-
-# ---------------------------------------------------------------------------- errors
-
-
-class OpenAIErrorDetail(BaseModel):
-    """What went wrong, as OpenAI says it."""
-
-    message: str
-    type: str = Field(description="invalid_request_error, or server_error")
-    param: str | None = None
-    code: str | None = None
-
-
-class OpenAIErrorBody(BaseModel):
-    """Every refusal of the Responses routes."""
-
-    error: OpenAIErrorDetail
-
-
-class Refusal(Exception):
-    """A request refused in OpenAI's terms."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        type_name: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = OpenAIErrorBody(
-            error=OpenAIErrorDetail(message=message, type=type_name, param=param, code=code)
-        )
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        """The refusal as an answer."""
-        return JSONResponse(self.body.model_dump(), status_code=self.status, headers=self.headers)
-
-
-def refusal_of(exc: Exception) -> Refusal:
-    """Any error of a Responses route as OpenAI would answer it (a 5xx names no internals)."""
-    if isinstance(exc, Refusal):
-        return exc
-    if isinstance(exc, RequestValidationError):
-        return _invalid(exc)
-    if isinstance(exc, GatewayError):
-        code = "invalid_api_key" if exc.status == 401 else None
-        return Refusal(exc.status, exc.message, code=code, headers=exc.headers)
-    if isinstance(exc, StarletteHTTPException):  # FastAPI's own: a body it cannot parse
-        if exc.status_code == 400:
-            return Refusal(400, "the body is not valid JSON", code="invalid_json")
-        detail = exc.detail if isinstance(exc.detail, str) else "refused"
-        return Refusal(exc.status_code, detail, headers=dict(exc.headers or {}))
-    if isinstance(exc, errors.TurnNotFound):
-        return Refusal(404, str(exc), code="not_found")
-    if isinstance(exc, errors.SessionNotFound):
-        return Refusal(404, str(exc), param="conversation", code="not_found")
-    if isinstance(exc, errors.ParleyError):
-        status = status_of(exc)
-        if status >= 500:
-            log.error("%s: %s", type(exc).__name__, exc)
-            return Refusal(
-                status, "the service is unavailable; retry later", type_name="server_error"
-            )
-        # parley's 422 (a field it refuses) is OpenAI's 400; its 409s stay conflicts.
-        return Refusal(400 if status == 422 else status, str(exc), code=type(exc).__name__)
-    log.exception("unexpected error", exc_info=exc)
-    return Refusal(500, "the gateway failed; retry later", type_name="server_error")
-
-
-def _invalid(exc: RequestValidationError) -> Refusal:
-    """The first of pydantic's complaints, with the parameter it concerns."""
-    items = exc.errors()
-    if any(item.get("type") == "json_invalid" for item in items):
-        return Refusal(400, "the body is not valid JSON", code="invalid_json")
-    item = items[0] if items else {}
-    where = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
-    param = where[0] if where else None
-    name = ".".join(where)
-    kind = item.get("type")
-    if kind == "extra_forbidden":
-        return Refusal(400, f"Unknown parameter: '{name}'.", param=param, code="unknown_parameter")
-    if kind == "missing":
-        message, code = f"Missing required parameter: '{name}'.", "missing_required_parameter"
-        return Refusal(400, message, param=param, code=code)
-    detail = str(item.get("msg", "invalid"))
-    return Refusal(400, f"Invalid '{name}': {detail}", param=param, code="invalid_value")
-
-
-class OpenAIRoute(APIRoute):
-    """A route whose refusals (auth, validation, parley's errors) are in OpenAI's form,
-    not the rest of the gateway's."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as exc:
-                return refusal_of(exc).response()
-
-        return route
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -200,223 +93,6 @@ RESPONSE_OR_STREAM: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1", tags=["responses"], responses=ERRORS, route_class=OpenAIRoute)
 
 
-# ---------------------------------------------------------------------------- requests
-
-
-class ResponseCreate(BaseModel):
-    """``POST /v1/responses``: OpenAI's parameters.  The host chooses the model, the
-    system prompt and the tools: ``model`` is recorded, ``instructions`` and the sampling
-    parameters are accepted and have no effect, and ``tools`` (functions the client would
-    run) are refused.  A parameter OpenAI does not define is refused, and so is one of
-    another JSON type than OpenAI's (``"stream": "true"`` is not true)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    input: (
-        Annotated[str, Field(min_length=1, pattern=r"\S")]
-        | Annotated[list[dict[str, Any]], Field(min_length=1)]
-    ) = Field(
-        description="The prompt, or a message list whose newest user message is the prompt "
-        "(earlier messages are not replayed: the stored history is what the model sees)"
-    )
-    model: str | None = Field(None, max_length=200)
-    previous_response_id: str | None = Field(
-        None, description="Continue after this response, in its conversation"
-    )
-    conversation: str | dict[str, Any] | None = Field(
-        None, description="A conversation (a session id, or {'id': …}) to continue"
-    )
-    background: bool | None = Field(None, description="Answer at once, status queued")
-    stream: bool | None = Field(None, description="Answer with the response's event stream")
-    max_output_tokens: (
-        Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None
-    ) = Field(None, description="The turn's token budget (input and output)")
-    store: bool | None = None
-    tools: list[dict[str, Any]] | None = None
-    text: dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
-    # Accepted, and without effect: the host decides these.
-    instructions: str | None = None
-    metadata: dict[str, Any] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_logprobs: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    max_tool_calls: Annotated[int, Field(strict=False), JSON_NUMBER] | None = None
-    reasoning: dict[str, Any] | None = None
-    truncation: str | None = None
-    include: list[str] | None = None
-    stream_options: dict[str, Any] | None = None
-    service_tier: str | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    prompt_cache_options: dict[str, Any] | None = None
-    background_options: dict[str, Any] | None = None
-    context_management: list[dict[str, Any]] | None = None
-    access_programs: dict[str, Any] | None = None
-    image: dict[str, Any] | None = None
-    moderation: dict[str, Any] | None = None
-
-
-def prompt_of(value: str | list[dict[str, Any]]) -> str:
-    """The prompt of a request's ``input``: the string, or the text of the newest user
-    message, which must come last (parley runs its host's tools itself: there is no
-    ``function_call_output`` of the client's to take)."""
-    if isinstance(value, str):
-        text = value
-    else:
-        users = [
-            n
-            for n, item in enumerate(value)
-            if item.get("role") == "user" and item.get("type", "message") == "message"
-        ]
-        if not users:
-            raise Refusal(
-                400, "input has no user message (its newest one is the prompt)", param="input"
-            )
-        last = users[-1]
-        if last != len(value) - 1:
-            kind = value[last + 1].get("type") or value[last + 1].get("role")
-            raise Refusal(
-                400,
-                f"input[{last + 1}] ({kind}) follows the newest user message: the prompt "
-                "must come last (parley runs its host's tools; it takes no tool outputs)",
-                param=f"input[{last + 1}]",
-            )
-        text = _text_of(value[last].get("content"), f"input[{last}].content")
-    if not text.strip():
-        raise Refusal(400, "input is empty: there is no prompt", param="input", code="empty")
-    if "\x00" in text:
-        raise Refusal(400, "input contains a NUL character", param="input")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise Refusal(400, "input is not valid UTF-8", param="input") from None
-    if size > MAX_PROMPT_BYTES:
-        raise Refusal(400, f"input is {size} bytes; the limit is {MAX_PROMPT_BYTES}", param="input")
-    return text
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalAnswer:
-    """An ``mcp_approval_response`` input item: a person's answer to a waiting call."""
-
-    position: int
-    approval_id: str
-    approve: bool
-    reason: str | None
-
-
-def answers_of(value: str | list[dict[str, Any]]) -> list[ApprovalAnswer]:
-    """The ``mcp_approval_response`` items of ``input``, which come last (the items
-    before them, like earlier messages, are not replayed); none for any other input."""
-    if isinstance(value, str):
-        return []
-    kinds = [item.get("type") for item in value]
-    if "mcp_approval_response" not in kinds:
-        return []
-    first = kinds.index("mcp_approval_response")
-    answers = []
-    for n in range(first, len(value)):
-        item = value[n]
-        if kinds[n] != "mcp_approval_response":
-            raise Refusal(
-                400,
-                f"input[{n}] follows an mcp_approval_response: answers to approval requests "
-                "come last, and alone (a steer for the response goes through the native API)",
-                param=f"input[{n}]",
-            )
-        approval_id, approve, reason = (
-            item.get("approval_request_id"),
-            item.get("approve"),
-            item.get("reason"),
-        )
-        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 36:
-            raise Refusal(
-                400, "approval_request_id must be an id", param=f"input[{n}].approval_request_id"
-            )
-        if not isinstance(approve, bool):
-            raise Refusal(400, "approve must be true or false", param=f"input[{n}].approve")
-        if reason is not None and (
-            not isinstance(reason, str)
-            or not _echoable(reason)
-            or len(reason.encode("utf-8")) > MAX_STEER_BYTES
-        ):
-            raise Refusal(
-                400,
-                f"reason must be text of at most {MAX_STEER_BYTES} bytes",
-                param=f"input[{n}].reason",
-            )
-        reason = reason if reason and reason.strip() else None
-        answers.append(
-            ApprovalAnswer(position=n, approval_id=approval_id, approve=approve, reason=reason)
-        )
-    return answers
-
-
-def _text_of(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise Refusal(400, f"{where} must be a string or a list of parts", param=where)
-    texts = []
-    for n, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in ("input_text", "text") or not isinstance(part.get("text"), str):
-            raise Refusal(
-                400,
-                f"{where}[{n}] is {kind or 'not a part'}: parley takes text input only",
-                param=f"{where}[{n}]",
-            )
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _check_supported(body: ResponseCreate) -> None:
-    """Refuse what parley cannot do as asked, before anything is written."""
-    if body.tools:
-        raise Refusal(
-            400,
-            "tools are the host's: parley runs its host's tools itself and calls none of "
-            "the client's; leave tools out",
-            param="tools",
-        )
-    if body.store is False:
-        raise Refusal(400, "parley stores every response (a response is a turn)", param="store")
-    if body.prompt is not None:
-        raise Refusal(400, "prompt templates are not served; send input", param="prompt")
-    text_format = (body.text or {}).get("format")
-    if isinstance(text_format, dict) and text_format.get("type", "text") != "text":
-        raise Refusal(400, "only text output is served", param="text.format")
-    if body.model is not None and not _echoable(body.model):
-        raise Refusal(400, "model must be text (UTF-8, no NUL)", param="model")
-    if body.previous_response_id is not None and body.conversation is not None:
-        raise Refusal(
-            400,
-            "previous_response_id and conversation cannot be used together",
-            param="previous_response_id",
-        )
-
-
-def _echoable(text: str) -> bool:
-    """Whether ``text`` can be sent back in a JSON answer (UTF-8 has no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
-
-
-def _conversation_id(value: str | dict[str, Any]) -> str:
-    given = value.get("id") if isinstance(value, dict) else value
-    if not isinstance(given, str) or not given:
-        raise Refusal(400, "conversation must be an id or {'id': …}", param="conversation")
-    return given
-
-
 # ---------------------------------------------------------------------------- routes
 
 
@@ -431,7 +107,7 @@ async def create_response(
     """Start a response (a turn): in a new conversation (a session), in ``conversation``'s,
     or after ``previous_response_id``.  Answers the response once it has ended; with
     ``background``, at once (``queued``); with ``stream``, its events as they come."""
-    _check_supported(body)
+    check_supported(body)
     answers = answers_of(body.input)
     if answers:
         # Answers to a waiting response's approval requests: the same response (the
@@ -475,7 +151,7 @@ def _previous(client: Client, body: ResponseCreate, owner: str) -> TurnRecord:
     try:
         return owned_turn(client, body.previous_response_id, owner)
     except errors.TurnNotFound:
-        raise Refusal(
+        raise OpenAIError(
             400,
             f"Previous response with id '{body.previous_response_id}' not found.",
             param="previous_response_id",
@@ -484,12 +160,12 @@ def _previous(client: Client, body: ResponseCreate, owner: str) -> TurnRecord:
 
 
 def _answer_approvals(
-    client: Client, owner: str, body: ResponseCreate, answers: list[ApprovalAnswer]
+    client: Client, owner: str, body: ResponseCreate, answers: list[ApprovalResponseItem]
 ) -> TurnHandle:
     """Answer calls of the response ``previous_response_id`` that wait for a person:
     every answer is checked (its call waits, and is named once) before any is given."""
     if body.previous_response_id is None:
-        raise Refusal(
+        raise OpenAIError(
             400,
             "an mcp_approval_response answers the response that asked: give its id as "
             "previous_response_id",
@@ -503,14 +179,14 @@ def _answer_approvals(
         approval = approvals.get(answer.approval_id)
         if approval is None or answer.approval_id in named:
             what = "names it twice" if approval is not None else "has no such approval request"
-            raise Refusal(
+            raise OpenAIError(
                 400,
                 f"response '{previous.turn_id}' {what}: {answer.approval_id!r}",
                 param=where,
             )
         if not approval.pending:
             decision = approval.decision.value if approval.decision else "answered"
-            raise Refusal(
+            raise OpenAIError(
                 409,
                 f"approval request {answer.approval_id!r} has its answer already ({decision})",
                 param=where,
@@ -540,11 +216,11 @@ def _submit(
         _follow(client, session.id, previous.turn_id)
         return session.submit(prompt, contract=contract)
     if body.conversation is not None:
-        conversation = _conversation_id(body.conversation)
+        conversation = conversation_id(body.conversation)
         try:
             owned_session(client, conversation, owner)
         except errors.SessionNotFound:
-            raise Refusal(
+            raise OpenAIError(
                 404,
                 f"Conversation with id '{conversation}' not found.",
                 param="conversation",
@@ -567,7 +243,7 @@ def _follow(client: Client, session_id: str, previous: str) -> None:
     if not run.status.terminal or record.head_turn_id == previous:
         return
     if any(not turn.status.terminal for turn in client.tree_of(session_id)):
-        raise Refusal(
+        raise OpenAIError(
             409,
             f"a response of conversation {session_id!r} is in progress: continuing after "
             "an earlier response (a branch) waits until it ends",
@@ -619,7 +295,7 @@ def _owned(client: Client, response_id: str, owner: str) -> None:
     try:
         owned_turn(client, response_id, owner)
     except errors.TurnNotFound:
-        raise Refusal(
+        raise OpenAIError(
             404, f"Response with id '{response_id}' not found.", code="not_found"
         ) from None
 
@@ -630,9 +306,9 @@ def _last_event_id(value: str | None) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise Refusal(400, "Last-Event-ID must be a sequence number") from None
+        raise OpenAIError(400, "Last-Event-ID must be a sequence number") from None
     if not 0 <= number <= MAX_SEQUENCE_NUMBER:
-        raise Refusal(400, "Last-Event-ID is not a sequence number of this API")
+        raise OpenAIError(400, "Last-Event-ID is not a sequence number of this API")
     return number
 
 
@@ -688,7 +364,7 @@ def _event_stream(
     every read, from any gateway process."""
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        projection = Projection(meta)
+        projection = ResponsesProjection(meta)
         held = None  # an end: the turn's last only if nothing follows it
         try:
             async for event in feeds.subscribe(turn_id, 0):
