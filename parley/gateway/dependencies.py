@@ -1,10 +1,12 @@
 """Every FastAPI dependency of the gateway's routes, each an ``Annotated`` alias a route
 declares in its signature: the client (:data:`ClientDep`), the settings
-(:data:`SettingsDep`), the process's shared feeds (:data:`FeedsDep`) and the request's
-tenant (:data:`Tenant`, the one that can refuse: 401 without a known bearer token)."""
+(:data:`SettingsDep`), the process's shared feeds (:data:`FeedsDep`), both at once for a
+route that streams a turn (:data:`StreamsDep`), and the request's tenant (:data:`Tenant`,
+the one that can refuse: 401 without a known bearer token)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -39,6 +41,20 @@ async def feeds_of(request: Request) -> Feeds:
     return feeds
 
 
+@dataclass(frozen=True)
+class TurnStreams:
+    """What a route that streams a turn's events needs: the process's shared feeds, and
+    the settings (a stream's keep-alive)."""
+
+    feeds: Feeds
+    settings: GatewaySettings
+
+
+async def turn_streams_of(request: Request) -> TurnStreams:
+    """The feeds and settings a turn's stream is made with."""
+    return TurnStreams(await feeds_of(request), await settings_of(request))
+
+
 def tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -61,6 +77,9 @@ SettingsDep = Annotated[GatewaySettings, Depends(settings_of)]
 
 FeedsDep = Annotated[Feeds, Depends(feeds_of)]
 """A route parameter: the process's shared feeds of turns' events (``feeds.Feeds``)."""
+
+StreamsDep = Annotated[TurnStreams, Depends(turn_streams_of)]
+"""A route parameter: the feeds and settings a turn's stream is made with."""
 
 Tenant = Annotated[str, Depends(tenant)]
 """A route parameter: the tenant of the request's bearer token (401 without one)."""

@@ -23,6 +23,7 @@ from parley.gateway.projection import Projection
 from parley.gateway.projections.responses import ResponsesProjection
 from parley.gateway.projections.responses_objects import (
     SLOTS,
+    ResponseContent,
     ResponseMeta,
     committed_output,
     message_id,
@@ -104,7 +105,7 @@ def numbered(payloads: list[EventPayload]) -> list[Event]:
 
 def final_object(status: str, output: list[dict[str, Any]], reply: str | None) -> dict[str, Any]:
     """A stored response object as the route would pass it (built by hand here)."""
-    return response_object(META, status=status, output=output, reply=reply)
+    return response_object(META, status=status, content=ResponseContent(output=output, reply=reply))
 
 
 def reply_item(text: str, step: int) -> dict[str, Any]:

@@ -79,16 +79,22 @@ class ResponseMeta:
     max_output_tokens: int | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResponseContent:
+    """What a response object holds beyond its meta and status: its output items, its
+    reply (``output_text``), usage, error, why it is incomplete, and when it completed
+    (none of them, for a response that has only started)."""
+
+    output: Sequence[dict[str, Any]] = ()
+    reply: str | None = None
+    usage: Usage | None = None
+    error: str | None = None
+    incomplete_reason: str | None = None
+    completed_at: int | None = None
+
+
 def response_object(
-    meta: ResponseMeta,
-    *,
-    status: str,
-    output: Sequence[dict[str, Any]] = (),
-    reply: str | None = None,
-    usage: Usage | None = None,
-    error: str | None = None,
-    incomplete_reason: str | None = None,
-    completed_at: int | None = None,
+    meta: ResponseMeta, *, status: str, content: ResponseContent | None = None
 ) -> dict[str, Any]:
     """A ``Response`` as the Open Responses specification publishes it (its
     ``ResponseResource``: every field it requires, of the type it requires) and OpenAI's
@@ -98,19 +104,20 @@ def response_object(
     not what the request asked.  ``output_text`` is not part of either wire form (the
     clients compute it from ``output``); it is sent too, as the reply, for readers
     without such a client."""
+    held = content if content is not None else ResponseContent()
     return {
         "id": meta.response_id,
         "object": "response",
         "created_at": meta.created_at,
-        "completed_at": completed_at,
+        "completed_at": held.completed_at,
         "status": status,
         "model": meta.model,
-        "output": list(output),
-        "output_text": reply or "",
-        "usage": None if usage is None else usage_object(usage),
-        "error": None if error is None else {"code": "server_error", "message": error},
+        "output": list(held.output),
+        "output_text": held.reply or "",
+        "usage": None if held.usage is None else usage_object(held.usage),
+        "error": None if held.error is None else {"code": "server_error", "message": held.error},
         "incomplete_details": (
-            None if incomplete_reason is None else {"reason": incomplete_reason}
+            None if held.incomplete_reason is None else {"reason": held.incomplete_reason}
         ),
         "previous_response_id": meta.previous_response_id,
         "conversation": {"id": meta.conversation_id},
@@ -176,9 +183,7 @@ def stored_response(
     status = STATUS[run.status]
     reply = turn.reply if run.status.has_reply else None
     waiting = [approval_item(a.approval_id, a.tool, a.arguments) for a in approvals if a.pending]
-    return response_object(
-        meta,
-        status=status,
+    content = ResponseContent(
         output=committed_output(turn.turn_id, steps, reply) + waiting,
         reply=reply,
         usage=run.usage,
@@ -190,6 +195,7 @@ def stored_response(
             else None
         ),
     )
+    return response_object(meta, status=status, content=content)
 
 
 def meta_of(

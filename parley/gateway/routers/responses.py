@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from parley import errors
 from parley.client import Client
-from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
+from parley.gateway.dependencies import ClientDep, FeedsDep, StreamsDep, Tenant, TurnStreams
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.projections.responses import ResponsesProjection
 from parley.gateway.projections.responses_objects import (
@@ -52,7 +52,6 @@ from parley.gateway.routers.responses_requests import (
     conversation_id,
     prompt_of,
 )
-from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import owned_session, owned_turn
 from parley.turn_handle import TurnHandle
 from schemas.events import EventKind
@@ -98,11 +97,7 @@ router = APIRouter(prefix="/v1", tags=["responses"], responses=ERRORS, route_cla
 
 @router.post("/responses", response_model=None, responses=RESPONSE_OR_STREAM)
 async def create_response(
-    body: ResponseCreate,
-    client: ClientDep,
-    feeds: FeedsDep,
-    settings: SettingsDep,
-    owner: Tenant,
+    body: ResponseCreate, client: ClientDep, streams: StreamsDep, owner: Tenant
 ) -> Response:
     """Start a response (a turn): in a new conversation (a session), in ``conversation``'s,
     or after ``previous_response_id``.  Answers the response once it has ended; with
@@ -115,12 +110,14 @@ async def create_response(
         handle = await asyncio.to_thread(_answer_approvals, client, owner, body, answers)
         if body.stream:
             meta = await asyncio.to_thread(_meta, client, handle.turn_id)
-            return _event_stream(client, feeds, settings, handle.turn_id, meta, 0, {})
+            return _event_stream(client, streams, handle.turn_id, meta, 0, {})
         if not body.background:
-            await _until_ended(client, feeds, handle.turn_id, None)
+            await _until_ended(client, streams.feeds, handle.turn_id, None)
         return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, {}))
     prompt = prompt_of(body.input)
-    handle = await asyncio.to_thread(_submit, client, settings.workspaces, owner, body, prompt)
+    handle = await asyncio.to_thread(
+        _submit, client, streams.settings.workspaces, owner, body, prompt
+    )
     hints = {
         "model": body.model or "",
         "previous_response_id": body.previous_response_id,
@@ -138,11 +135,11 @@ async def create_response(
             max_output_tokens=body.max_output_tokens,
         )
         if body.stream:
-            return _event_stream(client, feeds, settings, handle.turn_id, meta, 0, hints)
+            return _event_stream(client, streams, handle.turn_id, meta, 0, hints)
         # The response as created (OpenAI's answer to a background create), however far
         # the turn has gone since: retrieve it, or stream it, for the rest.
         return JSONResponse(response_object(meta, status="queued"))
-    await _until_ended(client, feeds, handle.turn_id, None)
+    await _until_ended(client, streams.feeds, handle.turn_id, None)
     return JSONResponse(await asyncio.to_thread(_stored, client, handle.turn_id, hints))
 
 
@@ -257,8 +254,7 @@ def _follow(client: Client, session_id: str, previous: str) -> None:
 async def retrieve_response(
     response_id: str,
     client: ClientDep,
-    feeds: FeedsDep,
-    settings: SettingsDep,
+    streams: StreamsDep,
     owner: Tenant,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=0, le=MAX_SEQUENCE_NUMBER)] = None,
@@ -271,7 +267,7 @@ async def retrieve_response(
         return JSONResponse(await asyncio.to_thread(_stored, client, response_id, {}))
     after = starting_after if starting_after is not None else _last_event_id(last_event_id)
     meta = await asyncio.to_thread(_meta, client, response_id)
-    return _event_stream(client, feeds, settings, response_id, meta, after, {})
+    return _event_stream(client, streams, response_id, meta, after, {})
 
 
 @router.post("/responses/{response_id}/cancel", response_model=None)
@@ -352,8 +348,7 @@ async def _until_ended(client: Client, feeds: Feeds, turn_id: str, timeout: floa
 
 def _event_stream(
     client: Client,
-    feeds: Feeds,
-    settings: GatewaySettings,
+    streams: TurnStreams,
     turn_id: str,
     meta: ResponseMeta,
     after: int,
@@ -367,7 +362,7 @@ def _event_stream(
         projection = ResponsesProjection(meta)
         held = None  # an end: the turn's last only if nothing follows it
         try:
-            async for event in feeds.subscribe(turn_id, 0):
+            async for event in streams.feeds.subscribe(turn_id, 0):
                 if held is not None:  # a resume went on after that end
                     for frame in _frames(projection.project(held), after):
                         yield frame
@@ -384,7 +379,7 @@ def _event_stream(
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
-    return event_stream(frames(), settings)
+    return event_stream(frames(), streams.settings)
 
 
 def _frames(events: list[dict[str, Any]], after: int) -> list[ServerSentEvent]:
