@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Response
@@ -28,6 +26,7 @@ from parley.gateway.feeds import FellBehind
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import owned_session, owned_turn, plausible_id
+from parley.gateway.workspaces import workspace_root
 from parley.session import Session
 from parley.turn_handle import TurnHandle
 from parley.validation import MAX_SEQ, check_metadata
@@ -364,18 +363,3 @@ def answer_approval(
 def _handle(client: Client, turn_id: str, owner: str) -> TurnHandle:
     owned_turn(client, turn_id, owner)
     return client.attach(turn_id)
-
-
-def workspace_root(workspaces: Path, owner: str, name: str) -> Path:
-    """The directory ``<workspaces>/<tenant>/<name>``, made if missing.  ``name`` has
-    matched the workspace pattern already (no separator, no ``..``); a directory that is
-    a symbolic link, or resolves outside the tenant's, is refused."""
-    base = workspaces / owner
-    base.mkdir(parents=True, exist_ok=True)
-    root = base / name
-    if root.is_symlink() or (root.exists() and not root.is_dir()):
-        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
-    root.mkdir(exist_ok=True)
-    if Path(os.path.realpath(root)).parent != Path(os.path.realpath(base)):
-        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
-    return root

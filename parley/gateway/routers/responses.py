@@ -42,7 +42,7 @@ from parley.gateway.projections.responses_objects import (
     unix_seconds,
 )
 from parley.gateway.resources import ErrorBody
-from parley.gateway.routers.native import event_stream, workspace_root
+from parley.gateway.routers.native import event_stream
 from parley.gateway.routers.openai_errors import OpenAIError, OpenAIErrorBody, OpenAIRoute
 from parley.gateway.routers.responses_requests import (
     ApprovalResponseItem,
@@ -53,6 +53,7 @@ from parley.gateway.routers.responses_requests import (
     prompt_of,
 )
 from parley.gateway.tenants import owned_session, owned_turn
+from parley.gateway.workspaces import workspace_root
 from parley.turn_handle import TurnHandle
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
