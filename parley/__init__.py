@@ -6,10 +6,12 @@ steers and interrupts, and survive the process that started them.
 """
 
 from parley import errors, models, tools, transcript
-from parley.client import Client, Session, TurnHandle, connect
+from parley.client import Client, connect
 from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
+from parley.session import Session
 from parley.tools.decorator import tool
+from parley.turn_handle import TurnHandle
 from schemas.events import Event, EventKind
 from schemas.operations import DeliveryState, PrunedSession, PruneReport, WebhookDelivery
 from schemas.records import (

@@ -1,47 +1,38 @@
-"""The gateway's ASGI application: the routes, the error form, the body limit, CORS (its
-refusals in the error form), the JSON answers' headers, an access log without query
-strings, health, the OpenAPI document and the web page."""
+"""The gateway's ASGI application: its routers (``routers/``) on one client, the error
+form, the body limit, CORS (its refusals in the error form), the JSON answers' headers,
+an access log without query strings, and the OpenAPI document."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib import resources as package_files
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse, JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials
-from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
-from parley.gateway import agui, aisdk, native, responses
-from parley.gateway import resources as r
 from parley.gateway.errors import (
     JSON_HEADERS,
     BodyLimit,
     error_response,
     install_error_handlers,
-    unauthorized,
 )
 from parley.gateway.feeds import Feeds
+from parley.gateway.routers import agui, aisdk, native, operations, page, responses
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenant_limits import TenantLimits
-from parley.gateway.tenants import TokenTable, bearer
-from parley.metrics_export import exposition
+from parley.gateway.tenants import TokenTable
 from schemas.events import PAYLOADS, payload_adapter
 from workers.telemetry.log_context import log_scope
 
 access_log = logging.getLogger("parley.gateway.access")
-STATIC = package_files.files("parley.gateway") / "static"
 
 
 def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
@@ -72,9 +63,9 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(agui.router)
     app.include_router(aisdk.router)
     app.include_router(responses.router)
-    _health_routes(app, client)
-    _metrics_route(app, settings)
-    _page_routes(app)
+    app.include_router(operations.router)
+    app.include_router(page.router)
+    page.mount_static(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     # Outermost last: the access log sees every answer, the JSON headers go on every
     # JSON answer (the refusals of the middleware below too), a tenant's bounds count
@@ -143,84 +134,6 @@ class JsonHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
-
-
-def _health_routes(app: FastAPI, client: Client) -> None:
-    @app.get("/healthz", response_model=r.Health, tags=["operations"])
-    def healthz() -> r.Health:
-        """Liveness: the process answers."""
-        return r.Health(status="ok")
-
-    @app.get(
-        "/readyz",
-        response_model=r.Health,
-        tags=["operations"],
-        responses={503: {"model": r.Health, "description": "A dependency does not answer"}},
-    )
-    def readyz() -> JSONResponse:
-        """Readiness: ``200`` only while the database (and Redis, on a fleet) answer."""
-        checks = {"database": "ok" if client.store.ping() else "unavailable"}
-        if client.fleet:
-            checks["redis"] = "ok" if client.coordinator.ping() else "unavailable"
-        ready = all(value == "ok" for value in checks.values())
-        body = r.Health(status="ok" if ready else "unavailable", checks=checks)
-        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
-
-
-def _metrics_route(app: FastAPI, settings: GatewaySettings) -> None:
-    # Outside /v1 and open by default, like /healthz: it holds no tenant's data (counts,
-    # and the host's model, tool and rule names), and a tenant's token is the wrong key
-    # for numbers about every tenant.  A gateway reachable from where its metrics should
-    # not be names a token of their own, PARLEY_METRICS_TOKEN, which a scraper sends.
-    expected = settings.metrics_token.encode() if settings.metrics_token else None
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> Response:
-        """Prometheus's text exposition of this process's metrics."""
-        if expected is not None:
-            given = credentials.credentials if credentials is not None else ""
-            if not hmac.compare_digest(expected, given.encode("utf-8", "surrogateescape")):
-                raise unauthorized("/metrics needs the bearer token PARLEY_METRICS_TOKEN names")
-        body, content_type = exposition(request.headers.get("accept"))
-        return Response(body, media_type=content_type)
-
-
-# The page loads nothing but its own files and talks to nothing but this gateway: a
-# script injected through a rendering bug could not send the token anywhere else.
-PAGE_POLICY = (
-    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
-)
-PAGE_HEADERS = {
-    # Revalidated on every load: an upgrade never pairs a new page with an old script.
-    "Cache-Control": "no-cache",
-    "Content-Security-Policy": PAGE_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-
-class PageFiles(StaticFiles):
-    """The page's static files, with the page's headers."""
-
-    def file_response(self, *args: Any, **kwargs: Any) -> Response:
-        response = super().file_response(*args, **kwargs)
-        response.headers.update(PAGE_HEADERS)
-        return response
-
-
-def _page_routes(app: FastAPI) -> None:
-    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
-    def page() -> FileResponse:
-        """The web page (it reads its token from the URL the gateway printed)."""
-        with package_files.as_file(STATIC / "index.html") as path:
-            return FileResponse(path, headers=PAGE_HEADERS)
-
-    with package_files.as_file(STATIC) as directory:
-        app.mount("/static", PageFiles(directory=directory), name="static")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -212,22 +212,10 @@ class BodyLimit:
                 **scope,
                 "headers": [*scope["headers"], (b"content-type", b"application/json")],
             }
-        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if kind and not (kind == b"application/json" or kind.endswith(b"+json")):
-            await self._refuse(
-                scope, receive, send, 415, "send the body as JSON (Content-Type: application/json)"
-            )
+        refused = self._head_refusal(headers)
+        if refused is not None:
+            await self._refuse(scope, receive, send, *refused)
             return
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            try:
-                size = int(declared)
-            except ValueError:
-                await self._refuse(scope, receive, send, 400, "Content-Length is not a number")
-                return
-            if size > self.limit:
-                await self._refuse(scope, receive, send, 413, self._over())
-                return
         try:
             async with asyncio.timeout(self.timeout):
                 body = await self._read(receive)
@@ -240,24 +228,7 @@ class BodyLimit:
                 scope, receive, send
             )
             return
-        if body is None:
-            await self._refuse(scope, receive, send, 413, self._over())
-            return
-        if nests_deeper_than(body, MAX_BODY_DEPTH):
-            # (as for a malformed body: a caller without a known token hears 401 first)
-            refusal = _unauthenticated(Request(scope))
-            if refusal is not None:
-                await error_response(401, refusal.type_name, refusal.message, refusal.headers)(
-                    scope, receive, send
-                )
-                return
-            await self._refuse(
-                scope,
-                receive,
-                send,
-                422,
-                f"the body nests its objects and arrays over {MAX_BODY_DEPTH} levels deep",
-            )
+        if await self._refused_body(scope, receive, send, body):
             return
         delivered = False
 
@@ -269,6 +240,46 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    def _head_refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        """The status and message of a request refused by its headers alone, if it is."""
+        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if kind and not (kind == b"application/json" or kind.endswith(b"+json")):
+            return 415, "send the body as JSON (Content-Type: application/json)"
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                return 400, "Content-Length is not a number"
+            if size > self.limit:
+                return 413, self._over()
+        return None
+
+    async def _refused_body(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes | None
+    ) -> bool:
+        """Refuse a body over the limit (None) or nested too deep; whether it was."""
+        if body is None:
+            await self._refuse(scope, receive, send, 413, self._over())
+            return True
+        if not nests_deeper_than(body, MAX_BODY_DEPTH):
+            return False
+        # (as for a malformed body: a caller without a known token hears 401 first)
+        refusal = _unauthenticated(Request(scope))
+        if refusal is not None:
+            await error_response(401, refusal.type_name, refusal.message, refusal.headers)(
+                scope, receive, send
+            )
+            return True
+        await self._refuse(
+            scope,
+            receive,
+            send,
+            422,
+            f"the body nests its objects and arrays over {MAX_BODY_DEPTH} levels deep",
+        )
+        return True
 
     async def _read(self, receive: Receive) -> bytes | None:
         """The whole body, or None once it is over the limit."""

@@ -24,7 +24,8 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 
-from parley.client import Client, TurnHandle
+from parley.client import Client
+from parley.turn_handle import TurnHandle
 from schemas.events import Event
 from schemas.records import TurnRecord
 from workers.telemetry import metrics
@@ -261,7 +262,7 @@ class Feeds:
         fail and the store has nothing newer (a resume adds events)."""
         if feed.failure is not None:
             return False
-        stored = await asyncio.to_thread(self._client.store.last_event_seq, feed.turn_id)
+        stored = await asyncio.to_thread(self._client.stored_seq, feed.turn_id)
         return stored <= feed.last_seq
 
     def _release(self, feed: TurnFeed) -> None:

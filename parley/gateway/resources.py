@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from parley.client import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from parley.gateway.settings import NAME_PATTERN
+from parley.validation import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from typing import Annotated
-
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
-from parley.gateway.errors import unauthorized
 from schemas.records import SessionRecord, TurnRecord
 from workers.store.sql_store import validate_ids
 from workers.telemetry.log_context import bind
@@ -40,28 +35,11 @@ class TokenTable:
         return found
 
 
-bearer = HTTPBearer(auto_error=False, description="A token from PARLEY_GATEWAY_TOKENS")
-
-
-def tenant(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> str:
-    """The tenant of the request's bearer token: 401 if it has none or an unknown one."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise unauthorized("this needs an Authorization: Bearer token")
-    table: TokenTable = request.app.state.tokens
-    found = table.tenant_of(credentials.credentials)
-    if found is None:
-        raise unauthorized("the bearer token is not one this gateway knows")
-    return found
-
-
 def owned_session(client: Client, session_id: str, owner: str) -> SessionRecord:
     """The session if ``owner`` owns it; another tenant's answers as an unknown one."""
     if not plausible_id(session_id):
         raise SessionNotFound(f"no session {session_id!r}")
-    record = client.store.get_session(session_id)
+    record = client.session_record(session_id)
     if record.tenant != owner:
         raise SessionNotFound(f"no session {session_id!r}")
     bind(session_id=session_id)  # (the request's log lines are about it from here on)
@@ -72,7 +50,7 @@ def owned_turn(client: Client, turn_id: str, owner: str) -> TurnRecord:
     """The turn if ``owner`` owns its session; another tenant's answers as an unknown one."""
     if not plausible_id(turn_id):
         raise TurnNotFound(f"no turn {turn_id!r}")
-    turn, tenant = client.store.turn_and_tenant(turn_id)
+    turn, tenant = client.turn_and_tenant(turn_id)
     if tenant != owner:
         raise TurnNotFound(f"no turn {turn_id!r}")
     bind(session_id=turn.session_id, turn_id=turn_id, run_id=turn.run_id)
@@ -86,7 +64,3 @@ def plausible_id(value: str) -> bool:
     except InvalidRequest:
         return False
     return True
-
-
-Tenant = Annotated[str, Depends(tenant)]
-"""A route parameter: the tenant of the request's bearer token (401 without one)."""

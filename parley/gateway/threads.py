@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parley.client import MAX_PROMPT_BYTES, MAX_REQUEST_ID, Client, Session, _check_text
+from parley.client import Client
 from parley.errors import Conflict, InvalidRequest, SessionNotFound, TurnNotFound
-from parley.gateway.native import workspace_root
 from parley.gateway.tenants import owned_session
+from parley.gateway.workspaces import workspace_root
+from parley.session import Session
+from parley.validation import MAX_PROMPT_BYTES, MAX_REQUEST_ID, check_text
 from schemas.records import Decision
 from workers.store.sql_store import storable
 
@@ -127,7 +129,7 @@ def answer_approvals(client: Client, session: Session, answers: Sequence[Approva
         raise InvalidRequest("no approval to answer")
     ids = {answer.approval_id for answer in answers}
     for turn in reversed(session.tree()):
-        asked = {a.approval_id: a for a in client.store.approvals(turn.turn_id)}
+        asked = {a.approval_id: a for a in client.approvals_of(turn.turn_id)}
         if ids <= asked.keys():
             break
     else:
@@ -151,7 +153,7 @@ def answer_approvals(client: Client, session: Session, answers: Sequence[Approva
 def check_prompt(text: str) -> str:
     """``text`` if a turn may have it as its prompt (the checks ``Session.submit`` makes,
     made before anything is created), else :class:`InvalidRequest`."""
-    return _check_text(text, "prompt", MAX_PROMPT_BYTES)
+    return check_text(text, "prompt", MAX_PROMPT_BYTES)
 
 
 def message_request_id(protocol: str, message_id: str, text: str) -> str:

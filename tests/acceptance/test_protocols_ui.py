@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from parley.gateway.agui_projection import AgUiRun
-from parley.gateway.aisdk_projection import UiMessageStream
+from parley.gateway.projections.agui import AgUiRun
+from parley.gateway.projections.aisdk import UiMessageStream
 from schemas.events import (
     Ended,
     Event,

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.gateway.agui_projection import AgUiRun
+from parley.gateway.projections.agui import AgUiRun
 from schemas.events import (
     ApprovalAnswered,
     ApprovalRequested,

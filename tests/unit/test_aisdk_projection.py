@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.gateway.aisdk_projection import UiMessageStream
+from parley.gateway.projections.aisdk import UiMessageStream
 from schemas.events import (
     ApprovalAnswered,
     ApprovalRequested,

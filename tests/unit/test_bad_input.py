@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import parley
-from parley.client import MAX_JSON_DEPTH
 from parley.errors import InvalidRequest
+from parley.validation import MAX_JSON_DEPTH
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 

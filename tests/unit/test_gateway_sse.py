@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from parley.gateway.native import event_stream, sse_bytes
+from parley.gateway.routers.native import event_stream, sse_bytes
 from parley.gateway.settings import GatewaySettings
 from schemas.events import Event, EventKind
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import parley
-from parley.client import MAX_REQUEST_ID
 from parley.errors import InvalidRequest
 from parley.gateway import threads
 from parley.gateway.threads import (
@@ -21,6 +20,7 @@ from parley.gateway.threads import (
     message_request_id,
     open_thread,
 )
+from parley.validation import MAX_REQUEST_ID
 from tests.helpers import scripted_host
 
 

@@ -1,8 +1,8 @@
-"""The OpenAI Responses projection (``parley.gateway.responses_events``), checked with the
-official ``openai`` package and against the Open Responses specification's schema
-(``tests/open_responses.py``): every event validates against both, the client's own
-stream accumulator takes the stream and ends with the reply, and a restarted step leaves
-the client holding its text once."""
+"""The OpenAI Responses projection (``parley.gateway.projections.responses``, its objects in
+``responses_objects``), checked with the official ``openai`` package and against the Open
+Responses specification's schema (``tests/open_responses.py``): every event validates
+against both, the client's own stream accumulator takes the stream and ends with the
+reply, and a restarted step leaves the client holding its text once."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from openai.types.responses import ParsedResponse, Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 import parley
-from parley.gateway.responses_events import (
+from parley.gateway.projection import Projection
+from parley.gateway.projections.responses import ResponsesProjection
+from parley.gateway.projections.responses_objects import (
     SLOTS,
-    Projection,
+    ResponseContent,
     ResponseMeta,
     committed_output,
     message_id,
@@ -57,7 +59,7 @@ RESPONSE = TypeAdapter(Response)
 def project(events: list[Event], final: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The whole stream of ``events`` (the last ``end`` closing the response with
     ``final``)."""
-    projection = Projection(META)
+    projection = ResponsesProjection(META)
     out: list[dict[str, Any]] = []
     for event in events:
         last = event is events[-1]
@@ -103,7 +105,7 @@ def numbered(payloads: list[EventPayload]) -> list[Event]:
 
 def final_object(status: str, output: list[dict[str, Any]], reply: str | None) -> dict[str, Any]:
     """A stored response object as the route would pass it (built by hand here)."""
-    return response_object(META, status=status, output=output, reply=reply)
+    return response_object(META, status=status, content=ResponseContent(output=output, reply=reply))
 
 
 def reply_item(text: str, step: int) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def test_a_real_turn_with_a_tool_round_parses_to_its_reply(tmp_path: Path) -> No
         run = client.store.run_state(handle.turn_id)
         committed = client.store.steps_of(handle.turn_id)
     final = stored_response(turn, run, committed, model="gpt-test")
-    projection = Projection(meta_of(turn, run, [], model="gpt-test"))
+    projection = ResponsesProjection(meta_of(turn, run, [], model="gpt-test"))
     stream: list[dict[str, Any]] = []
     for event in events:
         batch = projection.project(event, final=final if event is events[-1] else None)
@@ -166,6 +168,16 @@ def test_a_real_turn_with_a_tool_round_parses_to_its_reply(tmp_path: Path) -> No
     assert stored.output_text == "The notes say hello."
     assert stored.model == "scripted"  # the model the host used, not the one asked for
     assert stored.usage is not None and stored.usage.total_tokens == run.usage.total
+
+
+def test_the_responses_projection_is_a_projection() -> None:
+    """It is fed as every projection is (its ``end`` without the final object): it opens
+    and closes with nothing, and feeds what ``project`` answers."""
+    events = numbered([Queued(run_id="r"), Started(run_id="r", attempt=1, worker="w1")])
+    projection: Projection = ResponsesProjection(META)
+    fed = [*projection.opening(), *(item for e in events for item in projection.feed(e))]
+    assert fed == project(events)
+    assert projection.close("cut") == []
 
 
 # ---------------------------------------------------------------------------- restarts
@@ -445,7 +457,7 @@ def test_budgets_and_failures_end_the_stream_in_openai_terms(
         assert obj.max_output_tokens == 10
     else:
         assert obj.error is not None and "down" in obj.error.message
-    projection = Projection(meta_of(turn, run, committed))
+    projection = ResponsesProjection(meta_of(turn, run, committed))
     stream = [
         e
         for event in events
@@ -503,7 +515,7 @@ def test_a_call_waiting_for_a_person_is_an_approval_request_of_a_response_in_pro
     [request] = shown.output
     assert request.type == "mcp_approval_request"
     assert (request.id, request.name) == (pending.approval_id, "list_files")
-    projection = Projection(meta_of(turn, run, []))
+    projection = ResponsesProjection(meta_of(turn, run, []))
     stream = [
         e
         for event in events

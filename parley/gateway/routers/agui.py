@@ -27,17 +27,17 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse
 
 from parley.errors import InvalidRequest, SessionNotFound
-from parley.gateway.agui_projection import AgUiRun
-from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
+from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
+from parley.gateway.projections.agui import AgUiRun
 from parley.gateway.resources import NOT_BLANK
-from parley.gateway.tenants import Tenant
+from parley.gateway.routers.native import ERRORS
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
     ApprovalAnswer,
@@ -191,15 +191,19 @@ def _text_of(content: str | list[AgUiTextPart]) -> str:
 @router.post(
     "/ag-ui", tags=["protocols"], response_class=EventSourceResponse, responses=AG_UI_STREAM
 )
-async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSourceResponse:
+async def ag_ui(
+    body: RunAgentInput,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
+    owner: Tenant,
+) -> EventSourceResponse:
     """Run an AG-UI agent run as a parley turn: ``threadId`` names the session (a new one
     for a thread the tenant has not used), the newest user message is the prompt (sent
     again, it answers the turn it made), and the turn's events stream as AG-UI events.
     A turn already running on the session is waited for (enqueued).  A run with
     ``resume`` entries answers the calls the thread's waiting turn asked about, and
     streams that turn on."""
-    client = client_of(request)
-    settings = settings_of(request)
     answers = [entry.answer() for entry in body.resume or ()]
     # A run that answers interrupts takes no prompt: it goes on with the turn that asked.
     user = None if answers else newest_user_message(body.messages)
@@ -232,5 +236,5 @@ async def ag_ui(body: RunAgentInput, request: Request, owner: Tenant) -> EventSo
         input_messages=[m.model_dump(mode="json", exclude_unset=True) for m in body.messages],
     )
     pause = approval_pause(client, turn_id, lambda: projection.asked, projection.interrupt)
-    frames = projected(feeds_of(request), turn_id, projection, data_frame, pause=pause)
+    frames = projected(feeds, turn_id, projection, data_frame, pause=pause)
     return data_stream(frames, settings)

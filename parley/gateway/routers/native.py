@@ -11,22 +11,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.client import MAX_SEQ, Client, Session, TurnHandle, check_metadata
+from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
-from parley.gateway.feeds import Feeds, FellBehind
+from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
+from parley.gateway.feeds import FellBehind
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import Tenant, owned_session, owned_turn, plausible_id
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id
+from parley.gateway.workspaces import workspace_root
+from parley.session import Session
+from parley.turn_handle import TurnHandle
+from parley.validation import MAX_SEQ, check_metadata
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store.sql_store import new_id
@@ -59,30 +62,10 @@ EVENT_STREAM: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1", responses=ERRORS)
 
 
-def client_of(request: Request) -> Client:
-    """The gateway's client (embedded or fleet)."""
-    client: Client = request.app.state.client
-    return client
-
-
-def settings_of(request: Request) -> GatewaySettings:
-    """The gateway's settings."""
-    settings: GatewaySettings = request.app.state.settings
-    return settings
-
-
-def feeds_of(request: Request) -> Feeds:
-    """The process's feeds."""
-    feeds: Feeds = request.app.state.feeds
-    return feeds
-
-
-# ---------------------------------------------------------------------------- sessions
-
-
 @router.post("/sessions", status_code=201, response_model=r.Session, tags=["sessions"])
 def create_session(
-    request: Request,
+    client: ClientDep,
+    settings: SettingsDep,
     owner: Tenant,
     response: Response,
     body: Annotated[r.SessionCreate | None, Body()] = None,
@@ -90,11 +73,9 @@ def create_session(
     """Open a session about a workspace of the tenant's (made if missing).  Every field
     is optional, and so is the body."""
     body = body or r.SessionCreate(workspace=None, metadata=None, title=None)
-    client = client_of(request)
     session_id = new_id()
     if body.metadata is not None:
         check_metadata(body.metadata)  # refused before the workspace directory is made
-    settings = settings_of(request)
     name = body.workspace or session_id
     fresh = not (settings.workspaces / owner / name).exists()
     root = workspace_root(settings.workspaces, owner, name)
@@ -104,12 +85,12 @@ def create_session(
         root, metadata=body.metadata, tenant=owner, session_id=session_id, title=body.title
     )
     response.headers["Location"] = f"/v1/sessions/{session.id}"
-    return r.Session.of(client.store.get_session(session.id))
+    return r.Session.of(client.session_record(session.id))
 
 
 @router.get("/sessions", response_model=r.Sessions, tags=["sessions"])
 def list_sessions(
-    request: Request,
+    client: ClientDep,
     owner: Tenant,
     limit: Annotated[int, Query(ge=1, le=r.MAX_LIST)] = 50,
     before: Annotated[str | None, Query(min_length=1, max_length=36)] = None,
@@ -117,26 +98,25 @@ def list_sessions(
     """The tenant's sessions, newest first; ``before`` (a session id) pages on."""
     if before is not None and not plausible_id(before):
         raise SessionNotFound(f"no session {before!r}")
-    records = client_of(request).store.list_sessions(tenant=owner, limit=limit, before=before)
+    records = client.session_records(tenant=owner, limit=limit, before=before)
     return r.Sessions(sessions=[r.Session.of(record) for record in records])
 
 
 @router.get("/sessions/{session_id}", response_model=r.Session, tags=["sessions"])
-def get_session(session_id: str, request: Request, owner: Tenant) -> r.Session:
+def get_session(session_id: str, client: ClientDep, owner: Tenant) -> r.Session:
     """A session."""
-    return r.Session.of(owned_session(client_of(request), session_id, owner))
+    return r.Session.of(owned_session(client, session_id, owner))
 
 
 @router.patch("/sessions/{session_id}", response_model=r.Session, tags=["sessions"])
 def update_session(
-    session_id: str, body: r.SessionUpdate, request: Request, owner: Tenant
+    session_id: str, body: r.SessionUpdate, client: ClientDep, owner: Tenant
 ) -> r.Session:
     """Change what a session shows: its ``title``."""
-    client = client_of(request)
     record = owned_session(client, session_id, owner)
     session = Session(client, record)
     session.set_title(body.title)
-    return r.Session.of(client.store.get_session(session.id))
+    return r.Session.of(client.session_record(session.id))
 
 
 @router.post(
@@ -149,14 +129,13 @@ def update_session(
 def submit_turn(
     session_id: str,
     body: r.TurnCreate,
-    request: Request,
+    client: ClientDep,
     response: Response,
     owner: Tenant,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> r.Turn:
     """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
     answers the turn it made (``200``) and queues nothing."""
-    client = client_of(request)
     record = owned_session(client, session_id, owner)
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise InvalidRequest("request_id and the Idempotency-Key header differ")
@@ -181,44 +160,41 @@ def submit_turn(
 
 
 @router.get("/sessions/{session_id}/history", response_model=r.Turns, tags=["sessions"])
-def history(session_id: str, request: Request, owner: Tenant) -> r.Turns:
+def history(session_id: str, client: ClientDep, owner: Tenant) -> r.Turns:
     """The turns root → head: what the model sees."""
-    client = client_of(request)
     owned_session(client, session_id, owner)
-    return r.Turns(turns=[r.Turn.of(t) for t in client.store.history(session_id)])
+    return r.Turns(turns=[r.Turn.of(t) for t in client.history_of(session_id)])
 
 
 @router.get("/sessions/{session_id}/tree", response_model=r.Turns, tags=["sessions"])
-def tree(session_id: str, request: Request, owner: Tenant) -> r.Turns:
+def tree(session_id: str, client: ClientDep, owner: Tenant) -> r.Turns:
     """Every turn of every branch, in submission order."""
-    client = client_of(request)
     owned_session(client, session_id, owner)
-    return r.Turns(turns=[r.Turn.of(t) for t in client.store.tree(session_id)])
+    return r.Turns(turns=[r.Turn.of(t) for t in client.tree_of(session_id)])
 
 
 @router.post("/sessions/{session_id}/branch", response_model=r.Session, tags=["sessions"])
-def branch(session_id: str, body: r.BranchRequest, request: Request, owner: Tenant) -> r.Session:
+def branch(session_id: str, body: r.BranchRequest, client: ClientDep, owner: Tenant) -> r.Session:
     """Move the head to one of the session's turns: the next turn hangs under it."""
-    client = client_of(request)
     owned_session(client, session_id, owner)
     owned_turn(client, body.turn_id, owner)  # another tenant's turn is unknown here
     client.session(session_id).branch_from(body.turn_id)
-    return r.Session.of(client.store.get_session(session_id))
+    return r.Session.of(client.session_record(session_id))
 
 
 # ---------------------------------------------------------------------------- turns
 
 
 @router.get("/turns/{turn_id}", response_model=r.TurnDetails, tags=["turns"])
-def get_turn(turn_id: str, request: Request, owner: Tenant) -> r.TurnDetails:
+def get_turn(turn_id: str, client: ClientDep, owner: Tenant) -> r.TurnDetails:
     """A turn with its run's details."""
-    return _details(client_of(request), turn_id, owner)
+    return _details(client, turn_id, owner)
 
 
 def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
     record = owned_turn(client, turn_id, owner)
-    run = client.store.run_state(turn_id)
-    approvals = client.store.approvals(turn_id) if run.approval_count else ()
+    run = client.run_state(turn_id)
+    approvals = client.approvals_of(turn_id) if run.approval_count else ()
     return r.TurnDetails.of_run(record, run, approvals)
 
 
@@ -230,7 +206,9 @@ def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
 )
 async def events(
     turn_id: str,
-    request: Request,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
     owner: Tenant,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     last_event_id: Annotated[
@@ -241,9 +219,7 @@ async def events(
     """The turn's events after ``?after=`` or ``Last-Event-ID`` (0 if neither), each once
     and in order, closing after ``end``; for a turn still queued, running, or long over."""
     start = after if after is not None else _last_event_id(last_event_id)
-    client = client_of(request)
     record = await asyncio.to_thread(owned_turn, client, turn_id, owner)
-    feeds = feeds_of(request)
 
     async def stream() -> AsyncIterator[bytes]:
         try:
@@ -252,7 +228,7 @@ async def events(
         except FellBehind as exc:
             log.info("dropped a slow subscriber: %s", exc)
 
-    return event_stream(stream(), settings_of(request))
+    return event_stream(stream(), settings)
 
 
 def _last_event_id(value: str | None) -> int:
@@ -313,19 +289,19 @@ def event_stream(
 )
 async def result(
     turn_id: str,
-    request: Request,
+    client: ClientDep,
+    feeds: FeedsDep,
     owner: Tenant,
     wait: Annotated[float, Query(ge=0, le=r.MAX_WAIT_SECONDS)] = 0,
 ) -> JSONResponse:
     """The turn once it has ended (``200``), waiting up to ``wait`` seconds for it; ``202``
     with the turn as it stands if it is still going."""
-    client = client_of(request)
     details = await asyncio.to_thread(_details, client, turn_id, owner)
     if not details.status.terminal and wait > 0:
         ended = False
         try:
             async with asyncio.timeout(wait):
-                async for event in feeds_of(request).subscribe(turn_id, 0):
+                async for event in feeds.subscribe(turn_id, 0):
                     if event.kind is EventKind.END:
                         details = await asyncio.to_thread(_details, client, turn_id, owner)
                         if details.status.terminal:
@@ -340,28 +316,27 @@ async def result(
 
 
 @router.post("/turns/{turn_id}/say", status_code=202, response_model=r.Accepted, tags=["turns"])
-def say(turn_id: str, body: r.SayRequest, request: Request, owner: Tenant) -> r.Accepted:
+def say(turn_id: str, body: r.SayRequest, client: ClientDep, owner: Tenant) -> r.Accepted:
     """A message for the model at the turn's next step boundary; ``409 TurnEnded`` once
     the turn has ended (the message then goes nowhere, and you are told)."""
-    _handle(request, turn_id, owner).say(body.text)
+    _handle(client, turn_id, owner).say(body.text)
     return r.Accepted(turn_id=turn_id, accepted="say")
 
 
 @router.post(
     "/turns/{turn_id}/interrupt", status_code=202, response_model=r.Accepted, tags=["turns"]
 )
-def interrupt(turn_id: str, request: Request, owner: Tenant) -> r.Accepted:
+def interrupt(turn_id: str, client: ClientDep, owner: Tenant) -> r.Accepted:
     """Stop the turn at its next step boundary (at once while the model streams); it
     stays resumable.  ``409 TurnEnded`` once it has ended."""
-    _handle(request, turn_id, owner).interrupt()
+    _handle(client, turn_id, owner).interrupt()
     return r.Accepted(turn_id=turn_id, accepted="interrupt")
 
 
 @router.post("/turns/{turn_id}/resume", status_code=202, response_model=r.Turn, tags=["turns"])
-def resume(turn_id: str, request: Request, owner: Tenant) -> r.Turn:
+def resume(turn_id: str, client: ClientDep, owner: Tenant) -> r.Turn:
     """Continue a cancelled, failed or stranded turn from its last committed step (the
     same turn and run)."""
-    client = client_of(request)
     record = owned_turn(client, turn_id, owner)
     handle = client.session(record.session_id).resume(turn_id)
     return r.Turn.of(handle.record())
@@ -373,34 +348,18 @@ def resume(turn_id: str, request: Request, owner: Tenant) -> r.Turn:
     tags=["turns"],
 )
 def answer_approval(
-    turn_id: str, approval_id: str, body: r.ApprovalDecision, request: Request, owner: Tenant
+    turn_id: str, approval_id: str, body: r.ApprovalDecision, client: ClientDep, owner: Tenant
 ) -> r.Approval:
     """Answer a call that waits for a person: ``approve`` runs it once the step's last
     answer is in, ``deny`` gives the model a result saying so (with ``reason``).  ``409
     Conflict`` if it has its answer already (the message names it), ``422`` if the turn
     has no such call."""
-    handle = _handle(request, turn_id, owner)
+    handle = _handle(client, turn_id, owner)
     if body.decision == "approve":
         return r.Approval.of(handle.approve(approval_id, reason=body.reason))
     return r.Approval.of(handle.deny(approval_id, reason=body.reason))
 
 
-def _handle(request: Request, turn_id: str, owner: str) -> TurnHandle:
-    client = client_of(request)
+def _handle(client: Client, turn_id: str, owner: str) -> TurnHandle:
     owned_turn(client, turn_id, owner)
     return client.attach(turn_id)
-
-
-def workspace_root(workspaces: Path, owner: str, name: str) -> Path:
-    """The directory ``<workspaces>/<tenant>/<name>``, made if missing.  ``name`` has
-    matched the workspace pattern already (no separator, no ``..``); a directory that is
-    a symbolic link, or resolves outside the tenant's, is refused."""
-    base = workspaces / owner
-    base.mkdir(parents=True, exist_ok=True)
-    root = base / name
-    if root.is_symlink() or (root.exists() and not root.is_dir()):
-        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
-    root.mkdir(exist_ok=True)
-    if Path(os.path.realpath(root)).parent != Path(os.path.realpath(base)):
-        raise InvalidRequest(f"workspace {name!r} is not a plain directory")
-    return root

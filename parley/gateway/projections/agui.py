@@ -56,6 +56,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from parley.gateway.projections.agui_events import (
+    CUSTOM_APPROVAL_ANSWERED,
+    CUSTOM_APPROVAL_REQUESTED,
+    CUSTOM_CHECK,
+    CUSTOM_REFUSAL,
+    CUSTOM_STEER,
+    CUSTOM_STEP_RESTARTED,
+    approval_interrupt,
+    custom_event,
+    step_name,
+)
 from schemas.events import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -71,19 +82,6 @@ from schemas.events import (
     ToolCalled,
 )
 from schemas.records import TurnStatus
-
-CUSTOM_STEER = "parley.steer"
-CUSTOM_REFUSAL = "parley.refusal"
-CUSTOM_CHECK = "parley.check"
-CUSTOM_STEP_RESTARTED = "parley.step_restarted"
-CUSTOM_APPROVAL_REQUESTED = "parley.approval_requested"
-CUSTOM_APPROVAL_ANSWERED = "parley.approval_answered"
-APPROVAL_RESPONSE_SCHEMA = {
-    "type": "object",
-    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
-}
-"""What a ``resume`` entry's ``payload`` may say: ``approved: false`` denies a ``resolved``
-entry, ``reason`` is a denial's reason."""
 
 
 @dataclass
@@ -183,7 +181,7 @@ class AgUiRun:
                 self._restarted(out, payload.step, payload.reason)
             case Steered():
                 out.append(
-                    _custom(CUSTOM_STEER, {"position": payload.position, "text": payload.text})
+                    custom_event(CUSTOM_STEER, {"position": payload.position, "text": payload.text})
                 )
             case Refused():
                 value: dict[str, Any] = {
@@ -192,14 +190,14 @@ class AgUiRun:
                     "rule": payload.rule,
                     "reason": payload.reason,
                 }
-                out.append(_custom(CUSTOM_REFUSAL, value))
+                out.append(custom_event(CUSTOM_REFUSAL, value))
             case Checked():
                 value = {
                     "passed": payload.passed,
                     "exitCode": payload.exit_code,
                     "output": payload.output,
                 }
-                out.append(_custom(CUSTOM_CHECK, value))
+                out.append(custom_event(CUSTOM_CHECK, value))
             case ApprovalRequested():
                 self._asked(out, payload)
             case ApprovalAnswered():
@@ -209,7 +207,7 @@ class AgUiRun:
                     "decision": payload.decision,
                     "reason": payload.reason,
                 }
-                out.append(_custom(CUSTOM_APPROVAL_ANSWERED, value))
+                out.append(custom_event(CUSTOM_APPROVAL_ANSWERED, value))
             case Ended():
                 # Not the run's end yet: a resumed turn goes on in the same feed.  What is
                 # open closes now (an interrupted stream's text stays, display-only).
@@ -270,7 +268,7 @@ class AgUiRun:
             return step
         self._finish_step(out)
         step = self._step = self._new_step(index)
-        out.append({"type": "STEP_STARTED", "stepName": _step_name(index)})
+        out.append({"type": "STEP_STARTED", "stepName": step_name(index)})
         return step
 
     def _new_step(self, index: int) -> _Step:
@@ -283,7 +281,7 @@ class AgUiRun:
         if step is None:
             return
         self._end_text(out, step)
-        out.append({"type": "STEP_FINISHED", "stepName": _step_name(step.index)})
+        out.append({"type": "STEP_FINISHED", "stepName": step_name(step.index)})
         self._step = None
 
     def _assistant(self, step: _Step) -> dict[str, Any]:
@@ -373,7 +371,7 @@ class AgUiRun:
             "rule": asked.rule,
             "expiresAt": asked.expires_at,
         }
-        out.append(_custom(CUSTOM_APPROVAL_REQUESTED, value))
+        out.append(custom_event(CUSTOM_APPROVAL_REQUESTED, value))
 
     @property
     def asked(self) -> set[str]:
@@ -393,25 +391,7 @@ class AgUiRun:
         interrupts = []
         for approval_id in approval_ids:
             asked, call_id = self._pending[approval_id]
-            interrupt: dict[str, Any] = {
-                "id": approval_id,
-                "reason": "tool_approval",
-                "message": f"{asked.tool} waits for your approval ({asked.rule or 'asked'})",
-                "toolCallId": call_id,
-                "responseSchema": APPROVAL_RESPONSE_SCHEMA,
-                "metadata": {
-                    "parley": {
-                        "turnId": self.turn_id,
-                        "tool": asked.tool,
-                        "arguments": asked.arguments,
-                        "accesses": [dict(a) for a in asked.accesses],
-                        "rule": asked.rule,
-                    }
-                },
-            }
-            if asked.expires_at:
-                interrupt["expiresAt"] = asked.expires_at
-            interrupts.append(interrupt)
+            interrupts.append(approval_interrupt(asked, call_id, self.turn_id))
         out.append(
             {
                 "type": "RUN_FINISHED",
@@ -501,7 +481,7 @@ class AgUiRun:
             # longer holds them once the snapshot below is applied).
             self._step = self._new_step(index)
         value = {"step": index, "reason": reason, "messageIds": dropped, "toolCallIds": calls}
-        out.append(_custom(CUSTOM_STEP_RESTARTED, value))
+        out.append(custom_event(CUSTOM_STEP_RESTARTED, value))
         if dropped:
             out.append({"type": "MESSAGES_SNAPSHOT", "messages": self._snapshot(gone)})
 
@@ -517,23 +497,3 @@ class AgUiRun:
         messages += [m for key, m in self._messages.items() if key not in given]
         copied: list[dict[str, Any]] = json.loads(json.dumps(messages))
         return copied
-
-
-def _step_name(index: int) -> str:
-    return f"step {index}"
-
-
-def _custom(name: str, value: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "CUSTOM", "name": name, "value": value}
-
-
-__all__ = [
-    "APPROVAL_RESPONSE_SCHEMA",
-    "CUSTOM_APPROVAL_ANSWERED",
-    "CUSTOM_APPROVAL_REQUESTED",
-    "CUSTOM_CHECK",
-    "CUSTOM_REFUSAL",
-    "CUSTOM_STEER",
-    "CUSTOM_STEP_RESTARTED",
-    "AgUiRun",
-]

@@ -34,19 +34,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound
-from parley.gateway.aisdk_projection import UiMessageStream
-from parley.gateway.native import ERRORS, client_of, feeds_of, settings_of
+from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
+from parley.gateway.feeds import Feeds
 from parley.gateway.projection import approval_pause, data_frame, data_stream, projected
+from parley.gateway.projections.aisdk import UiMessageStream
 from parley.gateway.resources import NOT_BLANK
+from parley.gateway.routers.native import ERRORS
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import Tenant
 from parley.gateway.threads import (
     MAX_EXTERNAL_ID,
     ApprovalAnswer,
@@ -198,13 +199,13 @@ def _continue(
     if session is None:
         raise SessionNotFound(f"no chat {chat_id!r} with calls to answer")
     turn_id = answer_approvals(client, session, answers)
-    approvals = client.store.approvals(turn_id)
+    approvals = client.approvals_of(turn_id)
     ids = {answer.approval_id for answer in answers}
     step = max(a.step for a in approvals if a.approval_id in ids)
     asked = {a.approval_id: a.call_id for a in approvals if a.step == step}
     requested = [
         event.seq
-        for event in client.store.events_after(turn_id, 0)
+        for event in client.stored_events(turn_id)
         if event.kind is EventKind.APPROVAL_REQUESTED and event.data["approval_id"] in asked
     ]
     return _Continuation(
@@ -218,7 +219,9 @@ def _continue(
 
 
 def _stream(
-    request: Request,
+    client: Client,
+    feeds: Feeds,
+    settings: GatewaySettings,
     session_id: str,
     turn_id: str,
     continuation: _Continuation | None = None,
@@ -232,9 +235,7 @@ def _stream(
             open_step=continuation.step,
             asked=continuation.asked,
         )
-    pause = approval_pause(
-        client_of(request), turn_id, lambda: projection.asked, projection.interrupt
-    )
+    pause = approval_pause(client, turn_id, lambda: projection.asked, projection.interrupt)
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         if continuation is not None and continuation.waiting:
@@ -244,30 +245,33 @@ def _stream(
         else:
             after = 0 if continuation is None else continuation.after
             async for frame in projected(
-                feeds_of(request), turn_id, projection, data_frame, after=after, pause=pause
+                feeds, turn_id, projection, data_frame, after=after, pause=pause
             ):
                 yield frame
         yield data_frame("[DONE]")
 
-    settings: GatewaySettings = settings_of(request)
     return data_stream(frames(), settings, **HEADERS)
 
 
 @router.post(
     "/chat", tags=["protocols"], response_class=EventSourceResponse, responses=UI_MESSAGE_STREAM
 )
-async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourceResponse:
+async def chat(
+    body: ChatRequest,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
+    owner: Tenant,
+) -> EventSourceResponse:
     """Answer a chat's newest user message as a parley turn: ``id`` names the session (a
     new one for a chat the tenant has not used), the message is the prompt (sent again,
     it answers the turn it made), and the turn streams as the UI message stream.  A turn
     already running on the session is waited for (enqueued)."""
-    client = client_of(request)
-    settings = settings_of(request)
     answers = approval_responses(body.messages)
     if answers:
         # The app answered calls the turn waits on: the turn goes on in the same message.
         going_on = await asyncio.to_thread(_continue, client, owner, body.id, answers)
-        return _stream(request, going_on.session_id, going_on.turn_id, going_on)
+        return _stream(client, feeds, settings, going_on.session_id, going_on.turn_id, going_on)
     message, prompt = newest_user_message(body.messages)
     # Made (its message id checked) before the chat is opened: a refused request makes
     # no session.
@@ -290,7 +294,7 @@ async def chat(body: ChatRequest, request: Request, owner: Tenant) -> EventSourc
         return session.id, handle.turn_id
 
     session_id, turn_id = await asyncio.to_thread(start)
-    return _stream(request, session_id, turn_id)
+    return _stream(client, feeds, settings, session_id, turn_id)
 
 
 def _branch_above(client: Client, session_id: str, message_id: str | None) -> None:
@@ -311,13 +315,14 @@ def _branch_above(client: Client, session_id: str, message_id: str | None) -> No
 )
 async def chat_stream(
     chat_id: Annotated[str, Path(min_length=1, max_length=MAX_EXTERNAL_ID)],
-    request: Request,
+    client: ClientDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
     owner: Tenant,
 ) -> Response:
     """The chat's running turn (its newest queued or running one) as the UI message
     stream, replayed from its start and followed live; ``204`` when none runs, or the
     chat is unknown (nothing is created)."""
-    client = client_of(request)
 
     def running() -> tuple[str, str] | None:
         session = find_thread(client, owner, chat_id)
@@ -329,4 +334,4 @@ async def chat_stream(
     found = await asyncio.to_thread(running)
     if found is None:
         return Response(status_code=204)
-    return _stream(request, *found)
+    return _stream(client, feeds, settings, *found)

@@ -148,42 +148,11 @@ class UiMessageStream:
                 arguments = _arguments(payload.arguments)
                 self._show_call(out, payload.step, payload.call_id, payload.name, arguments)
             case ApprovalRequested():
-                self._show_call(out, payload.step, payload.call_id, payload.tool, payload.arguments)
-                self._pending[payload.approval_id] = payload.call_id
-                out.append(
-                    {
-                        "type": "tool-approval-request",
-                        "approvalId": payload.approval_id,
-                        "toolCallId": payload.call_id,
-                    }
-                )
+                self._asked(out, payload)
             case ApprovalAnswered():
-                call_id = self._pending.pop(payload.approval_id, None)
-                if call_id is not None and payload.decision == Decision.DENIED:
-                    # The SDK's own end for a denied call; the result parley gives the
-                    # model for it (saying why) is not shown again.
-                    self._denied.add(call_id)
-                    out.append({"type": "tool-output-denied", "toolCallId": call_id})
-            case ToolAnswered() if payload.call_id in self._denied:
-                pass
+                self._answered(out, payload)
             case ToolAnswered():
-                self._open_step(out, payload.step)
-                if payload.is_error:
-                    out.append(
-                        {
-                            "type": "tool-output-error",
-                            "toolCallId": payload.call_id,
-                            "errorText": payload.content,
-                        }
-                    )
-                else:
-                    out.append(
-                        {
-                            "type": "tool-output-available",
-                            "toolCallId": payload.call_id,
-                            "output": payload.content,
-                        }
-                    )
+                self._tool_result(out, payload)
             case StepCommitted():
                 self._committed(out, payload)
             case StepRestarted():
@@ -213,6 +182,46 @@ class UiMessageStream:
             case _:  # queued, started
                 pass
         return out
+
+    def _asked(self, out: list[dict[str, Any]], asked: ApprovalRequested) -> None:
+        self._show_call(out, asked.step, asked.call_id, asked.tool, asked.arguments)
+        self._pending[asked.approval_id] = asked.call_id
+        out.append(
+            {
+                "type": "tool-approval-request",
+                "approvalId": asked.approval_id,
+                "toolCallId": asked.call_id,
+            }
+        )
+
+    def _answered(self, out: list[dict[str, Any]], answered: ApprovalAnswered) -> None:
+        call_id = self._pending.pop(answered.approval_id, None)
+        if call_id is not None and answered.decision == Decision.DENIED:
+            # The SDK's own end for a denied call; the result parley gives the
+            # model for it (saying why) is not shown again.
+            self._denied.add(call_id)
+            out.append({"type": "tool-output-denied", "toolCallId": call_id})
+
+    def _tool_result(self, out: list[dict[str, Any]], result: ToolAnswered) -> None:
+        if result.call_id in self._denied:
+            return
+        self._open_step(out, result.step)
+        if result.is_error:
+            out.append(
+                {
+                    "type": "tool-output-error",
+                    "toolCallId": result.call_id,
+                    "errorText": result.content,
+                }
+            )
+        else:
+            out.append(
+                {
+                    "type": "tool-output-available",
+                    "toolCallId": result.call_id,
+                    "output": result.content,
+                }
+            )
 
     @property
     def asked(self) -> set[str]:

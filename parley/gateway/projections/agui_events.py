@@ -1,0 +1,56 @@
+"""The AG-UI events and names of :class:`~parley.gateway.projections.agui.AgUiRun` that
+depend on nothing but what they show: the ``CUSTOM`` events' names, a step's name, the
+interrupt a call waiting for a person becomes, and the ``resume`` payload it asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.events import ApprovalRequested
+
+CUSTOM_STEER = "parley.steer"
+CUSTOM_REFUSAL = "parley.refusal"
+CUSTOM_CHECK = "parley.check"
+CUSTOM_STEP_RESTARTED = "parley.step_restarted"
+CUSTOM_APPROVAL_REQUESTED = "parley.approval_requested"
+CUSTOM_APPROVAL_ANSWERED = "parley.approval_answered"
+APPROVAL_RESPONSE_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+}
+"""What a ``resume`` entry's ``payload`` may say: ``approved: false`` denies a ``resolved``
+entry, ``reason`` is a denial's reason."""
+
+
+def step_name(index: int) -> str:
+    """The ``stepName`` of parley's step ``index``."""
+    return f"step {index}"
+
+
+def custom_event(name: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A ``CUSTOM`` event named ``name`` (one of the ``CUSTOM_*`` names)."""
+    return {"type": "CUSTOM", "name": name, "value": value}
+
+
+def approval_interrupt(asked: ApprovalRequested, call_id: str, turn_id: str) -> dict[str, Any]:
+    """The interrupt of a ``RUN_FINISHED`` for the call ``asked`` waits on (AG-UI's
+    ``call_id``): its id is the approval id, and a ``resume`` entry answers it."""
+    interrupt: dict[str, Any] = {
+        "id": asked.approval_id,
+        "reason": "tool_approval",
+        "message": f"{asked.tool} waits for your approval ({asked.rule or 'asked'})",
+        "toolCallId": call_id,
+        "responseSchema": APPROVAL_RESPONSE_SCHEMA,
+        "metadata": {
+            "parley": {
+                "turnId": turn_id,
+                "tool": asked.tool,
+                "arguments": asked.arguments,
+                "accesses": [dict(a) for a in asked.accesses],
+                "rule": asked.rule,
+            }
+        },
+    }
+    if asked.expires_at:
+        interrupt["expiresAt"] = asked.expires_at
+    return interrupt
