@@ -59,12 +59,11 @@ from typing import Any
 from parley.gateway.projections.agui_events import (
     CUSTOM_APPROVAL_ANSWERED,
     CUSTOM_APPROVAL_REQUESTED,
-    CUSTOM_CHECK,
     CUSTOM_REFUSAL,
-    CUSTOM_STEER,
     CUSTOM_STEP_RESTARTED,
     approval_interrupt,
     custom_event,
+    notice_event,
     step_name,
 )
 from schemas.events import (
@@ -168,9 +167,8 @@ class AgUiRun:
         out: list[dict[str, Any]] = []
         payload = event.payload
         match payload:
-            case Token():
-                if payload.text:
-                    self._text(out, payload.step, payload.text)
+            case Token() if payload.text:
+                self._text(out, payload.step, payload.text)
             case ToolCalled():
                 self._tool_call(out, payload)
             case ToolAnswered():
@@ -179,10 +177,22 @@ class AgUiRun:
                 self._committed(out, payload)
             case StepRestarted():
                 self._restarted(out, payload.step, payload.reason)
-            case Steered():
-                out.append(
-                    custom_event(CUSTOM_STEER, {"position": payload.position, "text": payload.text})
-                )
+            case ApprovalRequested():
+                self._asked(out, payload)
+            case Steered() | Refused() | Checked() | ApprovalAnswered():
+                out.append(self._notice(payload))
+            case Ended():
+                # Not the run's end yet: a resumed turn goes on in the same feed.  What is
+                # open closes now (an interrupted stream's text stays, display-only).
+                self._finish_step(out)
+                self._end = payload
+        return out  # (queued, started: nothing a client renders)
+
+    def _notice(self, payload: Steered | Refused | Checked | ApprovalAnswered) -> dict[str, Any]:
+        """The custom event of what a client shows beside the messages."""
+        match payload:
+            case Steered() | Checked():
+                return notice_event(payload)
             case Refused():
                 value: dict[str, Any] = {
                     "toolCallId": self._tool_call_id(payload.call_id),
@@ -190,32 +200,14 @@ class AgUiRun:
                     "rule": payload.rule,
                     "reason": payload.reason,
                 }
-                out.append(custom_event(CUSTOM_REFUSAL, value))
-            case Checked():
-                value = {
-                    "passed": payload.passed,
-                    "exitCode": payload.exit_code,
-                    "output": payload.output,
-                }
-                out.append(custom_event(CUSTOM_CHECK, value))
-            case ApprovalRequested():
-                self._asked(out, payload)
-            case ApprovalAnswered():
-                self._pending.pop(payload.approval_id, None)
-                value = {
-                    "approvalId": payload.approval_id,
-                    "decision": payload.decision,
-                    "reason": payload.reason,
-                }
-                out.append(custom_event(CUSTOM_APPROVAL_ANSWERED, value))
-            case Ended():
-                # Not the run's end yet: a resumed turn goes on in the same feed.  What is
-                # open closes now (an interrupted stream's text stays, display-only).
-                self._finish_step(out)
-                self._end = payload
-            case _:  # queued, started: nothing a client renders
-                pass
-        return out
+                return custom_event(CUSTOM_REFUSAL, value)
+        self._pending.pop(payload.approval_id, None)
+        value = {
+            "approvalId": payload.approval_id,
+            "decision": payload.decision,
+            "reason": payload.reason,
+        }
+        return custom_event(CUSTOM_APPROVAL_ANSWERED, value)
 
     def close(self, cut: str | None = None) -> list[dict[str, Any]]:
         """``RUN_FINISHED`` or ``RUN_ERROR``, from the last ``end`` (``RUN_ERROR`` with

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.events import ApprovalRequested
+from schemas.events import ApprovalRequested, Checked, Steered
 
 CUSTOM_STEER = "parley.steer"
 CUSTOM_REFUSAL = "parley.refusal"
@@ -54,3 +54,11 @@ def approval_interrupt(asked: ApprovalRequested, call_id: str, turn_id: str) -> 
     if asked.expires_at:
         interrupt["expiresAt"] = asked.expires_at
     return interrupt
+
+
+def notice_event(payload: Steered | Checked) -> dict[str, Any]:
+    """The ``CUSTOM`` event of a steer or a contract check, shown beside the messages."""
+    if isinstance(payload, Steered):
+        return custom_event(CUSTOM_STEER, {"position": payload.position, "text": payload.text})
+    value = {"passed": payload.passed, "exitCode": payload.exit_code, "output": payload.output}
+    return custom_event(CUSTOM_CHECK, value)

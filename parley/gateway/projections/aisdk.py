@@ -141,47 +141,34 @@ class UiMessageStream:
         out: list[dict[str, Any]] = []
         payload = event.payload
         match payload:
-            case Token():
-                if payload.text:
-                    self._text(out, payload.step, payload.text)
+            case Token() if payload.text:
+                self._text(out, payload.step, payload.text)
             case ToolCalled():
                 arguments = _arguments(payload.arguments)
                 self._show_call(out, payload.step, payload.call_id, payload.name, arguments)
-            case ApprovalRequested():
-                self._asked(out, payload)
-            case ApprovalAnswered():
-                self._answered(out, payload)
+            case ApprovalRequested() | ApprovalAnswered():
+                self._approval(out, payload)
             case ToolAnswered():
                 self._tool_result(out, payload)
             case StepCommitted():
                 self._committed(out, payload)
             case StepRestarted():
                 self._restarted(out, payload.step, payload.reason)
-            case Steered():
-                data: dict[str, Any] = {"position": payload.position, "text": payload.text}
-                out.append(_data(DATA_STEER, f"steer:{payload.position}", data))
-            case Refused():
-                data = {
-                    "toolCallId": payload.call_id,
-                    "tool": payload.tool,
-                    "rule": payload.rule,
-                    "reason": payload.reason,
-                }
-                out.append(_data(DATA_REFUSAL, f"refusal:{payload.call_id}", data))
-            case Checked():
-                data = {
-                    "passed": payload.passed,
-                    "exitCode": payload.exit_code,
-                    "output": payload.output,
-                }
-                out.append(_data(DATA_CHECK, f"check:{event.seq}", data))
+            case Steered() | Refused() | Checked():
+                out.append(_notice(payload, event.seq))
             case Ended():
                 # Not the message's end yet: a resumed turn goes on in the same feed.
                 self._finish_step(out)
                 self._end = payload
-            case _:  # queued, started
-                pass
-        return out
+        return out  # (queued, started: nothing to show)
+
+    def _approval(
+        self, out: list[dict[str, Any]], payload: ApprovalRequested | ApprovalAnswered
+    ) -> None:
+        if isinstance(payload, ApprovalRequested):
+            self._asked(out, payload)
+        else:
+            self._answered(out, payload)
 
     def _asked(self, out: list[dict[str, Any]], asked: ApprovalRequested) -> None:
         self._show_call(out, asked.step, asked.call_id, asked.tool, asked.arguments)
@@ -384,3 +371,21 @@ __all__ = [
     "DATA_STEP_RESTARTED",
     "UiMessageStream",
 ]
+
+
+def _notice(payload: Steered | Refused | Checked, seq: int) -> dict[str, Any]:
+    """The data part of what a UI shows beside the message's text and tools."""
+    match payload:
+        case Steered():
+            data: dict[str, Any] = {"position": payload.position, "text": payload.text}
+            return _data(DATA_STEER, f"steer:{payload.position}", data)
+        case Refused():
+            data = {
+                "toolCallId": payload.call_id,
+                "tool": payload.tool,
+                "rule": payload.rule,
+                "reason": payload.reason,
+            }
+            return _data(DATA_REFUSAL, f"refusal:{payload.call_id}", data)
+    data = {"passed": payload.passed, "exitCode": payload.exit_code, "output": payload.output}
+    return _data(DATA_CHECK, f"check:{seq}", data)

@@ -142,7 +142,14 @@ class ResponsesProjection:
             # as it is, without validating a payload object per delta.
             self._token(batch, int(event.data["step"]), str(event.data["text"]))
             return batch.events
-        payload = event.payload
+        self._project_payload(batch, event.payload, final)
+        assert len(batch.events) <= SLOTS, (event, batch.events)
+        return batch.events
+
+    def _project_payload(self, batch: _Batch, payload: Any, final: dict[str, Any] | None) -> None:
+        # Steers, refusals, checks and answers to approvals have no Responses form: a
+        # refusal (or a denial) reaches the client as the call's output, a steer as what
+        # the model says next.
         if isinstance(payload, Queued):
             if batch.events or self.status != "queued":
                 self._lifecycle(batch, "response.queued", "queued")
@@ -160,11 +167,6 @@ class ResponsesProjection:
             self._end(batch, payload, final)
         elif isinstance(payload, Started) and self.status != "in_progress":
             self._lifecycle(batch, "response.in_progress", "in_progress")
-        # Steers, refusals, checks and answers to approvals have no Responses form: a
-        # refusal (or a denial) reaches the client as the call's output, a steer as what
-        # the model says next.
-        assert len(batch.events) <= SLOTS, (event, batch.events)
-        return batch.events
 
     # ------------------------------------------------------------------ lifecycle
 

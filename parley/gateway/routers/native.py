@@ -206,6 +206,7 @@ def _details(client: Client, turn_id: str, owner: str) -> r.TurnDetails:
 )
 async def events(
     turn_id: str,
+    *,
     client: ClientDep,
     feeds: FeedsDep,
     settings: SettingsDep,

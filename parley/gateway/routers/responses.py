@@ -254,6 +254,7 @@ def _follow(client: Client, session_id: str, previous: str) -> None:
 @router.get("/responses/{response_id}", response_model=None, responses=RESPONSE_OR_STREAM)
 async def retrieve_response(
     response_id: str,
+    *,
     client: ClientDep,
     streams: StreamsDep,
     owner: Tenant,
