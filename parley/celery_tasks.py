@@ -41,7 +41,7 @@ from workers.coordination import constants as c
 from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
 from workers.runtime.fleet import FleetRuntime, drive_session, sweep
 from workers.store.database import unmigrated
-from workers.store.sql_store import validate_ids
+from workers.store.ids import validate_ids
 
 log = logging.getLogger("parley.worker")
 

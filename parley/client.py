@@ -28,8 +28,6 @@ from parley.session import Session
 from parley.stored_reads import StoredReads
 from parley.turn_handle import TurnHandle, name_in_logs
 from parley.validation import (
-    MAX_PROMPT_BYTES,
-    MAX_STEER_BYTES,
     check_id,
     check_metadata,
     check_title,
@@ -48,10 +46,7 @@ log = logging.getLogger("parley.client")
 DEFAULT_DATABASE_URL = "sqlite:///parley.db"
 
 __all__ = [
-    # The limits are parley.validation's; the command line reads these two from here.
     "DEFAULT_DATABASE_URL",
-    "MAX_PROMPT_BYTES",
-    "MAX_STEER_BYTES",
     "Client",
     "connect",
     "database_url_of",

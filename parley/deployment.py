@@ -3,26 +3,29 @@
 A fleet's workers share a PostgreSQL database and a Redis: a client of such a database
 with a Redis URL (given, or ``PARLEY_REDIS_URL``) is a fleet producer.  A SQLite client
 is always embedded, and an exported ``PARLEY_REDIS_URL`` (meant for the fleet) does not
-make it a producer.  ``parley.connect`` and the command line both decide by this.
+make it a producer.  ``parley.connect``, the command line and ``parley status`` all decide by this.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from parley.errors import InvalidRequest
 from workers.store.database import create_database_engine
 
 
-def fleet_redis_url(dialect: str, redis_url: str | None = None) -> str | None:
+def fleet_redis_url(
+    dialect: str, redis_url: str | None = None, env: Mapping[str, str] = os.environ
+) -> str | None:
     """The Redis URL that makes a client of a ``dialect`` database (SQLAlchemy's name for
-    it) a fleet producer: ``redis_url``, else ``PARLEY_REDIS_URL``; None when the client
-    is embedded.  A Redis URL given for SQLite is refused."""
+    it) a fleet producer: ``redis_url``, else ``env``'s ``PARLEY_REDIS_URL``; None when
+    the client is embedded.  A Redis URL given for SQLite is refused."""
     if dialect == "sqlite":
         if redis_url:
             raise InvalidRequest("a fleet client needs PostgreSQL, not SQLite")
         return redis_url
-    return redis_url or os.environ.get("PARLEY_REDIS_URL") or None
+    return redis_url or env.get("PARLEY_REDIS_URL") or None
 
 
 def is_fleet(database_url: str) -> bool:

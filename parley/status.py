@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from broker_config.app import BROKER_ERRORS, create_app
 from broker_config.settings import FleetSettings
+from parley.deployment import fleet_redis_url
 from schemas.records import TurnStatus
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.store.database import check_migrated, normalise_url
@@ -160,7 +161,7 @@ def fleet_status(
     try:
         check_migrated(store.engine)  # else the first read's SQL error, lines of it
         work = store.unfinished_work(LISTED)
-        fleet = store.engine.dialect.name != "sqlite" and bool(env.get("PARLEY_REDIS_URL"))
+        fleet = fleet_redis_url(store.engine.dialect.name, None, env) is not None
     finally:
         store.close()
     at = datetime.now(UTC)

@@ -13,7 +13,7 @@ from parley.streaming import follow
 from parley.validation import MAX_SEQ, MAX_STEER_BYTES, check_text, check_timeout
 from schemas.events import Event
 from schemas.records import Approval, Decision, SteerKind, TurnRecord, TurnResult
-from workers.store.sql_store import storable
+from workers.store.ids import storable
 from workers.telemetry.log_context import bind
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from typing import Any
 
 from parley.errors import InvalidRequest, ParleyError
 from schemas.records import IfBusy
+from workers.store.ids import storable, validate_ids
 from workers.store.session_titles import title_problem
-from workers.store.sql_store import storable, validate_ids
 
 MAX_PROMPT_BYTES = 1_000_000
 MAX_STEER_BYTES = 100_000

@@ -12,8 +12,8 @@ import parley
 from parley.cli.connecting import client_for, environment_names_a_host
 from parley.cli.text_input import prompt_line, text_argument
 from parley.cli.watching import unclaimed_notice, watch
-from parley.client import MAX_PROMPT_BYTES, MAX_STEER_BYTES
 from parley.render import EventPrinter, approval_line
+from parley.validation import MAX_PROMPT_BYTES, MAX_STEER_BYTES
 
 
 def submit(args: argparse.Namespace, console: Console) -> int:

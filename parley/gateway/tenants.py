@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound, TurnNotFound
 from schemas.records import SessionRecord, TurnRecord
-from workers.store.sql_store import validate_ids
+from workers.store.ids import validate_ids
 from workers.telemetry.log_context import bind
 
 

@@ -29,7 +29,7 @@ from parley.gateway.workspaces import workspace_root
 from parley.session import Session
 from parley.validation import MAX_PROMPT_BYTES, MAX_REQUEST_ID, check_text
 from schemas.records import Decision
-from workers.store.sql_store import storable
+from workers.store.ids import storable
 
 NAMESPACE = uuid.UUID("5b0c6f0e-93a4-4c53-9d0b-70a1e7a5c1d2")
 """The namespace of every derived session id.  Fixed for good: changing it would orphan

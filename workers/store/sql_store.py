@@ -20,21 +20,16 @@ from __future__ import annotations
 from schemas.errors import StoreError
 from workers.ports.backend import Store
 from workers.store import statements as q
-from workers.store.connection import IntegrityConflict
 from workers.store.database import create_database_engine
-from workers.store.ids import new_id, storable, validate_ids
 from workers.store.leases import LeaseStore
 from workers.store.outbox import OutboxStore
 from workers.store.retention import RetentionStore
 from workers.store.seeding import SeedStore
 from workers.store.sessions import SessionStore
 from workers.store.status import StatusStore
-from workers.store.submissions import SubmissionStore, SubmitReceipt
+from workers.store.submissions import SubmissionStore
 from workers.store.turn_reads import TurnReads
 from workers.store.turn_runs import TurnRunStore
-
-# The ids' functions are imported from here by the gateway and the clients.
-__all__ = ["IntegrityConflict", "SqlStore", "SubmitReceipt", "new_id", "storable", "validate_ids"]
 
 
 class SqlStore(

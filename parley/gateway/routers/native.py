@@ -32,7 +32,7 @@ from parley.turn_handle import TurnHandle
 from parley.validation import MAX_SEQ, check_metadata
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
-from workers.store.sql_store import new_id
+from workers.store.ids import new_id
 
 log = logging.getLogger("parley.gateway")
 

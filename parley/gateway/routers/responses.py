@@ -57,7 +57,7 @@ from parley.gateway.workspaces import workspace_root
 from parley.turn_handle import TurnHandle
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
-from workers.store.sql_store import new_id
+from workers.store.ids import new_id
 
 log = logging.getLogger("parley.gateway")
 
