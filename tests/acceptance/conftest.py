@@ -5,7 +5,7 @@ and Redis.  Tests of in-process hooks carry ``@pytest.mark.embedded_only``; thos
 
 ``PARLEY_TEST_FLEET_BROKER=amqp`` puts the main fleet on RabbitMQ as well, so that the
 whole suite runs on it (``-k fleet`` for the fleet's share alone).  The failure tests'
-fleets are deployed as ``deployment`` says (``tests.chaos.DEPLOYMENTS``)."""
+fleets are deployed as ``deployment`` says (``tests.support.chaos.DEPLOYMENTS``)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import parley
-from tests.chaos import DEPLOYMENTS
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.helpers import Control
-from tests.hosts import workspace_host
+from tests.support.chaos import DEPLOYMENTS
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.hosts import workspace_host
 
 ALL = ["embedded-sqlite", "embedded-postgres", "fleet-postgres"]
 EMBEDDED = ALL[:2]
@@ -117,7 +117,7 @@ def subprocess_env(backend: str, request: pytest.FixtureRequest) -> dict[str, st
         env.pop("PARLEY_HOST")
         return env
     return {
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(Path(__file__).parents[2]),
     }
 

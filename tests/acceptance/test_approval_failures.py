@@ -5,8 +5,8 @@ is not run again by the next worker when its worker died while it ran; the sweep
 an unanswered call out with no worker alive; and after an interrupt while waiting, the
 next turn's request is one a strict OpenAI-compatible server on loopback accepts.
 
-Each test starts a fleet of its own (:mod:`tests.chaos`), on prefork and on the Procfile's
-worker line (``tests.chaos.DEPLOYMENTS``)."""
+Each test starts a fleet of its own (:mod:`tests.support.chaos`), on prefork and on the Procfile's
+worker line (``tests.support.chaos.DEPLOYMENTS``)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,6 @@ import pytest
 import parley
 from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
-from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
-from tests.fleet import flush_redis
-from tests.helpers import displayed_text
 from tests.providers.servers import (
     Reply,
     openai_message_faults,
@@ -32,6 +29,9 @@ from tests.providers.servers import (
     openai_text,
     openai_tool_calls,
 )
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
+from tests.support.fleet import flush_redis
+from tests.support.helpers import displayed_text
 from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -239,7 +239,7 @@ def test_an_approved_call_whose_worker_died_while_it_ran_is_not_run_again(
 def test_the_sweeper_times_out_an_unanswered_call_with_no_worker_alive(
     start_fleet: ChaosFactory,
 ) -> None:
-    chaos = start_fleet(host="tests.hosts:timeout_host")
+    chaos = start_fleet(host="tests.support.hosts:timeout_host")
     asking(chaos, "late")
     [handle] = waiting_turns(chaos, 1)
     [pending] = handle.approvals()

@@ -16,7 +16,7 @@ from parley.errors import Conflict, InvalidRequest, SessionBusy, WaitTimeout
 from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control, scripted_host
+from tests.support.helpers import Control, scripted_host
 
 ASK = {"ask_tools": ["record_call"]}
 

@@ -29,8 +29,8 @@ from parley.errors import (
 from schemas.events import EventKind
 from schemas.records import Steer, SteerKind
 from tests.acceptance.conftest import ClientFactory
-from tests.fleet import flush_redis
-from tests.helpers import Control, scripted_host
+from tests.support.fleet import flush_redis
+from tests.support.helpers import Control, scripted_host
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 RETRY = {

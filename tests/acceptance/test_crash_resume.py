@@ -17,7 +17,7 @@ import pytest
 import parley
 from schemas.events import EventKind
 from tests.acceptance.conftest import ClientFactory
-from tests.gateway import start_gateway
+from tests.support.gateway import start_gateway
 from workers.store.sql_store import SqlStore
 
 SLOW_TEXT = "".join(f"chunk{i:03d} " for i in range(300))

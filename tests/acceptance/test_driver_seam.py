@@ -18,11 +18,11 @@ from examples.plan_then_act.driver import ACTING, PLANNING
 from schemas.events import EventKind
 from tests.acceptance.conftest import ALL, deployed_client, host_fleet
 from tests.acceptance.test_approvals import wait_for
-from tests.chaos import chaos_fleet
-from tests.helpers import Control
-from tests.hosts import plan_then_act_host
+from tests.support.chaos import chaos_fleet
+from tests.support.helpers import Control
+from tests.support.hosts import plan_then_act_host
 
-PLAN_HOST = "tests.hosts:plan_then_act_host"
+PLAN_HOST = "tests.support.hosts:plan_then_act_host"
 PLANNED = {
     "when": "retry",
     "steps": [

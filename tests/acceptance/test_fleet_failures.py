@@ -2,7 +2,7 @@
 paused past its lock, Redis emptied or its connections cut, database backends
 terminated, and a load of sessions.  Each test gets its own database, Redis database
 and fleet (two workers and the sweeper), and runs on two deployments
-(``tests.chaos.DEPLOYMENTS``): prefork, one kick at a time in a child process of each
+(``tests.support.chaos.DEPLOYMENTS``): prefork, one kick at a time in a child process of each
 worker, and the Procfile's worker line (Celery's threads pool, its concurrency, kicks in
 the worker process itself); those marked ``also_amqp`` also on the Procfile's line with
 RabbitMQ as the broker."""
@@ -22,10 +22,10 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
-from tests.conftest import terminate_backends
-from tests.fleet import flush_redis
-from tests.helpers import assert_once_in_order_gap_free_but_at_takeovers
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
+from tests.support.databases import terminate_backends
+from tests.support.fleet import flush_redis
+from tests.support.helpers import assert_once_in_order_gap_free_but_at_takeovers
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
 

@@ -27,9 +27,9 @@ import pytest
 
 import parley
 from schemas.events import Event, EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.gateways import (
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.gateways import (
     TENANT,
     TOKEN,
     FrameParser,
@@ -41,7 +41,7 @@ from tests.gateways import (
     start_gateway,
     submit,
 )
-from tests.helpers import Control, displayed_text
+from tests.support.helpers import Control, displayed_text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

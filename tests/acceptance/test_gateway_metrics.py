@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 
 import parley
 from parley.gateway import GatewaySettings, create_app
-from tests.chaos import wait_until
-from tests.gateway import REPO, make_tokens, start_gateway
-from tests.scrape import parse, scrape
+from tests.support.chaos import wait_until
+from tests.support.gateway import REPO, make_tokens, start_gateway
+from tests.support.scrape import parse, scrape
 
 
 def embedded_env(directory: Path) -> dict[str, str]:
@@ -22,7 +22,7 @@ def embedded_env(directory: Path) -> dict[str, str]:
     return {
         **base,
         "PARLEY_DATABASE_URL": f"sqlite:///{directory / 'parley.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
 

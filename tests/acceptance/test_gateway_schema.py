@@ -33,7 +33,7 @@ from schemathesis.schemas import APIOperation, BaseSchema
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.acceptance.test_gateway import ROUTES
-from tests.gateway import Gateway, Gateways, Tenant
+from tests.support.gateway import Gateway, Gateways, Tenant
 
 pytestmark = pytest.mark.embedded_only
 

@@ -14,8 +14,8 @@ from parley.errors import InvalidRequest, StoreError, TurnEnded
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control, RecordingModel, displayed_text
-from tests.hosts import WAIT_FOR_GATE
+from tests.support.helpers import Control, RecordingModel, displayed_text
+from tests.support.hosts import WAIT_FOR_GATE
 
 pytestmark = pytest.mark.embedded_only  # the hooks under test live in this process
 

@@ -17,8 +17,8 @@ from parley.errors import InvalidRequest
 from schemas.events import EventKind
 from schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
-from tests.chaos import chaos_fleet
-from tests.helpers import Control, scripted_host
+from tests.support.chaos import chaos_fleet
+from tests.support.helpers import Control, scripted_host
 
 WHO = {
     "when": "who",

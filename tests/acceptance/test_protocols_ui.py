@@ -9,7 +9,7 @@ scripts under ``tests/node/`` read a scenario on stdin and answer one JSON line.
 
 The first tests need no gateway: they feed what the projections make of a turn straight
 to the stock clients, for cases a live turn reaches only by chance (a crash mid-step).
-The rest run each protocol through a real gateway process (``tests/gateway.py``) on the
+The rest run each protocol through a real gateway process (``tests/support/gateway.py``) on the
 embedded SQLite deployment and on the fleet.
 """
 
@@ -40,7 +40,7 @@ from schemas.events import (
     ToolCalled,
 )
 from schemas.messages import ToolCall
-from tests.gateway import Gateway, Gateways, Tenant
+from tests.support.gateway import Gateway, Gateways, Tenant
 
 TESTS = Path(__file__).resolve().parents[1]
 NODE = TESTS / "node"

@@ -21,10 +21,10 @@ import redis
 import parley
 from parley.errors import SessionNotFound
 from schemas.records import TurnStatus
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REDIS_TEST_URL, Fleet, flush_redis
-from tests.helpers import Control
-from tests.store_rows import ROWS_OF_SESSION, age, rows_of
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REDIS_TEST_URL, Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.store_rows import ROWS_OF_SESSION, age, rows_of
 from workers.coordination import constants as c
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}

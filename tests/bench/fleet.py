@@ -37,8 +37,8 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis, procfile_worker
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REPO, Fleet, flush_redis, procfile_worker
 from workers.coordination import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")

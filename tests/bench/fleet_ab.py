@@ -37,8 +37,8 @@ def side(redis_url: str) -> None:
     ``latencies`` returns two lists, a newer one three)."""
     import parley
     from tests.bench.fleet import RULES, cpu_by_role, latencies, throughput
-    from tests.conftest import fresh_postgres_database
-    from tests.fleet import Fleet, flush_redis
+    from tests.support.databases import fresh_postgres_database
+    from tests.support.fleet import Fleet, flush_redis
 
     flush_redis(redis_url)
     with fresh_postgres_database("ab") as url, tempfile.TemporaryDirectory() as tmp:

@@ -50,9 +50,9 @@ import uvloop
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis
-from tests.gateways import TENANT, Gateway, start_gateway
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REPO, Fleet, flush_redis
+from tests.support.gateways import TENANT, Gateway, start_gateway
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters

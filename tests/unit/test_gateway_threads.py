@@ -21,7 +21,7 @@ from parley.gateway.threads import (
     message_request_id,
     open_thread,
 )
-from tests.helpers import scripted_host
+from tests.support.helpers import scripted_host
 
 
 @pytest.fixture

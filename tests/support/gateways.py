@@ -20,7 +20,7 @@ import httpx
 import redis
 
 from schemas.events import Event, EventKind
-from tests.fleet import REPO, Fleet
+from tests.support.fleet import REPO, Fleet
 
 TOKEN = "gateway-test-token-0123456789"
 TENANT = "alpha"

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis, procfile_worker
-from tests.helpers import Control
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis, procfile_worker
+from tests.support.helpers import Control
 
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
-WORKSPACE_HOST = "tests.hosts:workspace_host"
+WORKSPACE_HOST = "tests.support.hosts:workspace_host"
 
 
 DEPLOYMENTS = ("prefork", "shipped", "amqp")

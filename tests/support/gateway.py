@@ -5,7 +5,7 @@ reader.
 environment of the deployment under test, reads the URL it prints, and hands back a
 :class:`Gateway`.  The gateway is given many tenants (a token file, ``@path``): each
 test takes fresh ones with :meth:`Gateway.tenant`, so its scripted model's rules
-(``<workspaces>/<tenant>/.parley-test``, written through :class:`tests.helpers.Control`)
+(``<workspaces>/<tenant>/.parley-test``, written through :class:`tests.support.helpers.Control`)
 and its sessions are its own, while one gateway process serves a whole module.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fleet import Fleet
-from tests.helpers import Control
+from tests.support.fleet import Fleet
+from tests.support.helpers import Control
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 URL_LINE = "parley gateway: open "
 START_TIMEOUT_SECONDS = 60
 HTTP_TIMEOUT_SECONDS = 60
@@ -226,7 +226,7 @@ def deployment_env(backend: str, request: pytest.FixtureRequest, sqlite_url: str
     return {
         **base,
         "PARLEY_DATABASE_URL": url,
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
 

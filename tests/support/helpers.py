@@ -1,4 +1,4 @@
-"""Test-side controls for :mod:`tests.hosts` and in-process test doubles."""
+"""Test-side controls for :mod:`tests.support.hosts` and in-process test doubles."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import parley
 from schemas.events import EventKind
-from tests.hosts import control_dir
+from tests.support.hosts import control_dir
 from workers.coordination.constants import TAKEOVER_SEQ_GAP
 from workers.ports.host import ModelReply, ModelRequest
 
