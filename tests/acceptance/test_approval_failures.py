@@ -30,11 +30,12 @@ from tests.providers.servers import (
     openai_tool_calls,
 )
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
+from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
 from tests.support.helpers import displayed_text
 from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 ChaosFactory = Callable[..., Chaos]
 

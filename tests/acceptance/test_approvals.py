@@ -16,7 +16,10 @@ from parley.errors import Conflict, InvalidRequest, SessionBusy, WaitTimeout
 from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
 from tests.acceptance.conftest import ClientFactory
+from tests.support.deployments import ALL, on_deployments
 from tests.support.helpers import Control, scripted_host
+
+pytestmark = on_deployments(*ALL)
 
 ASK = {"ask_tools": ["record_call"]}
 

@@ -18,11 +18,12 @@ import parley
 from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.rabbitmq import RabbitServer
 from tests.support.redis_server import RedisServer, running_redis
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 STEP: dict[str, Any] = {"chunk_chars": 2, "delay_ms": 20}

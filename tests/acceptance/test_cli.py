@@ -18,8 +18,11 @@ from parley.cli import UNCLAIMED_NOTICE_SECONDS
 from tests.acceptance.conftest import ClientFactory
 from tests.support.chaos import chaos_fleet
 from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import ALL, on_deployments
 from tests.support.fleet import REDIS_TEST_URL
 from tests.support.helpers import Control
+
+pytestmark = on_deployments(*ALL)
 
 
 def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -15,10 +15,11 @@ import pytest
 from tests.acceptance.test_broker_restart import RESTART_RULES, assert_the_fleet_went_on
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
 from tests.support.postgres_server import PostgresServer
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture

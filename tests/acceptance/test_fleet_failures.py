@@ -24,12 +24,13 @@ import parley
 from schemas.events import EventKind
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
 from tests.support.databases import terminate_backends
+from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
 from tests.support.helpers import assert_once_in_order_gap_free_but_at_takeovers
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture

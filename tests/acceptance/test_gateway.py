@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from schemas.events import EventKind
+from tests.support.deployments import ALL, on_deployments
 from tests.support.gateway import (
     Gateway,
     Gateways,
@@ -38,6 +39,8 @@ from tests.support.gateway import (
     make_tokens,
     start_gateway,
 )
+
+pytestmark = on_deployments(*ALL)
 
 KEEPALIVE_SECONDS = 0.5
 

@@ -14,10 +14,12 @@ from parley.errors import InvalidRequest, StoreError, TurnEnded
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
+from tests.support.deployments import EMBEDDED, on_deployments
 from tests.support.helpers import Control, RecordingModel, displayed_text
 from tests.support.hosts import WAIT_FOR_GATE
 
-pytestmark = pytest.mark.embedded_only  # the hooks under test live in this process
+# The hooks under test live in this process.
+pytestmark = on_deployments(*EMBEDDED)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 

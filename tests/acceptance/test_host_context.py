@@ -18,7 +18,10 @@ from schemas.events import EventKind
 from schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
 from tests.support.chaos import chaos_fleet
+from tests.support.deployments import ALL, on_deployments
 from tests.support.helpers import Control, scripted_host
+
+pytestmark = on_deployments(*ALL)
 
 WHO = {
     "when": "who",

@@ -23,6 +23,7 @@ from openai import OpenAI
 
 import parley
 from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import ALL, on_deployments
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.gateway import (
     Gateway,
@@ -33,6 +34,8 @@ from tests.support.gateway import (
     start_gateway,
 )
 from tests.support.open_responses import check_event, check_response
+
+pytestmark = on_deployments(*ALL)
 
 LIST: dict[str, Any] = {"name": "list_files", "arguments": {}}
 RETRY: dict[str, Any] = {

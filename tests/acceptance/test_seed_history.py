@@ -19,7 +19,10 @@ from tests.providers.servers import (
     openai_server,
     openai_text,
 )
+from tests.support.deployments import ALL, on_deployments
 from tests.support.helpers import Control
+
+pytestmark = on_deployments(*ALL)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 CONVERSATION: list[dict[str, Any]] = [
