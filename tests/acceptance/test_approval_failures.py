@@ -29,10 +29,11 @@ from tests.providers.servers import (
     openai_text,
     openai_tool_calls,
 )
-from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options
 from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
 from tests.support.helpers import displayed_text
+from tests.support.waiting import wait_until
 from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
 pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]

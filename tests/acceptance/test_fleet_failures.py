@@ -22,11 +22,12 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options
 from tests.support.databases import terminate_backends
 from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
 from tests.support.helpers import assert_once_in_order_gap_free_but_at_takeovers
+from tests.support.waiting import wait_until
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
 

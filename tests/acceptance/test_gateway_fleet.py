@@ -18,9 +18,8 @@ import struct
 import termios
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -42,6 +41,7 @@ from tests.support.gateways import (
     submit,
 )
 from tests.support.helpers import Control, displayed_text
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -147,16 +147,6 @@ def gwf(fleet_with_gateways: GatewayFleet) -> Iterator[GatewayFleet]:
     fleet_with_gateways.control.reset_gate()
     yield fleet_with_gateways
     fleet_with_gateways.control.open_gate()  # a failed test must not leave a turn waiting
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def is_step_token(event: Event, step: int) -> bool:

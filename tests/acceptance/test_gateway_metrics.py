@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 
 import parley
 from parley.gateway import GatewaySettings, create_app
-from tests.support.chaos import wait_until
 from tests.support.gateway import REPO, make_tokens, start_gateway
 from tests.support.scrape import parse, scrape
+from tests.support.waiting import wait_until
 
 
 def embedded_env(directory: Path) -> dict[str, str]:

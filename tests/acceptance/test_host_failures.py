@@ -19,10 +19,10 @@ import pytest
 import parley
 from parley.errors import StoreError
 from tests.acceptance.conftest import deployed_client, host_fleet
-from tests.support.chaos import wait_until
 from tests.support.deployments import ALL, on_deployments
 from tests.support.helpers import Control
 from tests.support.hosts import failing_host
+from tests.support.waiting import wait_until
 
 pytestmark = [on_deployments(*ALL), pytest.mark.postgres]
 

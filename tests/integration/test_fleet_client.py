@@ -18,8 +18,8 @@ import pytest
 import parley
 from schemas.events import Event, EventKind
 from tests.integration.drive import commit, finish, start
-from tests.support.chaos import wait_until
 from tests.support.redis_server import RedisServer, running_redis
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis, procfile_worker
 from tests.support.helpers import Control
+from tests.support.waiting import wait_until
 
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
 WORKSPACE_HOST = "tests.support.hosts:workspace_host"
@@ -125,14 +125,3 @@ def chaos_fleet(workspace: Path, *, pool: str, **options: Any) -> Iterator[Chaos
             yield harness
         finally:
             harness.close()
-
-
-def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something true (returned), or fail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")

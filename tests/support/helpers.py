@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import parley
 from schemas.events import EventKind
 from tests.support.hosts import control_dir
+from tests.support.waiting import wait_until
 from workers.coordination.constants import TAKEOVER_SEQ_GAP
 from workers.ports.host import ModelReply, ModelRequest
 
@@ -56,10 +56,8 @@ class Control:
 
     def wait_entered(self, timeout: float = 30, gate: str = "gate") -> None:
         """Block until a step is inside ``wait_for_gate`` (or another ``gate``)."""
-        deadline = time.monotonic() + timeout
-        while not (self.dir / f"{gate}-entered").exists():
-            assert time.monotonic() < deadline, f"the turn never reached the {gate}"
-            time.sleep(0.01)
+        entered = self.dir / f"{gate}-entered"
+        wait_until(entered.exists, timeout, what=f"the turn to reach the {gate}")
 
     def open_gate(self, pid: int | None = None, gate: str = "gate") -> None:
         """Let every ``wait_for_gate`` call return (or only those of process ``pid``)."""
