@@ -31,8 +31,8 @@ from tests.providers.servers import (
 )
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options
 from tests.support.deployments import on_fleet_deployments
+from tests.support.events import assert_once_in_order, displayed_text
 from tests.support.fleet import flush_redis
-from tests.support.helpers import displayed_text
 from tests.support.waiting import wait_until
 from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
@@ -86,11 +86,6 @@ def waiting_turns(chaos: Chaos, count: int) -> list[parley.TurnHandle]:
         what="every turn to wait",
     )
     return handles
-
-
-def assert_seqs_once_in_order(handle: parley.TurnHandle) -> None:
-    seqs = [e.seq for e in handle.events()]
-    assert seqs == sorted(set(seqs)), f"a seq twice or out of order: {seqs}"
 
 
 def tool_messages(chaos: Chaos, turn_id: str) -> list[dict[str, Any]]:
@@ -165,7 +160,7 @@ def test_waiting_turns_survive_every_worker_killed_and_redis_emptied(
         contents = [m["content"] for m in tool_messages(chaos, handle.turn_id)]
         assert contents[0] == "recorded"
         assert (contents[1] == "recorded") == bool(number % 2)
-        assert_seqs_once_in_order(handle)
+        assert_once_in_order(list(handle.events()))
         kinds = [e.kind for e in handle.events()]
         assert kinds.count(EventKind.APPROVAL_REQUESTED) == 2
         assert kinds.count(EventKind.APPROVAL_ANSWERED) == 2
@@ -191,7 +186,7 @@ def test_a_call_answered_while_no_worker_lives_runs_once_on_the_next(
     driver = chaos.driver_pid(handle.turn_id)
     assert chaos.control.recorded_calls() == [driver]
     assert chaos.worker_group_of(driver) == worker.pid
-    assert_seqs_once_in_order(handle)
+    assert_once_in_order(list(handle.events()))
 
 
 def test_an_approved_call_whose_worker_died_while_it_ran_is_not_run_again(
@@ -264,7 +259,7 @@ def test_the_sweeper_times_out_an_unanswered_call_with_no_worker_alive(
     assert chaos.control.recorded_calls() == []
     [answer] = tool_messages(chaos, handle.turn_id)
     assert "denied" in answer["content"] and "timed out" in answer["content"]
-    assert_seqs_once_in_order(handle)
+    assert_once_in_order(list(handle.events()))
 
 
 def test_after_an_interrupt_while_waiting_a_real_provider_gets_no_orphan_call(

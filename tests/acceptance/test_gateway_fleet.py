@@ -27,6 +27,7 @@ import pytest
 import parley
 from schemas.events import Event, EventKind
 from tests.support.databases import fresh_postgres_database
+from tests.support.events import assert_once_in_order, displayed_text
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.gateways import (
     TENANT,
@@ -34,13 +35,12 @@ from tests.support.gateways import (
     FrameParser,
     Gateway,
     Reader,
-    assert_each_once_in_order,
     open_session,
     result,
     start_gateway,
     submit,
 )
-from tests.support.helpers import Control, displayed_text
+from tests.support.helpers import Control
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -160,7 +160,7 @@ def assert_taken_over_and_whole(
     each event once and in order, both attempts, the restart announced after the dead
     attempt's tokens and before the new ones, the committed reply as displayed text, and
     exactly what the Python client reads of the turn."""
-    assert_each_once_in_order(seen)
+    assert_once_in_order(seen)
     assert seen[-1].kind is EventKind.END
     kinds = [e.kind for e in seen]
     assert [e.data["attempt"] for e in seen if e.kind is EventKind.STARTED] == [1, 2]

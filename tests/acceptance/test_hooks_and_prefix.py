@@ -15,7 +15,8 @@ from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
 from tests.support.deployments import EMBEDDED, on_deployments
-from tests.support.helpers import Control, RecordingModel, displayed_text
+from tests.support.events import displayed_text
+from tests.support.helpers import Control, RecordingModel
 from tests.support.hosts import WAIT_FOR_GATE
 
 # The hooks under test live in this process.

@@ -288,9 +288,3 @@ class Reader:
             assert time.monotonic() < deadline, f"no end after {self.connections} connections"
             attempt += 1
             time.sleep(min(0.05 * attempt, 0.5))
-
-
-def assert_each_once_in_order(events: list[Event]) -> None:
-    """Seqs strictly increasing: nothing twice, nothing out of order."""
-    seqs = [e.seq for e in events]
-    assert seqs == sorted(set(seqs)), f"repeated or out of order: {seqs}"

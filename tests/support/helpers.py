@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import parley
-from schemas.events import EventKind
 from tests.support.hosts import control_dir
 from tests.support.waiting import wait_until
-from workers.coordination.constants import TAKEOVER_SEQ_GAP
 from workers.ports.host import ModelReply, ModelRequest
 
 
@@ -123,26 +121,3 @@ class RecordingModel:
         validate = getattr(self.inner, "validate_tools", None)
         if validate is not None:
             validate(names)
-
-
-def assert_once_in_order_gap_free_but_at_takeovers(events: list[parley.Event]) -> None:
-    """Each event once and in order, seqs growing by one, except where a takeover's
-    ``started`` numbers past anything the attempt it replaced may have published."""
-    previous = 0
-    for event in events:
-        if event.seq != previous + 1:
-            assert event.kind is EventKind.STARTED and event.data["attempt"] > 1, event
-            assert previous < event.seq <= previous + TAKEOVER_SEQ_GAP + 1, event
-        previous = event.seq
-
-
-def displayed_text(events: list[parley.Event]) -> str:
-    """What a reader shows of a turn's tokens: each ``step_restarted`` drops the text
-    shown so far, as the provisional text it retracts."""
-    shown = ""
-    for event in events:
-        if event.kind is EventKind.STEP_RESTARTED:
-            shown = ""
-        elif event.kind is EventKind.TOKEN:
-            shown += event.data["text"]
-    return shown
