@@ -33,12 +33,12 @@ from tests.support.deployments import ALL, on_deployments
 from tests.support.gateway import (
     Gateway,
     Gateways,
-    SseMessage,
     Tenant,
     deployment_env,
     make_tokens,
     start_gateway,
 )
+from tests.support.sse import SseMessage
 
 pytestmark = on_deployments(*ALL)
 

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.support.gateway import REPO, Gateway, Tenant, make_tokens, start_gateway
+from tests.support.fleet import REPO
+from tests.support.gateway import Gateway, Tenant, make_tokens, start_gateway
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 import parley
 from parley.gateway import GatewaySettings, create_app
-from tests.support.gateway import REPO, make_tokens, start_gateway
+from tests.support.fleet import REPO
+from tests.support.gateway import make_tokens, start_gateway
 from tests.support.scrape import parse, scrape
 from tests.support.waiting import wait_until
 

@@ -30,10 +30,10 @@ from tests.support.gateway import (
     Gateways,
     Tenant,
     make_tokens,
-    sse_messages,
     start_gateway,
 )
 from tests.support.open_responses import check_event, check_response
+from tests.support.sse import sse_messages
 
 pytestmark = on_deployments(*ALL)
 

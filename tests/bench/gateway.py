@@ -52,7 +52,7 @@ import parley
 from schemas.events import EventKind
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REPO, Fleet, flush_redis
-from tests.support.gateways import TENANT, Gateway, start_gateway
+from tests.support.gateway import TENANT, Gateway, start_fleet_gateway
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
@@ -473,7 +473,8 @@ def main() -> int:
         if args.other:
             checkouts["HTTP other"] = args.other.resolve()
         gateways = {
-            name: start_gateway(fleet, workspaces, checkout=c) for name, c in checkouts.items()
+            name: start_fleet_gateway(fleet, workspaces, checkout=c)
+            for name, c in checkouts.items()
         }
         (workspaces / TENANT / "w").mkdir(parents=True, exist_ok=True)
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
@@ -503,7 +504,7 @@ def main() -> int:
                             clients[side].append((time.process_time() - own) / args.turns)
             if "iii" in parts:
                 for name, c in checkouts.items():
-                    fan_gateway = start_gateway(fleet, workspaces, checkout=c)
+                    fan_gateway = start_fleet_gateway(fleet, workspaces, checkout=c)
                     fans[name] = fan_out(fan_gateway, client, database_url, args.readers)
         finally:
             client.close()
