@@ -37,6 +37,7 @@ import redis
 
 import parley
 from schemas.events import EventKind
+from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REPO, Fleet, flush_redis, procfile_worker
 from workers.coordination import constants as c
@@ -56,15 +57,6 @@ RULES = [
     },
     {"when": "^slow", "steps": [{"text": SLOW_TEXT, "chunk_chars": 4, "delay_ms": SLOW_WAIT_MS}]},
 ]
-
-
-def pct(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def ms(value: float) -> str:
-    return f"{value * 1e3:7.2f} ms"
 
 
 # ---------------------------------------------------------------- the floor
@@ -481,27 +473,13 @@ def main() -> int:
         return 0
     flush_redis(REDIS_URL)
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "workspace"
-        root.mkdir()
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps({"rules": RULES}))
-
         with NoopFloor(database_url, "parley") as channel:
             channel_trips = [channel.round_trip() for _ in range(300)]
             channel_rate = channel.rate(1000)
         with NoopFloor(database_url, "stock") as floor:  # also sent between turns, below
             round_trips = [floor.round_trip() for _ in range(300)]
             noop_rate = floor.rate(1000)
-            fleet = Fleet(
-                database_url=database_url,
-                redis_url=REDIS_URL,
-                host=f"scripted:{script}",
-                log_dir=Path(tmp),
-            )
-            fleet.start_worker(concurrency=1)
-            fleet.start_worker(concurrency=1)
-            fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
-            fleet.wait_ready()
+            fleet, root = start_scripted_fleet(database_url, REDIS_URL, Path(tmp), RULES)
             client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
             try:
                 latencies(client, root, 20)  # warm up both workers

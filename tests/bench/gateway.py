@@ -50,8 +50,9 @@ import uvloop
 
 import parley
 from schemas.events import EventKind
+from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.support.databases import fresh_postgres_database
-from tests.support.fleet import REPO, Fleet, flush_redis
+from tests.support.fleet import REPO, flush_redis
 from tests.support.gateway import TENANT, Gateway, start_fleet_gateway
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -63,15 +64,6 @@ RULES = [
     {"when": "^hold", "steps": [{"text": "h" * 6000, "chunk_chars": 1, "delay_ms": 10}]},
     {"when": "^fan", "steps": [{"text": FAN_TEXT, "chunk_chars": 5, "delay_ms": 25}]},
 ]
-
-
-def pct(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def ms(value: float) -> str:
-    return f"{value * 1e3:7.2f} ms"
 
 
 # ---------------------------------------------------------------- a minimal client
@@ -454,20 +446,7 @@ def main() -> int:
     flush_redis(REDIS_URL)
     load_before = os.getloadavg()
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "workspace"
-        root.mkdir()
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps({"rules": RULES}))
-        fleet = Fleet(
-            database_url=database_url,
-            redis_url=REDIS_URL,
-            host=f"scripted:{script}",
-            log_dir=Path(tmp),
-        )
-        fleet.start_worker(concurrency=1)
-        fleet.start_worker(concurrency=1)
-        fleet.start_beat()
-        fleet.wait_ready()
+        fleet, root = start_scripted_fleet(database_url, REDIS_URL, Path(tmp), RULES)
         workspaces = Path(tmp) / "workspaces"
         checkouts = {"HTTP": REPO}
         if args.other:
