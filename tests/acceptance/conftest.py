@@ -100,13 +100,19 @@ def amqp_fleet(amqp_fleet_postgres_url: str, amqp_url: str) -> Iterator[Fleet]:
 def _fleet(database_url: str, broker_url: str | None) -> Iterator[Fleet]:
     pool = Fleet(database_url=database_url, broker_url=broker_url)
     flush_redis(pool.redis_url)
-    pool.start_worker()
-    pool.start_beat()
+    yield from _running(pool)
+
+
+def _running(processes: Fleet, **worker: Any) -> Iterator[Fleet]:
+    """``processes`` with a worker (``worker``: its options) and the sweeper, ready;
+    stopped after."""
+    processes.start_worker(**worker)
+    processes.start_beat()
     try:
-        pool.wait_ready()
-        yield pool
+        processes.wait_ready()
+        yield processes
     finally:
-        pool.stop()
+        processes.stop()
 
 
 def fleet_of(backend: str, request: pytest.FixtureRequest) -> Fleet | None:
@@ -194,14 +200,7 @@ def host_fleet(host: str) -> Any:
     @pytest.fixture(scope="module")
     def fixture() -> Iterator[Fleet]:
         with fresh_postgres_database("host") as url:
-            pool = Fleet(database_url=url, host=host)
-            pool.start_worker(concurrency=2, pool="threads")
-            pool.start_beat()
-            try:
-                pool.wait_ready()
-                yield pool
-            finally:
-                pool.stop()
+            yield from _running(Fleet(database_url=url, host=host), concurrency=2, pool="threads")
 
     return fixture
 

@@ -77,9 +77,16 @@ class Frame:
     event: Event
 
 
+def frame_of(message: SseMessage) -> Frame | None:
+    """The frame of Event JSON a message carries (None: a comment or a keep-alive)."""
+    if message.data is None:
+        return None
+    assert message.id is not None and message.event is not None, message
+    return Frame(id=int(message.id), kind=message.event, event=Event.from_json(message.json()))
+
+
 class FrameParser:
-    """The frames of Event JSON in a stream's lines, one line at a time (comments and
-    keep-alives skipped)."""
+    """The frames of a stream's lines, one line at a time."""
 
     def __init__(self) -> None:
         self._parser = SseParser()
@@ -87,19 +94,13 @@ class FrameParser:
     def feed(self, line: str) -> Frame | None:
         """The frame this line completes, if any."""
         message = self._parser.feed(line)
-        if message is None or message.data is None:
-            return None
-        assert message.id is not None and message.event is not None, message
-        return Frame(id=int(message.id), kind=message.event, event=Event.from_json(message.json()))
+        return None if message is None else frame_of(message)
 
 
 def parse_frames(lines: Iterable[str]) -> Iterator[Frame]:
     """Every frame of a stream's lines."""
-    parser = FrameParser()
-    for line in lines:
-        frame = parser.feed(line)
-        if frame is not None:
-            yield frame
+    frames = (frame_of(message) for message in sse_messages(lines))
+    return (frame for frame in frames if frame is not None)
 
 
 @dataclass
