@@ -45,8 +45,10 @@ def deployment_options(name: str, request: pytest.FixtureRequest) -> dict[str, A
 
 class Chaos:
     """A fleet of ``workers`` workers (two by default) on Celery's ``pool``, each running
-    ``concurrency`` kicks at a time, plus the sweeper, loading ``host``, its broker
-    ``broker_url`` (default: the coordination Redis); and a client of it."""
+    ``concurrency`` kicks at a time, plus the sweeper; and a client of it.  ``fleet``
+    are the :class:`Fleet`'s own options: its ``host`` (default: ``workspace_host``), its
+    coordination Redis ``redis_url`` (default: the chaos Redis database) and its broker
+    ``broker_url`` (default: that Redis)."""
 
     def __init__(
         self,
@@ -54,17 +56,14 @@ class Chaos:
         workspace: Path,
         *,
         pool: str,
-        redis_url: str = CHAOS_REDIS_URL,
-        broker_url: str | None = None,
         concurrency: int = 1,
         workers: int = 2,
-        host: str = WORKSPACE_HOST,
+        **fleet: Any,
     ) -> None:
-        self.fleet = Fleet(
-            database_url=database_url, redis_url=redis_url, broker_url=broker_url, host=host
-        )
+        options = {"redis_url": CHAOS_REDIS_URL, "host": WORKSPACE_HOST, **fleet}
+        self.fleet = Fleet(database_url=database_url, **options)
         self.database_url = database_url
-        self.redis_url = redis_url
+        self.redis_url = self.fleet.redis_url
         self.workspace = workspace
         self.pool = pool
         self.concurrency = concurrency
