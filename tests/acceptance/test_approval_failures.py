@@ -160,7 +160,7 @@ def test_waiting_turns_survive_every_worker_killed_and_redis_emptied(
         contents = [m["content"] for m in tool_messages(chaos, handle.turn_id)]
         assert contents[0] == "recorded"
         assert (contents[1] == "recorded") == bool(number % 2)
-        assert_once_in_order(list(handle.events()))
+        assert_once_in_order(list(handle.events()), gap_free=False)
         kinds = [e.kind for e in handle.events()]
         assert kinds.count(EventKind.APPROVAL_REQUESTED) == 2
         assert kinds.count(EventKind.APPROVAL_ANSWERED) == 2
@@ -186,7 +186,7 @@ def test_a_call_answered_while_no_worker_lives_runs_once_on_the_next(
     driver = chaos.driver_pid(handle.turn_id)
     assert chaos.control.recorded_calls() == [driver]
     assert chaos.worker_group_of(driver) == worker.pid
-    assert_once_in_order(list(handle.events()))
+    assert_once_in_order(list(handle.events()), gap_free=False)
 
 
 def test_an_approved_call_whose_worker_died_while_it_ran_is_not_run_again(
@@ -259,7 +259,7 @@ def test_the_sweeper_times_out_an_unanswered_call_with_no_worker_alive(
     assert chaos.control.recorded_calls() == []
     [answer] = tool_messages(chaos, handle.turn_id)
     assert "denied" in answer["content"] and "timed out" in answer["content"]
-    assert_once_in_order(list(handle.events()))
+    assert_once_in_order(list(handle.events()), gap_free=False)
 
 
 def test_after_an_interrupt_while_waiting_a_real_provider_gets_no_orphan_call(
