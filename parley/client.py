@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
 from parley import transcript
+from parley.deployment import fleet_redis_url
 from parley.errors import (
     ForeignTurn,
     InvalidRequest,
@@ -123,14 +124,11 @@ def connect(
     if not isinstance(url, str):
         raise InvalidRequest(f"database_url must be a string, not {type(url).__name__}")
     engine = create_database_engine(url)
-    if engine.dialect.name == "sqlite":
-        # A fleet's workers share a PostgreSQL database: a SQLite client is embedded, and
-        # an exported PARLEY_REDIS_URL (meant for the fleet) does not make it a producer.
-        if redis_url:
-            engine.dispose()
-            raise InvalidRequest("a fleet client needs PostgreSQL, not SQLite")
-    else:
-        redis_url = redis_url or os.environ.get("PARLEY_REDIS_URL") or None
+    try:
+        redis_url = fleet_redis_url(engine.dialect.name, redis_url)
+    except InvalidRequest:
+        engine.dispose()
+        raise
     if migrate_schema is None:
         migrate_schema = engine.dialect.name == "sqlite"
     if migrate_schema:

@@ -29,11 +29,11 @@ from workers.ports.host import (
     Approver,
     HookSet,
     Model,
+    PolicyPort,
     Tool,
     ToolContext,
     Toolset,
 )
-from workers.ports.host import Policy as PolicyPort
 
 if TYPE_CHECKING:
     from parley.mcp.pool import McpPool
@@ -85,6 +85,22 @@ class Host:
     def __post_init__(self) -> None:
         if self.model is None:
             object.__setattr__(self, "model", model_from_environment())
+        tools = self._checked_tools()
+        object.__setattr__(self, "tools", tools)
+        self._check_parts()
+        self._check_model([t.declaration.name for t in tools])
+        self._check_settings()
+        if not callable(getattr(self.driver, "drive", None)):
+            raise InvalidRequest(
+                "Host.driver must have a drive(turn) method (a parley.SessionDriver)"
+            )
+        servers = tuple(self.mcp_servers)
+        if not all(isinstance(s, McpServer) for s in servers):
+            raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")
+        object.__setattr__(self, "mcp_servers", servers)
+        object.__setattr__(self, "_hook_set", HookSet.of(self.hooks))
+
+    def _checked_tools(self) -> tuple[Tool, ...]:
         if isinstance(self.tools, (str, bytes)) or not isinstance(self.tools, Iterable):
             raise InvalidRequest("Host.tools must be a list of tools (@parley.tool functions)")
         tools = tuple(self.tools)
@@ -93,14 +109,17 @@ class Host:
                 raise InvalidRequest(
                     f"Host.tools: {tool!r} is not a tool; decorate the function with @parley.tool"
                 )
-        object.__setattr__(self, "tools", tools)
+        return tools
+
+    def _check_parts(self) -> None:
         if not isinstance(self.system_prompt, str):
             raise InvalidRequest("Host.system_prompt must be text")
         if not callable(getattr(self.policy, "check", None)):
             raise InvalidRequest("Host.policy must have a check() method, as parley.Policy does")
         if not callable(getattr(self.approver, "approve", None)):
             raise InvalidRequest("Host.approver must have an approve(request) method")
-        names = [t.declaration.name for t in tools]
+
+    def _check_model(self, names: list[str]) -> None:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InvalidRequest(f"duplicate tool names: {duplicates}")
@@ -110,6 +129,8 @@ class Host:
         if validate_tools is not None and not self.mcp_servers:
             # With MCP servers the full toolbox is known only once they have started.
             validate_tools(names)
+
+    def _check_settings(self) -> None:
         limit = self.tool_output_limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest("tool_output_limit must be a positive integer")
@@ -122,15 +143,6 @@ class Host:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
         ):
             raise InvalidRequest("Host.approval_timeout must be a positive number of seconds")
-        if not callable(getattr(self.driver, "drive", None)):
-            raise InvalidRequest(
-                "Host.driver must have a drive(turn) method (a parley.SessionDriver)"
-            )
-        servers = tuple(self.mcp_servers)
-        if not all(isinstance(s, McpServer) for s in servers):
-            raise InvalidRequest("Host.mcp_servers must be parley.mcp.McpServer objects")
-        object.__setattr__(self, "mcp_servers", servers)
-        object.__setattr__(self, "_hook_set", HookSet.of(self.hooks))
 
     @property
     def hook_set(self) -> HookSet:
@@ -224,17 +236,7 @@ def load_host(spec: str) -> Host:
         raise InvalidRequest(
             f"PARLEY_HOST {spec!r} must be 'package.module:attribute' or 'scripted:path.json'"
         )
-    try:
-        target = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidRequest(f"cannot load host {spec!r}: {exc}") from exc
-    except ParleyError:
-        raise
-    except Exception as exc:  # the module itself failed as it was imported
-        raise InvalidRequest(
-            f"cannot load host {spec!r}: importing {module_name} failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    target = _import_target(spec, module_name, attribute)
     host = target
     if callable(target) and not isinstance(target, Host):
         try:
@@ -248,6 +250,20 @@ def load_host(spec: str) -> Host:
     if not isinstance(host, Host):
         raise InvalidRequest(f"{spec!r} is a {type(host).__name__}, not a parley.Host")
     return host
+
+
+def _import_target(spec: str, module_name: str, attribute: str) -> object:
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidRequest(f"cannot load host {spec!r}: {exc}") from exc
+    except ParleyError:
+        raise
+    except Exception as exc:  # the module itself failed as it was imported
+        raise InvalidRequest(
+            f"cannot load host {spec!r}: importing {module_name} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def host_from_environment(env: Mapping[str, str] = os.environ) -> Host | None:

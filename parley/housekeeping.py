@@ -17,7 +17,7 @@ from datetime import timedelta
 from parley.retention import prune
 from parley.webhooks import WebhookDeliverer, WebhookSettings
 from workers.ports.backend import Coordinator
-from workers.ports.host import Host
+from workers.ports.host import HostPort
 from workers.store.sql_store import SqlStore
 
 log = logging.getLogger("parley.housekeeping")
@@ -125,7 +125,7 @@ class EmbeddedHousekeeping:
         """A session with a webhook URL or a retention was opened here."""
         self._wanted = True
 
-    def touch(self, host: Host) -> None:
+    def touch(self, host: HostPort) -> None:
         """The engine started, or a drive ended: wake the housekeeper, or start it if
         there is work for it now."""
         with self._guard:

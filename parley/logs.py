@@ -1,4 +1,4 @@
-"""How every parley process logs (SPEC §8 "Logs"): today's text lines, or, with
+"""How every parley process logs (docs/operations.md#logs): today's text lines, or, with
 ``PARLEY_LOG_FORMAT=json``, one JSON object per line.
 
 A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and ``pid``;

@@ -5,8 +5,9 @@ authorization."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
@@ -177,51 +178,64 @@ class Policy:
         segments = [s for s in given.split("/") if s not in ("", ".")]
         if given.startswith("/") or ".." in segments:
             return Refusal(rule="root", reason=f"the glob {given!r} leaves the session root")
-        literal: list[str] = []
-        for segment in segments:
-            if any(c in segment for c in GLOB_CHARS):
-                break
-            literal.append(segment)
-        prefix = "/".join(literal)
+        prefix = _literal_prefix(segments)
         try:
             start = confine(root, prefix or ".")
         except InvalidRequest as exc:
             return Refusal(rule="root", reason=str(exc))
         if not self.deny_read and "**" in self.allow_read:
             return None  # every file inside the root is readable: nothing to enumerate
-        pattern = "/".join(segments)
-        base = confine(root, ".")
-        walked = 0
-        # A file is matched under the name the call used (through the glob's literal
-        # prefix, which may be a symlinked directory) and judged under its real name.
-        # os.walk from the resolved start follows no symlinked directory, so the real
-        # name is the walked one, unless the file itself is a symlink.
-        for directory, subdirs, files in os.walk(start):
-            subdirs.sort()
-            below = os.path.relpath(directory, start).replace(os.sep, "/")
-            real_directory = os.path.relpath(directory, base).replace(os.sep, "/")
-            for name in sorted(files):
-                walked += 1
-                if walked > MAX_GLOB_FILES:
-                    return Refusal(
-                        rule="read_glob_limit",
-                        reason=f"the read of {given!r} covers more than {MAX_GLOB_FILES} "
-                        "files to check; narrow it",
-                    )
-                path = "/".join(p for p in (prefix, below, name) if p not in ("", "."))
-                if not glob_match(pattern, path):
-                    continue
-                if os.path.islink(os.path.join(directory, name)):
-                    try:
-                        real = relative(root, path)
-                    except InvalidRequest:
-                        continue  # out of the root: no confined tool reads it
-                else:
-                    real = name if real_directory == "." else f"{real_directory}/{name}"
-                refusal = self._judge("read", real)
-                if refusal is not None:
-                    return refusal
+        for real in _glob_matches(root, start, prefix, "/".join(segments)):
+            if real is None:
+                return Refusal(
+                    rule="read_glob_limit",
+                    reason=f"the read of {given!r} covers more than {MAX_GLOB_FILES} "
+                    "files to check; narrow it",
+                )
+            refusal = self._judge("read", real)
+            if refusal is not None:
+                return refusal
         return None
+
+
+def _literal_prefix(segments: list[str]) -> str:
+    """The glob's leading segments that hold no glob character."""
+    literal: list[str] = []
+    for segment in segments:
+        if any(c in segment for c in GLOB_CHARS):
+            break
+        literal.append(segment)
+    return "/".join(literal)
+
+
+def _glob_matches(root: str, start: Path, prefix: str, pattern: str) -> Iterator[str | None]:
+    """The real name (relative to the root) of each file under ``start`` that ``pattern``
+    matches; None once more than :data:`MAX_GLOB_FILES` files were walked."""
+    base = confine(root, ".")
+    walked = 0
+    # A file is matched under the name the call used (through the glob's literal
+    # prefix, which may be a symlinked directory) and judged under its real name.
+    # os.walk from the resolved start follows no symlinked directory, so the real
+    # name is the walked one, unless the file itself is a symlink.
+    for directory, subdirs, files in os.walk(start):
+        subdirs.sort()
+        below = os.path.relpath(directory, start).replace(os.sep, "/")
+        real_directory = os.path.relpath(directory, base).replace(os.sep, "/")
+        for name in sorted(files):
+            walked += 1
+            if walked > MAX_GLOB_FILES:
+                yield None
+                return
+            path = "/".join(p for p in (prefix, below, name) if p not in ("", "."))
+            if not glob_match(pattern, path):
+                continue
+            if os.path.islink(os.path.join(directory, name)):
+                try:
+                    yield relative(root, path)
+                except InvalidRequest:
+                    continue  # out of the root: no confined tool reads it
+            else:
+                yield name if real_directory == "." else f"{real_directory}/{name}"
 
 
 def _in_git_directory(path: str) -> bool:

@@ -1,4 +1,4 @@
-"""Pruning ended sessions (SPEC §8 Retention; docs/operations.md "Retention"): what
+"""Pruning ended sessions (docs/operations.md#retention): what
 ``parley prune``, ``Client.prune`` and the sweeper's expiry run.
 
 The store decides which sessions expire and deletes each one whole in a transaction of

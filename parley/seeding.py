@@ -1,5 +1,5 @@
 """``Session.seed_history``: an existing conversation, in the OpenAI chat format, as the
-turns parley replays (SPEC §4 "Host seams").
+turns parley replays (docs/host.md#3-seeded-history).
 
 Each ``user`` message opens a turn (its prompt); each ``assistant`` message after it is a
 step of that turn (its text and tool calls), answered by the ``tool`` messages that
@@ -47,6 +47,19 @@ def seeded_turns(messages: Sequence[Any]) -> list[SeededTurn]:
         raise InvalidRequest("seed_history needs at least one message")
     if len(messages) > MAX_SEED_MESSAGES:
         raise InvalidRequest(f"seed_history takes at most {MAX_SEED_MESSAGES} messages")
+    turns = _by_prompt(messages)
+    seeded = [SeededTurn(prompt=prompt, steps=_steps(rest)) for prompt, rest in turns]
+    for number, turn in enumerate(seeded):
+        steps = [CommittedStep(index=i, payload=p) for i, p in enumerate(turn.steps)]
+        try:
+            turn_replay(turn.prompt, steps)
+        except CodecError as exc:
+            raise CodecError(f"seeded turn {number + 1}: {exc}") from None
+    return seeded
+
+
+def _by_prompt(messages: Sequence[Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each user message's text, with the assistant and tool messages that follow it."""
     turns: list[tuple[str, list[dict[str, Any]]]] = []
     for position, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -65,14 +78,7 @@ def seeded_turns(messages: Sequence[Any]) -> list[SeededTurn]:
             )
         else:
             raise InvalidRequest(f"message {position}: unknown role {role!r}")
-    seeded = [SeededTurn(prompt=prompt, steps=_steps(rest)) for prompt, rest in turns]
-    for number, turn in enumerate(seeded):
-        steps = [CommittedStep(index=i, payload=p) for i, p in enumerate(turn.steps)]
-        try:
-            turn_replay(turn.prompt, steps)
-        except CodecError as exc:
-            raise CodecError(f"seeded turn {number + 1}: {exc}") from None
-    return seeded
+    return turns
 
 
 def _steps(messages: list[dict[str, Any]]) -> tuple[StepPayload, ...]:

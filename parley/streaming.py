@@ -48,51 +48,85 @@ def follow(
     of this process that died (embedded), so a reader is told instead of waiting forever.
     Once ``stop`` is set the iterator ends within a poll, end or not (a reader that
     nobody needs any more)."""
-    last = after
-    progressed = time.monotonic()
-    # While the buffer is live and covers the reader, the reader blocks on it and takes
-    # what the blocking read returns: one round trip per batch.  The store is asked
-    # whether the turn is over the first time a reader from ``after`` > 0 runs out of
-    # events (it may have started past the end), then only after a poll of silence: a
-    # reader that reads the ``end`` itself stops on it.
-    live = False
-    # A reader from the start cannot be past the end: it stops on the end it reads.  So
-    # it goes straight to blocking on a live buffer, sparing the store a read (and the
-    # buffer two) just as the turn's driver starts.
-    asked = after == 0
+    reader = _Reader(turn_id, after, coordinator, store, driver_failure)
     while stop is None or not stop.is_set():
-        batch: list[Event] = []
-        if live and asked:
-            fresh = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
-            if fresh and fresh[0].seq == last + 1:
-                batch = _contiguous(fresh, last)
-            elif not fresh and _over(turn_id, last, store, driver_failure):
-                return
+        batch = reader.next_batch()
+        if batch is None:
+            return
         if not batch:
-            patient = time.monotonic() - progressed < PATIENCE_SECONDS
-            batch, live = _next_batch(turn_id, last, coordinator, store, patient=patient)
-            if not batch:
-                if not live or not asked:
-                    asked = True
-                    if _over(turn_id, last, store, driver_failure):
-                        return
-                if not live:
-                    ahead = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
-                    if ahead and ahead[0].seq != last + 1:
-                        # Events wait past a gap that only a commit closes, and nothing
-                        # announces commits: poll the store instead of spinning on them.
-                        time.sleep(GAP_POLL_SECONDS)
-                continue
-        progressed = time.monotonic()
+            continue
+        reader.progressed = time.monotonic()
         for event in batch:
             yield event
-            last = event.seq
+            reader.last = event.seq
         if (
             batch[-1].kind is EventKind.END
-            and _ended(turn_id, last, store)
-            and not coordinator.read_events(turn_id, last, timeout=0)
+            and _ended(turn_id, reader.last, store)
+            and not coordinator.read_events(turn_id, reader.last, timeout=0)
         ):
             return
+
+
+class _Reader:
+    """Where one reader of a turn is, and how it gets its next batch of events."""
+
+    def __init__(
+        self,
+        turn_id: str,
+        after: int,
+        coordinator: Coordinator,
+        store: SqlStore,
+        driver_failure: Callable[[], BaseException | None],
+    ) -> None:
+        self.turn_id = turn_id
+        self.last = after
+        self.progressed = time.monotonic()
+        self._coordinator = coordinator
+        self._store = store
+        self._driver_failure = driver_failure
+        # While the buffer is live and covers the reader, the reader blocks on it and
+        # takes what the blocking read returns: one round trip per batch.  The store is
+        # asked whether the turn is over the first time a reader from ``after`` > 0 runs
+        # out of events (it may have started past the end), then only after a poll of
+        # silence: a reader that reads the ``end`` itself stops on it.
+        self._live = False
+        # A reader from the start cannot be past the end: it stops on the end it reads.
+        # So it goes straight to blocking on a live buffer, sparing the store a read (and
+        # the buffer two) just as the turn's driver starts.
+        self._asked = after == 0
+
+    def next_batch(self) -> list[Event] | None:
+        """The next events in order (empty: none yet), or None once the turn is over."""
+        if self._live and self._asked:
+            fresh = self._coordinator.read_events(self.turn_id, self.last, timeout=POLL_SECONDS)
+            if fresh and fresh[0].seq == self.last + 1:
+                return _contiguous(fresh, self.last)
+            if not fresh and self._over():
+                return None
+        patient = time.monotonic() - self.progressed < PATIENCE_SECONDS
+        batch, self._live = _next_batch(
+            self.turn_id, self.last, self._coordinator, self._store, patient=patient
+        )
+        if batch:
+            return batch
+        if not self._live or not self._asked:
+            self._asked = True
+            if self._over():
+                return None
+        if not self._live:
+            _wait_past_gap(self.turn_id, self.last, self._coordinator)
+        return []
+
+    def _over(self) -> bool:
+        return _over(self.turn_id, self.last, self._store, self._driver_failure)
+
+
+def _wait_past_gap(turn_id: str, last: int, coordinator: Coordinator) -> None:
+    """Wait a poll for the buffer; if its events start past a gap that only a commit
+    closes (and nothing announces commits), wait a store poll instead of spinning."""
+    ahead = coordinator.read_events(turn_id, last, timeout=POLL_SECONDS)
+    if ahead and ahead[0].seq != last + 1:
+        time.sleep(GAP_POLL_SECONDS)
 
 
 def _over(

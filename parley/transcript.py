@@ -1,4 +1,4 @@
-"""Typed durable rows of a conversation and their projections (SPEC §4 "Host seams"):
+"""Typed durable rows of a conversation and their projections (docs/transcript.md):
 ``rows``, ``native``, ``to_messages`` (checked), ``display``, and the rows' JSON form.
 ``Session.transcript()`` returns the history path's rows, and ``CommitReceipt.delta``
 the rows a committed turn appended.  The conversion contract a host codec keeps is in

@@ -1,4 +1,4 @@
-"""Webhooks (SPEC §8; docs/operations.md "Webhooks"): posting each turn's end from the
+"""Webhooks (docs/operations.md#webhooks): posting each turn's end from the
 durable outbox (:mod:`workers.store.outbox`), signed, at least once, never in a turn's way.
 
 The deliverer runs in ``parley beat`` on a fleet and on a thread of the embedded client.

@@ -1,4 +1,4 @@
-"""Records of running a deployment (SPEC §8): what pruning removed, and the state of each
+"""Records of running a deployment (docs/operations.md): what pruning removed, and the state of each
 webhook delivery in the outbox."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class WebhookDelivery:
         return DeliveryState.PENDING
 
     def payload(self) -> dict[str, Any]:
-        """The JSON object posted (SPEC §8; docs/operations.md "Webhooks")."""
+        """The JSON object posted (docs/operations.md#webhooks)."""
         return {
             "delivery_id": self.delivery_id,
             "event": "turn.ended",

@@ -174,7 +174,7 @@ class TurnResult:
 
 
 class Decision(StrEnum):
-    """A person's answer to a tool call that waited for one (SPEC §6a)."""
+    """A person's answer to a tool call that waited for one (docs/approvals.md)."""
 
     APPROVED = "approved"
     DENIED = "denied"
@@ -352,5 +352,5 @@ class RunState:
     approval_count: int = 0
     # When the run last ended (None while it has not).
     ended_at: datetime | None = None
-    # The JSON object the submission carried for the host (SPEC §4 "Host seams").
+    # The JSON object the submission carried for the host (docs/host.md#1-host-context).
     host_context: dict[str, Any] = field(default_factory=dict)

@@ -189,7 +189,7 @@ events = Table(
     Column("created_at", Timestamp, nullable=False),
 )
 
-# A tool call waiting for a person's answer (SPEC §6a): inserted when its step is held,
+# A tool call waiting for a person's answer (docs/approvals.md): inserted when its step is held,
 # answered once (``decision`` from NULL, in one transaction), and ``consumed_at`` set, in
 # a transaction of its own, just before an approved call runs: an attempt that finds it
 # set does not run the call again.
@@ -223,9 +223,9 @@ approvals = Table(
     ),
 )
 
-# Which embedded process drives a session (SPEC §2.3 across processes on one database):
-# a row while one holds it, deleted when it lets go.  A holder renews every lease it has
-# with one statement per beat, so ``expires_at`` (seconds since the epoch, by the
+# Which embedded process drives a session (docs/guarantees.md#3-one-driver-per-session across
+# processes on one database): a row while one holds it, deleted when it lets go.  A holder renews
+# every lease it has with one statement per beat, so ``expires_at`` (seconds since the epoch, by the
 # holder's clock) says whether it is alive; a row past it, or whose holder's process is
 # gone from this machine, may be taken over.  The fleet's sessions are held in Redis
 # instead: they never have a row here.
@@ -251,7 +251,7 @@ seeds = Table(
     Column("created_at", Timestamp, nullable=False),
 )
 
-# The webhook outbox (SPEC §8 Webhooks): one row per turn's end that has a URL to go to,
+# The webhook outbox (docs/operations.md#webhooks): one row per turn's end that has a URL to go to,
 # inserted by the transaction that commits the end, and delivered at least once from
 # here by the deliverer (in `parley beat`, or a thread of the embedded client).  The row
 # is a snapshot of the end (a resumed turn ends again: another row), the POST's body is

@@ -112,55 +112,75 @@ def _story(console: Console, workdir: Path) -> int:
             f"[bold]{(root / 'secrets/api_token.txt').read_text().strip()}[/]"
         )
 
-        chapter(console, "3. A steer mid-turn reaches the model at the next step boundary")
-        prompt(console, "bring the docs up to date")
-        handle = session.submit("bring the docs up to date")
-        steered = False
-        for event in handle.events():
-            show(event)
-            if event.kind is EventKind.TOKEN and not steered:
-                steered = True
-                handle.say("actually, only touch the docs")
-                console.print(
-                    "\n   [yellow]operator says:[/] actually, only touch the docs", highlight=False
-                )
-        reply(console, handle.wait())
+        _steer_mid_turn(console, session, show)
+        _interrupt_then_resume(console, session, show, root)
+        _branch(console, session, show, first.turn_id)
 
-        chapter(console, "4. An interrupt stops the turn at a boundary; resume continues it")
-        prompt(console, "migrate the connection pool")
-        handle = session.submit("migrate the connection pool")
-        seen = 0
-        for event in handle.events():
-            show(event)
-            seen = event.seq
-            if event.kind is EventKind.TOOL_CALL:
-                handle.interrupt()
-                console.print(
-                    "   [magenta]operator interrupts[/] while the tool runs: the step commits whole"
-                )
-        cancelled = handle.wait()
-        console.print(
-            f"   outcome [magenta]{cancelled.outcome}[/] after {cancelled.steps} committed "
-            f"step(s); reply {cancelled.reply}; "
-            f"migration.log: {(root / 'migration.log').read_text().splitlines()}"
-        )
-        resumed = session.resume(handle.turn_id)
-        console.print(f"   resume: same turn {resumed.turn_id[:8]} and run {resumed.run_id[:8]}")
-        for event in resumed.events(after=seen):
-            show(event)
-        reply(console, resumed.wait())
+    if not _second_process(console, database, session.id):
+        return 1
+    console.print(Rule(style="green"))
+    console.print("[bold green]demo complete[/]: every turn above is durable in", escape(database))
+    return 0
 
-        chapter(console, "5. Branch from the first turn; the abandoned branch stays readable")
-        session.branch_from(first.turn_id)
-        ask(console, session, "and what about 503?", show)
-        console.print(tree_of(session.tree(), head=session.head, label=f"session {session.id[:8]}"))
-        console.print("   history (what the model sees next):")
-        for turn in session.history():
-            console.print("   ", turn_line(turn))
 
+def _steer_mid_turn(console: Console, session: parley.Session, show: EventPrinter) -> None:
+    chapter(console, "3. A steer mid-turn reaches the model at the next step boundary")
+    prompt(console, "bring the docs up to date")
+    handle = session.submit("bring the docs up to date")
+    steered = False
+    for event in handle.events():
+        show(event)
+        if event.kind is EventKind.TOKEN and not steered:
+            steered = True
+            handle.say("actually, only touch the docs")
+            console.print(
+                "\n   [yellow]operator says:[/] actually, only touch the docs", highlight=False
+            )
+    reply(console, handle.wait())
+
+
+def _interrupt_then_resume(
+    console: Console, session: parley.Session, show: EventPrinter, root: Path
+) -> None:
+    chapter(console, "4. An interrupt stops the turn at a boundary; resume continues it")
+    prompt(console, "migrate the connection pool")
+    handle = session.submit("migrate the connection pool")
+    seen = 0
+    for event in handle.events():
+        show(event)
+        seen = event.seq
+        if event.kind is EventKind.TOOL_CALL:
+            handle.interrupt()
+            console.print(
+                "   [magenta]operator interrupts[/] while the tool runs: the step commits whole"
+            )
+    cancelled = handle.wait()
+    console.print(
+        f"   outcome [magenta]{cancelled.outcome}[/] after {cancelled.steps} committed "
+        f"step(s); reply {cancelled.reply}; "
+        f"migration.log: {(root / 'migration.log').read_text().splitlines()}"
+    )
+    resumed = session.resume(handle.turn_id)
+    console.print(f"   resume: same turn {resumed.turn_id[:8]} and run {resumed.run_id[:8]}")
+    for event in resumed.events(after=seen):
+        show(event)
+    reply(console, resumed.wait())
+
+
+def _branch(console: Console, session: parley.Session, show: EventPrinter, turn_id: str) -> None:
+    chapter(console, "5. Branch from the first turn; the abandoned branch stays readable")
+    session.branch_from(turn_id)
+    ask(console, session, "and what about 503?", show)
+    console.print(tree_of(session.tree(), head=session.head, label=f"session {session.id[:8]}"))
+    console.print("   history (what the model sees next):")
+    for turn in session.history():
+        console.print("   ", turn_line(turn))
+
+
+def _second_process(console: Console, database: str, session_id: str) -> bool:
     chapter(console, "6. A second process reopens the session with only its id")
     env = {**os.environ, "PARLEY_DATABASE_URL": database, "PARLEY_HOST": "parley.demo:demo_host"}
-    for argv in (["history", session.id], ["submit", session.id, "where were we?"]):
+    for argv in (["history", session_id], ["submit", session_id, "where were we?"]):
         console.print(f"   [dim]$ parley {' '.join(argv)}[/]", highlight=False)
         completed = subprocess.run(
             [sys.executable, "-m", "parley", *argv],
@@ -172,10 +192,8 @@ def _story(console: Console, workdir: Path) -> int:
         console.print(completed.stdout.rstrip(), highlight=False, markup=False)
         if completed.returncode != 0:
             console.print(f"[red]the second process failed:[/] {escape(completed.stderr)}")
-            return 1
-    console.print(Rule(style="green"))
-    console.print("[bold green]demo complete[/]: every turn above is durable in", escape(database))
-    return 0
+            return False
+    return True
 
 
 def chapter(console: Console, title: str) -> None:

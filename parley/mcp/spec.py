@@ -57,32 +57,32 @@ class McpServer:
         if not isinstance(self.name, str) or not SERVER_NAME.fullmatch(self.name):
             raise InvalidRequest(f"MCP server name {self.name!r} must match {SERVER_NAME.pattern}")
         where = f"MCP server {self.name!r}"
-        if isinstance(self.command, str) or not isinstance(self.command, Sequence):
-            raise InvalidRequest(f"{where}: command must be a list of strings (argv)")
-        command = tuple(self.command)
-        if not all(isinstance(a, str) and "\0" not in a for a in command):
-            raise InvalidRequest(f"{where}: command must be a list of strings (argv)")
-        if command and not command[0]:
-            raise InvalidRequest(f"{where}: the command's program is empty")
+        command = _checked_command(self.command, where)
         object.__setattr__(self, "command", command)
         if bool(command) == (self.url is not None):
             raise InvalidRequest(f"{where}: give exactly one of command (stdio) and url (http)")
         if command:
-            if self.headers is not None:
-                raise InvalidRequest(f"{where}: headers are for an http server, not a command")
-            if self.cwd is not None and (not isinstance(self.cwd, str) or not self.cwd):
-                raise InvalidRequest(f"{where}: cwd must be a non-empty string")
-            object.__setattr__(self, "env", _string_map(self.env, f"{where}: env"))
+            self._check_stdio(where)
         else:
-            if self.env is not None or self.cwd is not None:
-                raise InvalidRequest(f"{where}: env and cwd are for a command, not a url")
-            _check_url(self.url, where)
-            object.__setattr__(self, "headers", _string_map(self.headers, f"{where}: headers"))
+            self._check_http(where)
         _check_seconds(self.timeout, f"{where}: timeout")
         if self.call_timeout is not None:
             _check_seconds(self.call_timeout, f"{where}: call_timeout")
         if not isinstance(self.tool_prefix, str) or not TOOL_PREFIX.fullmatch(self.tool_prefix):
             raise InvalidRequest(f"{where}: tool_prefix must match {TOOL_PREFIX.pattern}")
+
+    def _check_stdio(self, where: str) -> None:
+        if self.headers is not None:
+            raise InvalidRequest(f"{where}: headers are for an http server, not a command")
+        if self.cwd is not None and (not isinstance(self.cwd, str) or not self.cwd):
+            raise InvalidRequest(f"{where}: cwd must be a non-empty string")
+        object.__setattr__(self, "env", _string_map(self.env, f"{where}: env"))
+
+    def _check_http(self, where: str) -> None:
+        if self.env is not None or self.cwd is not None:
+            raise InvalidRequest(f"{where}: env and cwd are for a command, not a url")
+        _check_url(self.url, where)
+        object.__setattr__(self, "headers", _string_map(self.headers, f"{where}: headers"))
 
     # env and headers are dicts, which do not hash: equality and hashing go through one
     # canonical text instead, so that a host may key its open connections by spec.
@@ -194,6 +194,17 @@ class McpServer:
             call_timeout=data.get("call_timeout"),
             tool_prefix=data.get("tool_prefix", ""),
         )
+
+
+def _checked_command(command: object, where: str) -> tuple[str, ...]:
+    if isinstance(command, str) or not isinstance(command, Sequence):
+        raise InvalidRequest(f"{where}: command must be a list of strings (argv)")
+    argv = tuple(command)
+    if not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise InvalidRequest(f"{where}: command must be a list of strings (argv)")
+    if argv and not argv[0]:
+        raise InvalidRequest(f"{where}: the command's program is empty")
+    return argv
 
 
 def _string_map(value: object, where: str) -> dict[str, str] | None:

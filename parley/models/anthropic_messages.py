@@ -31,7 +31,13 @@ from parley.errors import InvalidRequest
 from parley.models._wire import ProviderModel, cause_text
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
-from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
+from schemas.messages import (
+    AssistantMessage,
+    Message,
+    Prefix,
+    ToolCall,
+    UserMessage,
+)
 from schemas.records import Usage
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
@@ -232,37 +238,41 @@ def encode_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[s
             encoded.append({"role": role, "content": blocks})
 
     for message in request.messages:
-        if isinstance(message, UserMessage):
-            add("user", [{"type": "text", "text": message.text}] if message.text else [])
-        elif isinstance(message, AssistantMessage):
-            blocks: list[dict[str, Any]] = []
-            if message.text:
-                blocks.append({"type": "text", "text": message.text})
-            blocks.extend(
-                {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": _tool_input(call.arguments),
-                }
-                for call in message.tool_calls
-            )
-            add("assistant", blocks)
-        elif isinstance(message, ToolMessage):
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": message.call_id,
-                "content": message.content,
-            }
-            if message.is_error:
-                result["is_error"] = True
-            add("user", [result])
+        add(*_role_and_blocks(message))
     if cache and encoded:
         # A breakpoint on the newest block caches the conversation so far: the next step
         # repeats all of it and reads it from the cache.
         last = encoded[-1]["content"][-1]
         encoded[-1]["content"][-1] = {**last, "cache_control": dict(_EPHEMERAL)}
     return encoded
+
+
+def _role_and_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    """One parley message as a Messages-API role and its content blocks."""
+    if isinstance(message, UserMessage):
+        return "user", [{"type": "text", "text": message.text}] if message.text else []
+    if isinstance(message, AssistantMessage):
+        blocks: list[dict[str, Any]] = []
+        if message.text:
+            blocks.append({"type": "text", "text": message.text})
+        blocks.extend(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": _tool_input(call.arguments),
+            }
+            for call in message.tool_calls
+        )
+        return "assistant", blocks
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": message.call_id,
+        "content": message.content,
+    }
+    if message.is_error:
+        result["is_error"] = True
+    return "user", [result]
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:

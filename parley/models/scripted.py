@@ -186,7 +186,14 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
         or not 0 <= delay <= MAX_DELAY_MS  # (NaN fails both)
     ):
         raise InvalidRequest(f"{where}.delay_ms: a number of milliseconds, 0 to {MAX_DELAY_MS}")
-    raw_calls = step.get("tool_calls", [])
+    calls = _parse_calls(step.get("tool_calls", []), where)
+    usage = _parse_usage(step["usage"], where) if "usage" in step else None
+    return ScriptedStep(
+        text=text, tool_calls=tuple(calls), chunk_chars=chunk, delay_ms=float(delay), usage=usage
+    )
+
+
+def _parse_calls(raw_calls: Any, where: str) -> list[ScriptedCall]:
     if not isinstance(raw_calls, list):
         raise InvalidRequest(f"{where}.tool_calls: a list")
     calls = []
@@ -201,22 +208,20 @@ def _parse_step(step: Any, where: str) -> ScriptedStep:
         if not isinstance(arguments, dict | str):
             raise InvalidRequest(f"{where}.tool_calls[{i}].arguments: an object or a raw string")
         calls.append(ScriptedCall(name=call["name"], arguments=arguments))
-    usage = None
-    if "usage" in step:
-        raw_usage = step["usage"]
-        counts = ("input_tokens", "output_tokens", "cached_tokens")
-        if (
-            not isinstance(raw_usage, dict)
-            or not all(
-                isinstance(raw_usage.get(k, 0), int)
-                and not isinstance(raw_usage.get(k, 0), bool)
-                and raw_usage.get(k, 0) >= 0
-                for k in counts
-            )
-            or set(raw_usage) - set(counts)
-        ):
-            raise InvalidRequest(f"{where}.usage: an object of non-negative token counts {counts}")
-        usage = Usage.from_json(raw_usage)
-    return ScriptedStep(
-        text=text, tool_calls=tuple(calls), chunk_chars=chunk, delay_ms=float(delay), usage=usage
-    )
+    return calls
+
+
+def _parse_usage(raw_usage: Any, where: str) -> Usage:
+    counts = ("input_tokens", "output_tokens", "cached_tokens")
+    if (
+        not isinstance(raw_usage, dict)
+        or not all(
+            isinstance(raw_usage.get(k, 0), int)
+            and not isinstance(raw_usage.get(k, 0), bool)
+            and raw_usage.get(k, 0) >= 0
+            for k in counts
+        )
+        or set(raw_usage) - set(counts)
+    ):
+        raise InvalidRequest(f"{where}.usage: an object of non-negative token counts {counts}")
+    return Usage.from_json(raw_usage)

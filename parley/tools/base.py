@@ -135,6 +135,17 @@ def _first(errors: list[ValidationError]) -> ValidationError:
     return min(errors, key=lambda error: len(error.path))
 
 
+# The keywords whose sentence needs only the place, the value and the schema's setting.
+_SIMPLE_WORDING = {
+    "enum": "{at}: {value!r} is not one of {setting}",
+    "minimum": "{at}: {value!r} is below the minimum {setting}",
+    "maximum": "{at}: {value!r} is above the maximum {setting}",
+    "minItems": "{at}: needs at least {setting} item(s)",
+    "maxItems": "{at}: takes at most {setting} item(s)",
+    "minLength": "{at}: needs at least {setting} character(s)",
+}
+
+
 def _wording(error: ValidationError, where: str) -> str:
     """parley's sentence for one of jsonschema's errors; ``where`` names the tool."""
     at = where + "".join(
@@ -156,18 +167,9 @@ def _wording(error: ValidationError, where: str) -> str:
         return f"{at}: missing required argument {missing!r}"
     if rule == "additionalProperties":
         return f"{at}: unexpected argument {_extra_key(value, error.schema)!r}"
-    if rule == "enum":
-        return f"{at}: {value!r} is not one of {setting}"
-    if rule == "minimum":
-        return f"{at}: {value!r} is below the minimum {setting}"
-    if rule == "maximum":
-        return f"{at}: {value!r} is above the maximum {setting}"
-    if rule == "minItems":
-        return f"{at}: needs at least {setting} item(s)"
-    if rule == "maxItems":
-        return f"{at}: takes at most {setting} item(s)"
-    if rule == "minLength":
-        return f"{at}: needs at least {setting} character(s)"
+    wording = _SIMPLE_WORDING.get(rule)
+    if wording is not None:
+        return wording.format(at=at, value=value, setting=setting)
     return f"{at}: {error.message}"  # the rarer keywords, in jsonschema's words
 
 

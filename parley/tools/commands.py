@@ -32,6 +32,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from parley.errors import InvalidRequest
@@ -117,6 +119,115 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+@dataclass(frozen=True)
+class _CommandRunner:
+    """What ``run_command`` does with one call's arguments, under a variant's settings."""
+
+    default_timeout: float
+    output_limit: int
+    environment: dict[str, str] | None  # None: the worker's allow-listed variables
+
+    def __call__(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        argv: list[str] = arguments["argv"]
+        timeout = float(arguments.get("timeout") or self.default_timeout)
+        cwd = confine(context.root, arguments.get("cwd") or ".")
+        if not cwd.is_dir():
+            raise InvalidRequest(f"run_command: cwd {arguments.get('cwd')!r} is not a directory")
+        started = time.monotonic()
+        process = self._start(argv, cwd)
+        capture = _Capture(cast(io.BufferedReader, process.stdout), self.output_limit)
+        timed_out = _wait_and_reap(process, capture, timeout)
+        elapsed = time.monotonic() - started
+        where = relative(context.root, arguments.get("cwd") or ".")
+        header = f"$ {command_line(argv)}" + ("" if where == "." else f"  (in {where})")
+        if timed_out:
+            status = f"[timed out after {timeout:g} s; the process group was killed]"
+        elif process.returncode < 0:
+            status = f"[killed by signal {-process.returncode} after {elapsed:.1f} s]"
+        else:
+            status = f"[exit code {process.returncode}]"
+        output = capture.text()
+        # The status goes first so that no later cap (the host's tool_output_limit) can
+        # cut it off.
+        return "\n".join(part for part in (status, header, output.rstrip("\n")) if part)
+
+    def _start(self, argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+        if self.environment is None:
+            env = {k: os.environ[k] for k in PASSED_ENVIRONMENT if k in os.environ}
+        else:
+            env = self.environment
+        try:
+            return subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a kill reaches its children
+                shell=False,
+            )
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"command not found: {argv[0]!r}") from exc
+        except PermissionError as exc:
+            raise PermissionError(f"cannot execute {argv[0]!r}: permission denied") from exc
+
+
+def _wait_and_reap(process: subprocess.Popen[bytes], capture: _Capture, timeout: float) -> bool:
+    """Wait for the command up to ``timeout`` (then TERM, then KILL its group); whether it
+    timed out."""
+    timed_out = False
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=KILL_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _kill_group(process.pid, signal.SIGKILL)
+            process.wait()
+    finally:
+        # Nothing the call started outlives it (a step may be redone after a crash,
+        # and a stray server would hold the pipe open): end the rest of the group.
+        _kill_group(process.pid, signal.SIGKILL)
+        # The reader closes the pipe at its end.  Only a process that left the group
+        # (setsid) can still hold it open; the daemon reader then ends when it does.
+        capture.join(KILL_GRACE_SECONDS)
+    return timed_out
+
+
+def _parameters(default_timeout: float, max_timeout: float) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "argv": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "minItems": 1,
+                "description": 'the program and its arguments, e.g. ["pytest", "-q"]',
+            },
+            "cwd": {
+                "type": "string",
+                "description": "working directory relative to the root (default: the root)",
+            },
+            "timeout": {
+                "type": "number",
+                "minimum": 1,
+                "maximum": max_timeout,
+                "description": f"seconds before the command is killed "
+                f"(default {default_timeout:g})",
+            },
+        },
+        "required": ["argv"],
+        "additionalProperties": False,
+    }
+
+
+def _access(arguments: dict[str, Any]) -> tuple[Access, ...]:
+    return (Access(mode="execute", path=command_line(arguments["argv"])),)
+
+
 def command_tool(
     *,
     name: str = "run_command",
@@ -132,70 +243,11 @@ def command_tool(
         raise InvalidRequest("command_tool: need 0 < default_timeout <= max_timeout")
     if output_limit < 2:
         raise InvalidRequest("command_tool: output_limit must be at least 2 bytes")
-    fixed_environment = None if environment is None else dict(environment)
-
-    def run(arguments: dict[str, Any], context: ToolContext) -> str:
-        argv: list[str] = arguments["argv"]
-        timeout = float(arguments.get("timeout") or default_timeout)
-        cwd = confine(context.root, arguments.get("cwd") or ".")
-        if not cwd.is_dir():
-            raise InvalidRequest(f"run_command: cwd {arguments.get('cwd')!r} is not a directory")
-        if fixed_environment is None:
-            env = {k: os.environ[k] for k in PASSED_ENVIRONMENT if k in os.environ}
-        else:
-            env = fixed_environment
-        started = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a kill reaches its children
-                shell=False,
-            )
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"command not found: {argv[0]!r}") from exc
-        except PermissionError as exc:
-            raise PermissionError(f"cannot execute {argv[0]!r}: permission denied") from exc
-        capture = _Capture(cast(io.BufferedReader, process.stdout), output_limit)
-        timed_out = False
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=KILL_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                _kill_group(process.pid, signal.SIGKILL)
-                process.wait()
-        finally:
-            # Nothing the call started outlives it (a step may be redone after a crash,
-            # and a stray server would hold the pipe open): end the rest of the group.
-            _kill_group(process.pid, signal.SIGKILL)
-            # The reader closes the pipe at its end.  Only a process that left the group
-            # (setsid) can still hold it open; the daemon reader then ends when it does.
-            capture.join(KILL_GRACE_SECONDS)
-        elapsed = time.monotonic() - started
-        where = relative(context.root, arguments.get("cwd") or ".")
-        header = f"$ {command_line(argv)}" + ("" if where == "." else f"  (in {where})")
-        if timed_out:
-            status = f"[timed out after {timeout:g} s; the process group was killed]"
-        elif process.returncode < 0:
-            status = f"[killed by signal {-process.returncode} after {elapsed:.1f} s]"
-        else:
-            status = f"[exit code {process.returncode}]"
-        output = capture.text()
-        # The status goes first so that no later cap (the host's tool_output_limit) can
-        # cut it off.
-        return "\n".join(part for part in (status, header, output.rstrip("\n")) if part)
-
-    def access(arguments: dict[str, Any]) -> tuple[Access, ...]:
-        return (Access(mode="execute", path=command_line(arguments["argv"])),)
-
+    runner = _CommandRunner(
+        default_timeout=default_timeout,
+        output_limit=output_limit,
+        environment=None if environment is None else dict(environment),
+    )
     return FunctionTool(
         name=name,
         description=(
@@ -204,32 +256,9 @@ def command_tool(
             "variables). Reports the exit code and the combined stdout and stderr. Only "
             "command lines the host's policy allows can run."
         ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "argv": {
-                    "type": "array",
-                    "items": {"type": "string", "minLength": 1},
-                    "minItems": 1,
-                    "description": 'the program and its arguments, e.g. ["pytest", "-q"]',
-                },
-                "cwd": {
-                    "type": "string",
-                    "description": "working directory relative to the root (default: the root)",
-                },
-                "timeout": {
-                    "type": "number",
-                    "minimum": 1,
-                    "maximum": max_timeout,
-                    "description": f"seconds before the command is killed "
-                    f"(default {default_timeout:g})",
-                },
-            },
-            "required": ["argv"],
-            "additionalProperties": False,
-        },
-        function=run,
-        access=access,
+        parameters=_parameters(default_timeout, max_timeout),
+        function=runner,
+        access=_access,
     )
 
 

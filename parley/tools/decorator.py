@@ -130,6 +130,37 @@ def _build(
     description: str | None,
     accesses: AccessFunction | None,
 ) -> DecoratedTool[P, R]:
+    label = _check_decorated(function, description, accesses)
+    try:
+        signature = inspect.signature(function)
+        hints = typing.get_type_hints(function, include_extras=True)
+    except (TypeError, ValueError, NameError) as exc:
+        raise InvalidRequest(f"@tool {label}: cannot read its signature ({exc})") from exc
+    docstring = parse_docstring(inspect.getdoc(function) or "")
+    declared, parameters = _read_parameters(signature, hints, docstring.parameters, label)
+    schema = ArgumentsSchema(declared, f"@tool {label}")
+    text = description if description is not None else docstring.description
+    if not text or not text.strip():
+        raise InvalidRequest(
+            f"@tool {label}: the model needs a description: write a docstring or pass description="
+        )
+    tool_name = name if name is not None else getattr(function, "__name__", "")
+    call = _Call(function, tool_name, schema, tuple(parameters), accesses)
+    return DecoratedTool(
+        name=tool_name,
+        description=text.strip(),
+        parameters=schema.json_schema,
+        function=call.run,
+        access=call.access,
+        wrapped=function,
+        arguments_schema=schema,
+    )
+
+
+def _check_decorated(
+    function: Callable[..., Any], description: str | None, accesses: AccessFunction | None
+) -> str:
+    """What ``@tool`` refuses before reading a signature; the function's label."""
     if not callable(function):
         raise InvalidRequest(f"@tool needs a function, not {function!r}")
     label = getattr(function, "__qualname__", repr(function))
@@ -142,12 +173,16 @@ def _build(
         raise InvalidRequest(f"@tool {label}: description must be text")
     if accesses is not None and not callable(accesses):
         raise InvalidRequest(f"@tool {label}: accesses must be a function of the arguments")
-    try:
-        signature = inspect.signature(function)
-        hints = typing.get_type_hints(function, include_extras=True)
-    except (TypeError, ValueError, NameError) as exc:
-        raise InvalidRequest(f"@tool {label}: cannot read its signature ({exc})") from exc
-    docstring = parse_docstring(inspect.getdoc(function) or "")
+    return str(label)
+
+
+def _read_parameters(
+    signature: inspect.Signature,
+    hints: dict[str, Any],
+    descriptions: Mapping[str, str],
+    label: str,
+) -> tuple[list[Argument], list[_Parameter]]:
+    """The arguments a model declares (all but the context), and how to pass each one."""
     declared: list[Argument] = []
     parameters: list[_Parameter] = []
     for parameter in signature.parameters.values():
@@ -166,34 +201,27 @@ def _build(
             raise InvalidRequest(f"{where} has no type annotation")
         declared.append(
             Argument(
-                parameter.name,
-                annotation,
-                parameter.default,
-                docstring.parameters.get(parameter.name),
+                parameter.name, annotation, parameter.default, descriptions.get(parameter.name)
             )
         )
-    schema = ArgumentsSchema(declared, f"@tool {label}")
-    text = description if description is not None else docstring.description
-    if not text or not text.strip():
-        raise InvalidRequest(
-            f"@tool {label}: the model needs a description: write a docstring or pass description="
-        )
-    tool_name = name if name is not None else getattr(function, "__name__", "")
+    return declared, parameters
 
-    def with_defaults(arguments: dict[str, Any]) -> dict[str, Any]:
-        complete = dict(arguments)
-        for item in parameters:
-            if item.is_context:
-                continue
-            if item.name not in complete and item.default is not inspect.Parameter.empty:
-                complete[item.name] = item.default
-        return complete
 
-    def run(arguments: dict[str, Any], context: ToolContext) -> str:
-        values = schema.convert(arguments, tool_name)
+@dataclass(frozen=True)
+class _Call:
+    """Calls a decorated function with a model's (validated, converted) arguments."""
+
+    function: Callable[..., Any]
+    tool_name: str
+    schema: ArgumentsSchema
+    parameters: tuple[_Parameter, ...]
+    accesses: AccessFunction | None
+
+    def run(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        values = self.schema.convert(arguments, self.tool_name)
         positional: list[Any] = []
         keywords: dict[str, Any] = {}
-        for item in parameters:
+        for item in self.parameters:
             if item.is_context:
                 value: Any = context
             elif item.name in values:
@@ -206,22 +234,22 @@ def _build(
                 positional.append(value)
             else:
                 keywords[item.name] = value
-        call: Callable[..., Any] = function
-        result = call(*positional, **keywords)
+        result = self.function(*positional, **keywords)
         return result if isinstance(result, str) else _to_json(result)
 
-    def access(arguments: dict[str, Any]) -> Sequence[Access]:
-        return () if accesses is None else tuple(accesses(with_defaults(arguments)))
+    def access(self, arguments: dict[str, Any]) -> Sequence[Access]:
+        if self.accesses is None:
+            return ()
+        return tuple(self.accesses(self._with_defaults(arguments)))
 
-    return DecoratedTool(
-        name=tool_name,
-        description=text.strip(),
-        parameters=schema.json_schema,
-        function=run,
-        access=access,
-        wrapped=function,
-        arguments_schema=schema,
-    )
+    def _with_defaults(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        complete = dict(arguments)
+        for item in self.parameters:
+            if item.is_context:
+                continue
+            if item.name not in complete and item.default is not inspect.Parameter.empty:
+                complete[item.name] = item.default
+        return complete
 
 
 def _is_context(name: str, annotation: Any) -> bool:

@@ -121,22 +121,30 @@ def _split_annotated(annotation: Any) -> tuple[Any, str | None]:
             return annotation, note
 
 
+def _is_scalar_type(annotation: Any, origin: Any, arguments: tuple[Any, ...], where: str) -> bool:
+    """Whether ``annotation`` is a JSON scalar as it is (a plain type, a Literal, an enum);
+    :class:`InvalidRequest` for a Literal or enum whose values are not scalars."""
+    if any(annotation is plain for plain in _PLAIN):
+        return True
+    if origin is Literal:
+        if not all(_is_scalar(value) for value in arguments):
+            raise InvalidRequest(f"{where}: Literal values must be str, int, float, bool or None")
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        values = [member.value for member in annotation]
+        if not values or not all(_is_scalar(value) for value in values):
+            raise InvalidRequest(f"{where}: enum {annotation.__name__} needs str/int values")
+        return True
+    return False
+
+
 def _declarable(annotation: Any, where: str, enclosing: frozenset[type]) -> Any:
     """``annotation`` as pydantic should see it, or :class:`InvalidRequest` if it has no
     JSON equivalent.  ``enclosing`` holds the records being rebuilt around it."""
     annotation, _ = _split_annotated(annotation)  # a description only describes a field
     origin = typing.get_origin(annotation)
     arguments = typing.get_args(annotation)
-    if any(annotation is plain for plain in _PLAIN):
-        return annotation
-    if origin is Literal:
-        if not all(_is_scalar(value) for value in arguments):
-            raise InvalidRequest(f"{where}: Literal values must be str, int, float, bool or None")
-        return annotation
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        values = [member.value for member in annotation]
-        if not values or not all(_is_scalar(value) for value in values):
-            raise InvalidRequest(f"{where}: enum {annotation.__name__} needs str/int values")
+    if _is_scalar_type(annotation, origin, arguments, where):
         return annotation
     if origin is list:
         if not arguments:  # typing.List

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from parley import TurnStatus, connect
-from parley.cli import UNCLAIMED_NOTICE_SECONDS
+from parley.cli.watching import UNCLAIMED_NOTICE_SECONDS
 from tests.acceptance.conftest import ClientFactory
 from tests.support.chaos import chaos_fleet
 from tests.support.databases import fresh_postgres_database

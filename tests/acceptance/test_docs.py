@@ -32,6 +32,7 @@ DOCUMENTS = [
     *sorted((REPO / "docs").glob("*.md")),
     *sorted((REPO / "examples").glob("*/README.md")),
 ]
+PROCFILE_PAGE = REPO / "docs" / "operations.md"  # the Procfile and honcho
 RUN = ("python", "sh")
 NOT_RUN = re.compile(r"<!-- not run: (?P<why>\S.*?) -->")
 FENCE = "```"
@@ -235,11 +236,11 @@ def procfile_processes() -> dict[str, str]:
     )
 
 
-def test_the_readme_shows_the_procfile_as_it_is() -> None:
+def test_the_operations_page_shows_the_procfile_as_it_is() -> None:
     shown = [
         b
         for b in BLOCKS
-        if b.path.name == "README.md" and b.text.startswith("release: ") and b.language == "text"
+        if b.path == PROCFILE_PAGE and b.text.startswith("release: ") and b.language == "text"
     ]
     assert len(shown) == 1
     assert dict(line.split(": ", 1) for line in shown[0].text.splitlines()) == procfile_processes()
@@ -282,11 +283,11 @@ def test_each_procfile_command_runs_parley_from_path(tmp_path: Path) -> None:
     assert "schema at revision" in run.stdout + run.stderr
 
 
-def test_the_readme_runs_the_procfile_from_a_clone_with_the_venv_on_path() -> None:
+def test_the_operations_page_runs_the_procfile_from_a_clone_with_the_venv_on_path() -> None:
     """From a clone the Procfile's ``parley`` is the repo's ``.venv/bin/parley``: the
-    README says to put it on ``PATH`` for honcho."""
-    readme = (REPO / "README.md").read_text()
-    assert "PATH=.venv/bin:$PATH honcho start worker beat gateway" in readme
+    operations page says to put it on ``PATH`` for honcho."""
+    page = PROCFILE_PAGE.read_text()
+    assert "PATH=.venv/bin:$PATH honcho start worker beat gateway" in page
 
 
 def test_every_relative_link_names_a_file_of_the_repository() -> None:

@@ -544,7 +544,7 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
 
 
 SPLIT_CHECK = """async (stream) => {
-    const { SSEParser } = await import("/static/app.js");
+    const { SSEParser } = await import("/static/page/sse.js");
     const parse = (...chunks) => {
         const frames = [];
         const parser = new SSEParser((frame) => frames.push(frame));

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from schemas.events import Event, EventKind
 from schemas.messages import StepPayload
 from schemas.records import IfBusy, TurnStatus, Usage
-from workers.ports.backend import FinishReceipt, StepReceipt, TurnEnd
+from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
 from workers.store.database import create_database_engine, migrate
 from workers.store.sql_store import SqlStore
 
@@ -110,8 +110,10 @@ def commit(
         run_id=d.run_id,
         session_id=d.session_id,
         fence=d.fence if fence is None else fence,
-        index=index,
-        payload=StepPayload(text=f"step {index}", usage=Usage(input_tokens=3, output_tokens=2)),
+        step=CommittedStep(
+            index=index,
+            payload=StepPayload(text=f"step {index}", usage=Usage(input_tokens=3, output_tokens=2)),
+        ),
         steer_cursor=0,
         events=[Event(turn_id=d.turn_id, seq=d.next_seq + index, kind=EventKind.STEP, data={})]
         if events is None

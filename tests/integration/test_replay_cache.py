@@ -13,8 +13,7 @@ import parley
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from tests.support.helpers import RecordingModel
 from workers.engine.replay_cache import ReplayCache, replay_size
-from workers.store import rows, turn_runs
-from workers.store import sql_store as store_module
+from workers.store import claims, rows, turn_reads
 
 RULES = [
     {
@@ -51,7 +50,7 @@ class CountingSteps:
             self.loaded.extend(run_ids)
             return original(db, run_ids)
 
-        for module in (store_module, turn_runs):
+        for module in (turn_reads, claims):
             monkeypatch.setattr(module, "read_steps", counting)
 
 

@@ -14,8 +14,9 @@ from sqlalchemy.exc import IntegrityError
 
 from tests.integration.drive import submit
 from workers.store import statements as q
-from workers.store.connection import MAX_INSERT_ROWS, DirectStatements, StoreConnection
+from workers.store.connection import DirectStatements, StoreConnection
 from workers.store.sql_store import SqlStore
+from workers.store.statements.binds import MAX_INSERT_ROWS
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from workers.coordination import redis_coordinator
+from workers.coordination import redis_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,8 +20,8 @@ def _lua_files() -> set[str]:
 
 
 def test_every_script_the_coordinator_reads_is_a_file_in_its_lua_folder() -> None:
-    assert _lua_files() == {f"{name}.lua" for name in redis_coordinator.LUA_SCRIPTS}
-    for name in redis_coordinator.LUA_SCRIPTS:
+    assert _lua_files() == {f"{name}.lua" for name in redis_scripts.LUA_SCRIPTS}
+    for name in redis_scripts.LUA_SCRIPTS:
         source = (
             resources.files("workers.coordination")
             .joinpath("lua", f"{name}.lua")
@@ -29,7 +29,7 @@ def test_every_script_the_coordinator_reads_is_a_file_in_its_lua_folder() -> Non
         )
         assert "redis.call(" in source
         assert "-- KEYS:" in source  # each file says what its keys and arguments are
-    assert "redis.call('XADD'" in redis_coordinator.APPEND_AND_PUBLISH
+    assert "redis.call('XADD'" in redis_scripts.APPEND_AND_PUBLISH
 
 
 def test_pyproject_declares_the_lua_files_as_package_data_of_coordination() -> None:

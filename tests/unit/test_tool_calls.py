@@ -16,8 +16,15 @@ from schemas.events import EventKind
 from schemas.messages import ToolCall
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.emitter import Emitter
-from workers.engine.tool_calls import ToolRunner, cap, unique_ids
-from workers.ports.host import Access, ApprovalRequest, Refusal, ToolContext
+from workers.engine.tool_calls import (
+    NOT_RUN_INTERRUPTED,
+    Answer,
+    Judgement,
+    ToolRunner,
+    cap,
+    unique_ids,
+)
+from workers.ports.host import Access, ApprovalRequest, Ask, Refusal, ToolContext
 
 ECHO_SCHEMA = {
     "type": "object",
@@ -208,3 +215,28 @@ def test_every_call_of_a_step_gets_a_distinct_id() -> None:
     calls = [ToolCall(id="", name="a", arguments="{}"), ToolCall(id="x", name="b", arguments="{}")]
     calls.append(ToolCall(id="x", name="c", arguments="{}"))
     assert [c.id for c in unique_ids(calls, 3)] == ["call_3_0", "x", "x_2"]
+
+
+def test_an_approved_call_an_earlier_attempt_started_is_never_said_not_run_on_an_interrupt(
+    tmp_path: Path,
+) -> None:
+    """The turn was interrupted after an earlier attempt started (and perhaps ran) the
+    approved call: its result says its effect is unknown, not that it never ran; one no
+    attempt started is marked started and then not run."""
+    function = Recorder()
+    tools, _coordinator = runner(tmp_path, function)
+    asked = Judgement(
+        call=call(), ask=Ask(rule="ask_tools", reason="a person decides"), approval_id="a1"
+    )
+    started = Answer(approved=True, consume=lambda: False)
+    result = tools.answer(asked, 0, answer=started, interrupted=True)
+    assert "effect is unknown" in result.content and result.is_error
+    consumed: list[str] = []
+
+    def consume() -> bool:
+        consumed.append("a1")
+        return True
+
+    result = tools.answer(asked, 0, answer=Answer(approved=True, consume=consume), interrupted=True)
+    assert result.content == NOT_RUN_INTERRUPTED and consumed == ["a1"]
+    assert function.runs == 0

@@ -1,6 +1,6 @@
 """The :class:`~workers.ports.driver.DriverTurn` the engine hands a driver for one drive.
 
-Every step a driver runs goes through the engine (``_TurnRun.driven_step``): the boundary
+Every step a driver runs goes through the engine (:meth:`DrivenRun.step`): the boundary
 (the lock still held, the steers taken, an interrupt obeyed), the budgets, the streamed
 model call, the tools under policy and approver, the commit.  What stops the turn there
 is kept here, and the engine acts on it whatever the driver does after: a driver that
@@ -10,21 +10,59 @@ fenced or stopped turn going.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from schemas.errors import Fenced, InvalidRequest, StoreError
 from schemas.messages import AssistantMessage, Message, ToolDeclaration, ToolMessage, UserMessage
 from workers.engine.context import turn_messages
+from workers.engine.turn_state import Ending, TurnState
 from workers.ports.backend import CommittedStep
 from workers.ports.driver import DriverInput, DriverStep, TurnStopped
 from workers.ports.host import TurnOptions
 
-if TYPE_CHECKING:
-    from workers.engine.turn_engine import _TurnRun
-    from workers.engine.turn_state import Ending, TurnState
-
 MAX_LABEL = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSpec:
+    """What a driver asks of one step: the messages of its turn's part (None: parley's
+    replay of the turn), the tools it offers (None: all the turn's), whether an answer
+    without calls is the turn's final one, and the step's label."""
+
+    current: tuple[Message, ...] | None = None
+    offered: frozenset[str] | None = None
+    final: bool = True
+    label: str = ""
+
+
+class DrivenRun(Protocol):
+    """What a drive needs of the attempt it belongs to."""
+
+    @property
+    def prompt(self) -> str:
+        """The turn's prompt."""
+        ...
+
+    @property
+    def tools(self) -> tuple[ToolDeclaration, ...]:
+        """The declarations the turn's requests offer."""
+        ...
+
+    @property
+    def options(self) -> TurnOptions:
+        """What the driver is told of the attempt."""
+        ...
+
+    def history(self) -> tuple[Message, ...]:
+        """The committed history before the turn, as messages."""
+        ...
+
+    def step(self, state: TurnState, spec: StepSpec) -> Ending | None:
+        """Run a step from its boundary: the ending that stops the turn there (or the
+        one its commit made), or None once it committed."""
+        ...
 
 
 def driver_step(step: CommittedStep, *, ended: bool = False) -> DriverStep:
@@ -44,17 +82,10 @@ def driver_step(step: CommittedStep, *, ended: bool = False) -> DriverStep:
 class DrivenTurn:
     """One drive of one turn attempt (see the module)."""
 
-    def __init__(
-        self,
-        run: _TurnRun,
-        state: TurnState,
-        given: DriverInput,
-        history: Callable[[], tuple[Message, ...]],
-    ) -> None:
+    def __init__(self, run: DrivenRun, state: TurnState, given: DriverInput) -> None:
         self._run = run
         self._state = state
         self._input = given
-        self._history = history
         self.stopped: Ending | None = None
         """Why the engine stopped the turn at a step (an interrupt, a budget, a hold …)."""
         self.lost: Fenced | StoreError | None = None
@@ -67,7 +98,7 @@ class DrivenTurn:
 
     @property
     def prompt(self) -> str:
-        return self._run.turn.prompt
+        return self._run.prompt
 
     @property
     def input(self) -> DriverInput:
@@ -75,7 +106,7 @@ class DrivenTurn:
 
     @property
     def history(self) -> tuple[Message, ...]:
-        return self._history()
+        return self._run.history()
 
     @property
     def steps(self) -> tuple[DriverStep, ...]:
@@ -83,8 +114,7 @@ class DrivenTurn:
 
     @property
     def tools(self) -> tuple[ToolDeclaration, ...]:
-        prefix = self._run.request_prefix
-        return prefix.tools if prefix is not None else ()
+        return self._run.tools
 
     @property
     def host_context(self) -> dict[str, Any]:
@@ -126,10 +156,9 @@ class DrivenTurn:
         offered = None if tools is None else self._offered(tools)
         if not isinstance(label, str) or len(label) > MAX_LABEL:
             raise InvalidRequest(f"step(label=...) is text of up to {MAX_LABEL} characters")
+        spec = StepSpec(current=current, offered=offered, final=bool(final), label=label)
         try:
-            ending = self._run.driven_step(
-                self._state, current=current, offered=offered, final=bool(final), label=label
-            )
+            ending = self._run.step(self._state, spec)
         except (Fenced, StoreError) as exc:
             self.lost = exc
             raise TurnStopped(f"{type(exc).__name__}: {exc}") from exc

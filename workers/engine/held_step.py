@@ -1,4 +1,4 @@
-"""A step whose calls wait for a person's answer (SPEC §6a), as the run row keeps it.
+"""A step whose calls wait for a person's answer (docs/approvals.md), as the run row keeps it.
 
 When any call of a step asks, none of the step's calls runs yet: the model's output is
 kept here with the steer cursor the step consumed and each call's judgement, the run

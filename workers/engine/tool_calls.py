@@ -21,7 +21,7 @@ from workers.ports.host import (
     ApprovalRequest,
     Approver,
     Ask,
-    Policy,
+    PolicyPort,
     Refusal,
     Tool,
     ToolContext,
@@ -95,7 +95,7 @@ class ToolRunner:
         self,
         *,
         tools: Mapping[str, Tool],
-        policy: Policy,
+        policy: PolicyPort,
         approver: Approver,
         context: ToolContext,
         emitter: Emitter,
@@ -182,10 +182,10 @@ class ToolRunner:
                 refusal = Refusal(rule="approval", reason=f"the operator denied this call: {why}")
                 self._announce_refusal(call, refusal)
                 return _refused(call, refusal)
-            if interrupted:
-                return _not_run(call)
             # Durably started before it runs: a driver that dies while it runs leaves a
-            # mark, and the next attempt does not run it again for the same answer.
+            # mark, and the next attempt does not run it again for the same answer.  Asked
+            # before the interrupt is: an earlier attempt may have run it before the
+            # interrupt came, and its result must not say that it never ran.
             if not answer.consume():
                 return ToolResult(
                     call_id=call.id,
@@ -195,6 +195,8 @@ class ToolRunner:
                     "check before asking for it again",
                     is_error=True,
                 )
+            if interrupted:
+                return _not_run(call)
         elif interrupted:
             return _not_run(call)
         return self._execute(call)

@@ -1,4 +1,4 @@
-"""Typed durable rows of a conversation and their projections (SPEC §4 "Host seams");
+"""Typed durable rows of a conversation and their projections (docs/transcript.md);
 public as ``parley.transcript``.
 
 parley stores a conversation as turns (a prompt) and their committed steps (the inputs

@@ -1,5 +1,6 @@
 """What one attempt at a turn carries between its boundaries, and how it ends (shared by
-the engine, the approvals it holds a step for, and the turn a driver is handed)."""
+the step loop, its steps, the approvals it holds a step for, and the turn a driver is
+handed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from schemas.messages import StepInput
 from schemas.records import Steer, SteerKind, TurnStatus, Usage
 from workers.engine.contract_check import CheckResult
+from workers.engine.emitter import StreamingSink
 from workers.ports.backend import CommittedStep, FinishReceipt
 
 
@@ -49,6 +51,9 @@ class TurnState:
     # The boundary after the driver answered was looked at (steers taken, nothing to
     # stop for) when it brought a new input: the next drive's first step starts there.
     boundary_settled: bool = False
+    # The sink of the step in flight, until that step commits (or is held): a step that
+    # fails retracts what it streamed.
+    streaming: StreamingSink | None = None
 
 
 def has_interrupt(steers: Sequence[Any]) -> bool:

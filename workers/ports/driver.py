@@ -1,4 +1,4 @@
-"""The driver seam (SPEC §4 "Host seams"): what runs a turn's steps.
+"""The driver seam (docs/drivers.md): what runs a turn's steps.
 
 parley's engine owns everything durable about a turn: the claim and its fencing token,
 the steers, the budgets, the policy and the approver, the commit of each step and of the

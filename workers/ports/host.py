@@ -164,15 +164,16 @@ class Refusal:
 
 @dataclass(frozen=True, kw_only=True)
 class Ask:
-    """A call that may run only once a person approves it (SPEC §6a): the policy's or the
+    """A call that may run only once a person approves it (docs/approvals.md): the policy's or the
     approver's answer instead of yes or no.  ``rule`` names what asked."""
 
     rule: str
     reason: str = ""
 
 
-class Policy(Protocol):
-    """Decides, from a call's name and accesses, whether it may run."""
+class PolicyPort(Protocol):
+    """Decides, from a call's name and accesses, whether it may run (``parley.Policy`` is
+    parley's own)."""
 
     def check(self, tool: str, accesses: Sequence[Access], root: str) -> Refusal | Ask | None:
         """None to allow, a refusal naming the rule, or :class:`Ask` to have a person
@@ -359,8 +360,8 @@ class HookSet:
 # ---------------------------------------------------------------------------- host
 
 
-class Host(Protocol):
-    """What the application supplies to run turns."""
+class HostPort(Protocol):
+    """What the application supplies to run turns (``parley.Host`` is parley's own)."""
 
     @property
     def model(self) -> Model: ...
@@ -372,7 +373,7 @@ class Host(Protocol):
     def tools(self) -> Sequence[Tool]: ...
 
     @property
-    def policy(self) -> Policy: ...
+    def policy(self) -> PolicyPort: ...
 
     @property
     def approver(self) -> Approver: ...

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from workers.coordination import constants as c
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.turn_engine import TurnEngine
-from workers.ports.host import Host
+from workers.ports.host import HostPort
 from workers.runtime.concurrency import ConnectionBudget
 from workers.runtime.session_drainer import SessionDrainer
 from workers.store.sql_store import SqlStore
@@ -40,7 +40,7 @@ class FleetRuntime:
         *,
         database_url: str,
         redis_url: str,
-        host: Host | None,
+        host: HostPort | None,
         replay_seconds: int = c.ENDED_BUFFER_SECONDS,
         budget: ConnectionBudget | None = None,
     ) -> FleetRuntime:

@@ -7,8 +7,9 @@ a driver holds the session (up to ``KICK_PENDING_SECONDS``).  Letting go returns
 session's work mark: changed since the lock was taken, something was submitted
 meanwhile, and the driver goes on.
 
-"Driver" here is SPEC §2.3's: the one holder of a session's lock.  The host's driver
-(``Host(driver=...)``, :mod:`workers.ports.driver`) runs inside the engine, one turn's
+The drainer is the one holder of a session's lock (its log lines still say "driver", the
+name operators' log filters know).  The host's driver (``Host(driver=...)``,
+:mod:`workers.ports.driver`) is something else: it runs inside the engine, one turn's
 steps at a time, under that lock.
 """
 
@@ -18,11 +19,12 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from schemas.errors import Fenced
 from schemas.records import TurnStatus
 from workers.engine.turn_engine import TurnEngine
-from workers.ports.backend import ClaimedTurn
+from workers.ports.backend import Claim, ClaimedTurn, FinishReceipt, SessionLock
 from workers.runtime.session_leases import ProcessLeases
 from workers.telemetry import metrics
 from workers.telemetry.log_context import log_context
@@ -83,57 +85,78 @@ class SessionDrainer:
             if lock is None:
                 return ran  # another driver has it; it will see our turn
             mark = lock.work_mark
-            handing_over = later_turns = False
-            running: ClaimedTurn | None = None
+            drained = _Drained()
             try:
-                fence, claim = self.store.start_drive(
-                    session_id,
-                    worker=self.engine.run_label(),
-                    seq_floor=self.coordinator.adopt,
-                    known=self.engine.replay_cache.knows,
-                )
-                while claim is not None and lock.held():
-                    running = claim[0]
-                    # A turn claimed before the stop or the slice's end is run: left
-                    # claimed, it would cost its next driver an attempt.
-                    with _about(running), metrics.Driving(claim[0]):
-                        log.info(
-                            "running turn %s (attempt %d)",
-                            running.turn.turn_id,
-                            running.run.attempts + 1,
-                        )
-                        status, receipt = self.engine.run_claimed(
-                            claim, fence, holding=lock.held, claim_next=going_on
-                        )
-                        log.info("turn %s %s", running.turn.turn_id, _ended(status))
-                    running = None
-                    if receipt is None:
-                        # The turn waits for answers and holds its session's line: nothing
-                        # after it is runnable until they are in (their kick drives it).
-                        claim, later_turns = None, False
-                    else:
-                        claim, later_turns = receipt.next_claim, receipt.later_turns
-                    ran += 1
-                handing_over = not going_on()
+                self._drain(session_id, lock, going_on, drained)
+                drained.handing_over = not going_on()
             except Fenced:
                 # Another driver has the session now; the work-mark check below still
                 # runs, in case a kick bounced off our lock meanwhile.
-                with _about(running):
+                with _about(drained.running):
                     log.warning("lost session %s to another driver", session_id)
             finally:
                 # Later turns are known before letting go: the kick that hands them over
                 # is as good as pending already.
-                after = lock.release(handing_over=handing_over and later_turns)
-            if handing_over:
+                after = lock.release(handing_over=drained.handing_over and drained.later_turns)
+            ran += drained.ran
+            if drained.handing_over:
                 # Turns counted after the last one that ran, or submitted while we held
                 # the lock (their kick was left to us): the session goes on after a
                 # kick.  With neither, a kick would only cost a worker a lock and a
                 # start transaction that finds nothing.
-                if later_turns or after != mark:
+                if drained.later_turns or after != mark:
                     self.hand_over(session_id)
                 return ran
             if after == mark:
                 return ran
+
+    def _drain(
+        self, session_id: str, lock: SessionLock, going_on: Callable[[], bool], drained: _Drained
+    ) -> None:
+        """Run the session's runnable turns while the lock is held and ``going_on``."""
+        fence, claim = self.store.start_drive(
+            session_id,
+            worker=self.engine.run_label(),
+            seq_floor=self.coordinator.adopt,
+            known=self.engine.replay_cache.knows,
+        )
+        while claim is not None and lock.held():
+            drained.running = claim[0]
+            receipt = self._run(claim, fence, lock, going_on)
+            drained.running = None
+            if receipt is None:
+                # The turn waits for answers and holds its session's line: nothing
+                # after it is runnable until they are in (their kick drives it).
+                claim, drained.later_turns = None, False
+            else:
+                claim, drained.later_turns = receipt.next_claim, receipt.later_turns
+            drained.ran += 1
+
+    def _run(
+        self, claim: Claim, fence: int, lock: SessionLock, going_on: Callable[[], bool]
+    ) -> FinishReceipt | None:
+        running = claim[0]
+        # A turn claimed before the stop or the slice's end is run: left claimed, it
+        # would cost its next driver an attempt.
+        with _about(running), metrics.Driving(running):
+            log.info("running turn %s (attempt %d)", running.turn.turn_id, running.run.attempts + 1)
+            status, receipt = self.engine.run_claimed(
+                claim, fence, holding=lock.held, claim_next=going_on
+            )
+            log.info("turn %s %s", running.turn.turn_id, _ended(status))
+        return receipt
+
+
+@dataclass
+class _Drained:
+    """What one hold of a session's lock did: how many turns ran, the one running (for
+    the log line of a lost lock), whether later turns are known, and whether the drive
+    hands the session over (stopping, or its slice spent)."""
+
+    ran: int = 0
+    running: ClaimedTurn | None = None
+    later_turns: bool = False
+    handing_over: bool = False
 
 
 def _about(claimed: ClaimedTurn | None) -> AbstractContextManager[None]:

@@ -8,8 +8,8 @@ have their own, so the session's lock must also live where both can see it: a ro
 every session it holds.  A process that dies stops renewing: its leases are taken over
 once they expire, or at once by a process on the same machine that sees the holder's
 pid is gone.  Safety does not rest on the lease: the fence in the session row still
-refuses any commit of a driver that lost it (SPEC §2.3); the lease makes sure two live
-processes do not both try.
+refuses any commit of a driver that lost it (docs/guarantees.md#3-one-driver-per-session); the lease
+makes sure two live processes do not both try.
 """
 
 from __future__ import annotations

@@ -113,12 +113,7 @@ class ApprovalStore(Transactions):
             row = db.execute(q.APPROVAL, {"b_approval_id": approval_id}).one()
             if not changed:
                 if strict:
-                    first = approval_of(row)
-                    raise Conflict(
-                        f"call {approval_id!r} was {first.decision} already "
-                        f"(at {first.decided_at:%Y-%m-%d %H:%M:%S} UTC"
-                        + (f": {first.reason!r})" if first.reason else ")")
-                    )
+                    raise _answered_already(approval_of(row))
                 continue
             decided.append(approval_of(row))
         run = db.execute(q.RUN_BY_ID, {"b_run_id": run_id}).one()
@@ -149,3 +144,12 @@ class ApprovalStore(Transactions):
             events=tuple(events),
             runnable=runnable,
         )
+
+
+def _answered_already(first: Approval) -> Conflict:
+    """The refusal of a second answer to a call, naming the first."""
+    return Conflict(
+        f"call {first.approval_id!r} was {first.decision} already "
+        f"(at {first.decided_at:%Y-%m-%d %H:%M:%S} UTC"
+        + (f": {first.reason!r})" if first.reason else ")")
+    )

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, CursorResult, Engine, Insert, bindparam
+from sqlalchemy import Connection, CursorResult, Engine, Insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import (
     ArgumentError,
@@ -48,38 +48,13 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from schemas.errors import ParleyError, StoreError
 from workers.store import statements as q
 from workers.store.database import transaction_lock
+from workers.store.statements.binds import MAX_INSERT_ROWS, many_rows, row_key
 
 Params = Mapping[str, Any]
 
 
 EXECUTE_MANY = -1
 MAX_COMPILED = 512
-MAX_INSERT_ROWS = 32
-"""Inserts of up to this many rows run as one multi-row statement (compiled per count)."""
-
-
-def row_key(row: int, key: str) -> str:
-    """The bind name of ``key`` in row ``row`` of a multi-row insert."""
-    return f"r{row}_{key}"
-
-
-def many_rows(
-    statement: Insert, keys: Sequence[str], rows: int, shared: Mapping[str, Any] | None = None
-) -> Insert:
-    """``statement`` inserting ``rows`` rows of the columns ``keys``, whose binds are
-    named by :func:`row_key`, plus ``shared`` values common to every row.  Each bind is
-    typed with its column: SQLAlchemy types only the first row's."""
-    columns = statement.table.c
-    return statement.values(
-        [
-            {
-                **{k: bindparam(row_key(i, k), type_=columns[k].type) for k in keys},
-                **(shared or {}),
-            }
-            for i in range(rows)
-        ]
-    )
-
 
 _PLACEHOLDER = re.compile(r"%\(([^)]+)\)s|%%")
 

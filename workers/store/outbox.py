@@ -9,8 +9,7 @@ transaction, and records how it went.  A deliverer that dies mid-post leaves its
 come due again when the lease runs out: a receiver may see a delivery twice, never zero
 times, and tells repeats by the delivery id.
 
-The statements live here rather than in ``workers.store.statements``: they are one concept,
-and nothing else runs them.
+Its statements are in the catalogue, :mod:`workers.store.statements.outbox`.
 """
 
 from __future__ import annotations
@@ -19,109 +18,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, insert, literal, select, update
-
-from schemas import tables as t
 from schemas.operations import WebhookDelivery
+from workers.store import statements as q
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.rows import aware
-from workers.store.statements import b
-
-o = t.webhook_outbox
-UNSETTLED = (o.c.delivered_at.is_(None), o.c.given_up_at.is_(None))
-
-# A snapshot of the run as the turn's end just left it, in the same transaction.
-INSERT_DELIVERY = insert(o).from_select(
-    [
-        "id",
-        "session_id",
-        "turn_id",
-        "run_id",
-        "url",
-        "outcome",
-        "reply",
-        "error",
-        "steps",
-        "input_tokens",
-        "output_tokens",
-        "ended_at",
-        "created_at",
-        "attempts",
-        "next_attempt_at",
-    ],
-    select(
-        b("delivery_id", type_=String()),
-        t.runs.c.session_id,
-        t.runs.c.turn_id,
-        t.runs.c.id,
-        b("url", type_=String()),
-        t.runs.c.status,
-        t.runs.c.reply,
-        t.runs.c.error,
-        t.runs.c.steps,
-        t.runs.c.input_tokens,
-        t.runs.c.output_tokens,
-        t.runs.c.ended_at,
-        b("now", type_=t.Timestamp),
-        literal(0, type_=Integer()),
-        b("now", type_=t.Timestamp),
-    ).where(t.runs.c.id == b("run_id")),
-)
-
-# Due rows, oldest due first; on PostgreSQL skipping rows another deliverer is claiming
-# (SQLite serialises writers anyway, and renders no FOR UPDATE).
-_DUE = (
-    select(o.c.id)
-    .where(*UNSETTLED, o.c.next_attempt_at <= b("now"))
-    .order_by(o.c.next_attempt_at)
-    .limit(b("limit"))
-    .with_for_update(skip_locked=True)
-)
-
-CLAIM_DUE = (
-    update(o)
-    .where(o.c.id.in_(_DUE.scalar_subquery()))
-    .values(
-        attempts=o.c.attempts + 1,
-        next_attempt_at=b("lease_until"),
-        last_attempt_at=b("now"),
-    )
-    .returning(*o.c)
-)
-
-RECORD_DELIVERED = (
-    update(o)
-    .where(o.c.id == b("delivery_id"), o.c.delivered_at.is_(None))
-    .values(delivered_at=b("now"), given_up_at=None, last_status=b("status"), last_error=None)
-)
-
-# Only the attempt that claimed the row last records its failure: one whose lease ran out
-# while it waited must not move a newer attempt's schedule.
-RECORD_FAILED = (
-    update(o)
-    .where(o.c.id == b("delivery_id"), o.c.attempts == b("attempts"), *UNSETTLED)
-    .values(
-        next_attempt_at=b("retry_at"),
-        last_status=b("status"),
-        last_error=b("error"),
-        given_up_at=b("given_up_at"),
-    )
-)
-
-DELIVERIES_OF_SESSION = (
-    select(o).where(o.c.session_id == b("session_id")).order_by(o.c.created_at, o.c.id)
-)
-
-DELIVERY = select(o).where(o.c.id == b("delivery_id"))
-
-ANY_UNSETTLED = select(o.c.id).where(*UNSETTLED).limit(1)
 
 
 def insert_delivery(db: StoreConnection, *, delivery_id: str, run_id: str, url: str) -> None:
     """In a turn's final transaction, after its run row was ended: the delivery of that
     end to ``url``, due at once."""
     db.execute(
-        INSERT_DELIVERY,
+        q.INSERT_DELIVERY,
         {"b_delivery_id": delivery_id, "b_url": url, "b_now": _now(), "b_run_id": run_id},
     )
 
@@ -168,7 +75,7 @@ class OutboxStore(Transactions):
         again at ``lease_until`` unless its outcome is recorded first."""
         with self._tx() as db:
             rows = db.execute(
-                CLAIM_DUE, {"b_now": _now(), "b_limit": limit, "b_lease_until": lease_until}
+                q.CLAIM_DUE, {"b_now": _now(), "b_limit": limit, "b_lease_until": lease_until}
             ).all()
         return sorted((delivery_of(r) for r in rows), key=lambda d: d.next_attempt_at)
 
@@ -176,7 +83,7 @@ class OutboxStore(Transactions):
         """A receiver answered ``status`` (2xx): the delivery is done."""
         with self._tx() as db:
             db.execute(
-                RECORD_DELIVERED,
+                q.RECORD_DELIVERED,
                 {"b_delivery_id": delivery_id, "b_now": _now(), "b_status": status},
             )
 
@@ -193,7 +100,7 @@ class OutboxStore(Transactions):
         given up.  False if a later claim of the row has taken over meanwhile."""
         with self._tx() as db:
             updated = db.execute(
-                RECORD_FAILED,
+                q.RECORD_FAILED,
                 {
                     "b_delivery_id": delivery.delivery_id,
                     "b_attempts": delivery.attempts,
@@ -207,18 +114,18 @@ class OutboxStore(Transactions):
 
     def has_unsettled_deliveries(self) -> bool:
         """Whether any delivery is still to make."""
-        return self._reading(lambda db: db.execute(ANY_UNSETTLED).one_or_none()) is not None
+        return self._reading(lambda db: db.execute(q.ANY_UNSETTLED).one_or_none()) is not None
 
     def deliveries(self, session_id: str) -> list[WebhookDelivery]:
         """A session's deliveries, oldest first."""
         rows: Sequence[Any] = self._reading(
-            lambda db: db.execute(DELIVERIES_OF_SESSION, {"b_session_id": session_id}).all()
+            lambda db: db.execute(q.DELIVERIES_OF_SESSION, {"b_session_id": session_id}).all()
         )
         return [delivery_of(r) for r in rows]
 
     def delivery(self, delivery_id: str) -> WebhookDelivery | None:
         """One delivery (None if there is no such row)."""
         row = self._reading(
-            lambda db: db.execute(DELIVERY, {"b_delivery_id": delivery_id}).one_or_none()
+            lambda db: db.execute(q.DELIVERY, {"b_delivery_id": delivery_id}).one_or_none()
         )
         return None if row is None else delivery_of(row)

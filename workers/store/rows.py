@@ -228,3 +228,18 @@ def write_events(
     durable = [{**event_row(e), "created_at": now} for e in events if e.kind.durable]
     if durable:
         db.execute(statements.insert_events, durable)
+
+
+def insert_step(
+    db: StoreConnection,
+    statements: q.DialectStatements,
+    run_id: str,
+    index: int,
+    payload: StepPayload,
+    now: datetime,
+) -> None:
+    """Store a committed step (a retried commit that finds it stored changes nothing)."""
+    db.execute(
+        statements.insert_step,
+        {"run_id": run_id, "step_index": index, "payload": payload.to_json(), "created_at": now},
+    )

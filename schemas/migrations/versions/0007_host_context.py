@@ -1,4 +1,4 @@
-"""The host context of a turn (SPEC §4 "Host seams"): a JSON object a submission carries
+"""The host context of a turn (docs/host.md#1-host-context): a JSON object a submission carries
 for its turn (user, tenant, request metadata), stored with the run so that it crosses
 the queue and reaches the hooks, the tools and the model request on any worker, and a
 resume keeps it.

@@ -1,4 +1,4 @@
-"""A session's seeded history as it was imported (SPEC §4 ``Session.seed_history``): the
+"""A session's seeded history as it was imported (docs/host.md#3-seeded-history): the
 messages and the host's lossless raw rows, kept beside the turns they became.
 
 Revision ID: 0008

@@ -1,4 +1,4 @@
-"""Retention and webhooks (SPEC §8): a session's own time to live and webhook URL, its
+"""Retention and webhooks (docs/operations.md): a session's own time to live and webhook URL, its
 newest activity (what retention counts from), and the webhook outbox.
 
 ``sessions.last_active_at`` is filled in for the sessions there are: the newest end of

@@ -1,5 +1,6 @@
 """Session leases: which embedded process drives a session, so that processes sharing
-one database never both drive it and a process that died is taken over (SPEC §2.3, §2.5).
+one database never both drive it and a process that died is taken over
+(docs/guarantees.md#3-one-driver-per-session, docs/guarantees.md#5-crash-resume).
 
 Revision ID: 0010
 Revises: 0009

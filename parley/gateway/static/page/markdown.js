@@ -3,8 +3,8 @@
 // as the text it is, never parsed; links open in a new tab that cannot reach back to
 // this one (the page's token lives here).  Both libraries are vendored (vendor/README.md).
 
-import { Marked } from "./vendor/marked.esm.js";
-import "./vendor/purify.min.js"; // a UMD build: it sets globalThis.DOMPurify
+import { Marked } from "../vendor/marked.esm.js";
+import "../vendor/purify.min.js"; // a UMD build: it sets globalThis.DOMPurify
 
 const purify = globalThis.DOMPurify;
 

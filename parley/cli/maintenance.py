@@ -1,0 +1,57 @@
+"""Commands that look after a deployment rather than a conversation: ``demo``,
+``migrate``, ``prune`` and ``status``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.text import Text
+
+import parley
+from parley.cli.connecting import client_for, refuse_missing_sqlite
+from parley.client import database_url_of
+from workers.store import database
+
+
+def demo(args: argparse.Namespace, console: Console) -> int:
+    from parley.demo import run_demo
+
+    return run_demo(console, args.dir)
+
+
+def migrate(args: argparse.Namespace, console: Console) -> int:
+    engine = database.create_database_engine(database_url_of(args.db))
+    revision = database.migrate(engine)
+    engine.dispose()
+    console.print(f"schema at revision {revision}")
+    return 0
+
+
+def prune(args: argparse.Namespace, console: Console) -> int:
+    from parley.retention import days, report_lines
+
+    older_than = days(args.older_than)  # refused before anything is opened
+    with client_for(args) as client:
+        report = client.prune(older_than, workspaces=args.workspaces, dry_run=args.dry_run)
+    for line in report_lines(report):
+        console.print(Text(line), soft_wrap=True)
+    return 0
+
+
+def status(args: argparse.Namespace, console: Console) -> int:
+    from parley.status import fleet_status
+
+    if not 0 < args.timeout <= 60:
+        raise parley.errors.InvalidRequest("--timeout takes a number of seconds from 0 to 60")
+    url = database_url_of(args.db)
+    refuse_missing_sqlite(url)
+    report = fleet_status(url, ping_seconds=args.timeout)
+    if args.json:
+        # One line, as written: no markup, no wrapping.
+        console.print(json.dumps(report.to_json()), markup=False, highlight=False, soft_wrap=True)
+    else:
+        for line in report.lines():
+            console.print(Text(line), soft_wrap=True)
+    return 0

@@ -1,0 +1,124 @@
+"""The commands about one turn: ``submit``, ``resume``, ``follow``, ``say``, ``interrupt``
+and ``approve``."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.text import Text
+
+import parley
+from parley.cli.connecting import client_for, environment_names_a_host
+from parley.cli.text_input import prompt_line, text_argument
+from parley.cli.watching import unclaimed_notice, watch
+from parley.client import MAX_PROMPT_BYTES, MAX_STEER_BYTES
+from parley.render import EventPrinter, approval_line
+
+
+def submit(args: argparse.Namespace, console: Console) -> int:
+    # Read before anything is opened: a missing file or an empty stdin changes nothing.
+    prompt, source = text_argument(
+        args.prompt, args.prompt_file, what="prompt", option="--prompt-file", limit=MAX_PROMPT_BYTES
+    )
+    contract = None
+    if args.max_steps is not None or args.max_tokens is not None or args.check is not None:
+        contract = parley.TaskContract(
+            max_steps=args.max_steps, max_tokens=args.max_tokens, check=args.check
+        )
+    with client_for(args, runs_turns=True) as client:
+        session = client.session(args.session_id)
+        handle = session.submit(prompt, contract=contract, request_id=args.request_id)
+        console.print(prompt_line(prompt, source), soft_wrap=True)
+        with unclaimed_notice(client, handle):
+            return watch(handle, console, workers=client.fleet)
+
+
+def resume(args: argparse.Namespace, console: Console) -> int:
+    with client_for(args, runs_turns=True) as client:
+        turn = client.attach(args.turn_id)
+        seen = turn.latest_seq()  # what came before is history: `follow` shows it
+        handle = client.session(turn.session_id).resume(turn.turn_id)
+        with unclaimed_notice(client, handle):
+            return watch(handle, console, after=seen, workers=client.fleet)
+
+
+def follow(args: argparse.Namespace, console: Console) -> int:
+    with client_for(args) as client:
+        printer = EventPrinter(console, workers=True)
+        for event in client.attach(args.turn_id).events(after=args.after):
+            printer(event)
+    return 0
+
+
+def say(args: argparse.Namespace, console: Console) -> int:
+    text, _source = text_argument(
+        args.text, args.text_file, what="message", option="--text-file", limit=MAX_STEER_BYTES
+    )
+    with client_for(args) as client:
+        handle = client.attach(args.turn_id)
+        position = handle.say(text)
+        console.print(
+            f"steer {position} accepted: the model reads it at the turn's next step boundary",
+            soft_wrap=True,
+        )
+    return 0
+
+
+def interrupt(args: argparse.Namespace, console: Console) -> int:
+    # Embedded, interrupting a turn that waits for answers denies them, and the process
+    # with the host (--host, PARLEY_HOST, PARLEY_MODEL) commits the turn's end; on a fleet
+    # a worker does.
+    runs_turns = bool(args.host or environment_names_a_host())
+    with client_for(args, runs_turns=runs_turns) as client:
+        handle = client.attach(args.turn_id)
+        handle.interrupt()
+        console.print(
+            f"interrupt accepted: the turn stops at its next step boundary; continue it "
+            f"with: parley resume {handle.turn_id}",
+            soft_wrap=True,
+        )
+    return 0
+
+
+def approve(args: argparse.Namespace, console: Console) -> int:
+    # Embedded, the process that answers the last call drives the turn on, if it has the
+    # host (--host, PARLEY_HOST, PARLEY_MODEL); on a fleet a worker does.
+    runs_turns = bool(args.host or environment_names_a_host())
+    with client_for(args, runs_turns=runs_turns) as client:
+        handle = client.attach(args.turn_id)
+        if args.approval_id is None:
+            return _list_waiting(args, handle, console)
+        if args.deny is not None:
+            answered = handle.deny(args.approval_id, reason=args.deny or None)
+        else:
+            answered = handle.approve(args.approval_id)
+        console.print(approval_line(answered), soft_wrap=True)
+        if handle.approvals() or client.fleet:
+            return 0  # more answers to come, or a worker goes on with it
+        if not runs_turns:
+            console.print(
+                Text(
+                    f"every answer is in: `parley resume {handle.turn_id}` (with the host) "
+                    "goes on with the turn",
+                    "dim",
+                ),
+                soft_wrap=True,
+            )
+            return 0
+        printer = EventPrinter(console)
+        for event in handle.events(after=handle.latest_seq()):
+            printer(event)
+    return 0
+
+
+def _list_waiting(args: argparse.Namespace, handle: parley.TurnHandle, console: Console) -> int:
+    """``approve TURN`` without a call to answer: the calls that wait for one."""
+    if args.deny is not None:
+        raise parley.errors.InvalidRequest("--deny needs the APPROVAL_ID it answers")
+    waiting = handle.approvals()
+    for approval in waiting:
+        console.print(approval_line(approval), soft_wrap=True)
+    if not waiting:
+        console.print(Text("no call of this turn waits for an answer", "dim"))
+    return 0

@@ -1,0 +1,25 @@
+// Banners: what went wrong (or is worth a word) at the top of the conversation.
+
+import { ApiError } from "./api.js";
+import { $, h } from "./dom.js";
+
+export function banner(message, { kind = "error", timeout = 9000 } = {}) {
+  const stack = $("banners");
+  // The same message twice in a row is one banner.
+  for (const old of stack.children) {
+    if (old.dataset.message === message) old.remove();
+  }
+  const close = h("button", { type: "button", class: "banner-close", "aria-label": "Dismiss" }, "×");
+  const el = h("div", { class: `banner ${kind}`, dataset: { message } },
+    h("span", { class: "banner-text" }, message), close);
+  close.addEventListener("click", () => el.remove());
+  stack.append(el);
+  while (stack.children.length > 3) stack.firstElementChild.remove();
+  if (timeout) setTimeout(() => el.remove(), timeout);
+}
+
+export function report(err, what) {
+  if (err instanceof ApiError && err.status === 401) return; // the lock says it
+  const detail = err instanceof ApiError ? `${err.type}: ${err.message}` : String(err?.message || err);
+  banner(what ? `${what} — ${detail}` : detail);
+}

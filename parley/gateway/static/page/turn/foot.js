@@ -1,0 +1,39 @@
+// A turn's foot: its status badge, when it started, and its controls (resume, show its
+// steps, branch from it).
+
+import { h, icon } from "../dom.js";
+import { showSteps } from "../following.js";
+import { fullTime, when } from "../format.js";
+import { ICON_BRANCH, ICON_RESUME, ICON_STEPS } from "../icons.js";
+import { branchFrom } from "../session.js";
+import { RESUMABLE, STATUS_LABEL } from "../status.js";
+import { resumeTurn } from "../turn-actions.js";
+
+export function renderFoot(view) {
+  const t = view.turn;
+  view.badge.className = `badge status-${t.status}`;
+  view.badge.textContent = STATUS_LABEL[t.status] || t.status || "";
+  view.when.textContent = when(t.created_at);
+  view.when.title = fullTime(t.created_at);
+  if (t.created_at) view.when.dateTime = t.created_at;
+  view.actions.replaceChildren();
+  if (RESUMABLE.has(t.status)) {
+    view.actions.append(h("button", {
+      type: "button", class: "chip resume",
+      title: "Carry this turn on from its last committed step",
+      onclick: () => resumeTurn(view),
+    }, icon(ICON_RESUME), "Resume"));
+  }
+  if (!view.detailed && !view.running) {
+    view.actions.append(h("button", {
+      type: "button", class: "chip",
+      title: "Show this turn's steps, tool calls and steers",
+      onclick: () => showSteps(view),
+    }, icon(ICON_STEPS), "Show steps"));
+  }
+  view.actions.append(h("button", {
+    type: "button", class: "chip",
+    title: "Make the next message follow this turn (a new branch)",
+    onclick: () => branchFrom(view.turn.turn_id),
+  }, icon(ICON_BRANCH), "Branch from here"));
+}

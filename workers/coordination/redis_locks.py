@@ -1,0 +1,127 @@
+"""Session locks in Redis: a held lock (:class:`RedisLock`) and the one heartbeat thread
+per coordinator that extends every lock it holds, all in one pipeline per beat."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from workers.coordination import constants as c
+
+if TYPE_CHECKING:
+    from workers.coordination.redis_coordinator import RedisCoordinator
+
+log = logging.getLogger("parley.redis")
+
+
+class RedisLock:
+    """A held session lock, kept alive by its coordinator's heartbeat until released or
+    lost."""
+
+    def __init__(
+        self, coordinator: RedisCoordinator, session_id: str, token: str, work_mark: object
+    ) -> None:
+        self.work_mark = work_mark
+        self.key = c.lock_key(session_id)
+        self.session_id = session_id
+        self.token = token
+        self._coordinator = coordinator
+        self._held = True
+        self._released = False
+        self._extended = time.monotonic()
+        coordinator.heartbeat.keep(self)
+
+    def held(self) -> bool:
+        """False once the heartbeat found the lock gone, or could not reach Redis for a
+        whole TTL (by then the lock may have expired and been taken)."""
+        if time.monotonic() - self._extended > c.LOCK_TTL_MS / 1000:
+            self._held = False
+        return self._held
+
+    def release(self, *, handing_over: bool = False) -> object:
+        """Stop extending the lock and delete it if it is still ours; returns the work
+        mark as it stands then (None once released, or if Redis cannot say).
+        ``handing_over``: the kick-pending flag is raised afresh rather than lowered."""
+        if self._released:
+            return None
+        self._released = True
+        self._held = False
+        self._coordinator.heartbeat.drop(self)
+        session_id = self.session_id
+        try:
+            return self._coordinator.scripts.release(
+                keys=[self.key, c.kick_pending_key(session_id), c.work_key(session_id)],
+                args=[self.token, c.KICK_PENDING_SECONDS] if handing_over else [self.token],
+            )
+        except redis.RedisError:
+            log.warning("could not release %s; it expires by itself", self.key)
+            return None
+
+    def extended(self, kept: bool, at: float) -> None:
+        """The heartbeat's answer for an extension sent at ``at``."""
+        if kept:
+            self._extended = at
+        elif not self._released:
+            log.warning("lost %s", self.key)
+            self._held = False
+            self._coordinator.heartbeat.drop(self)
+
+
+class Heartbeat:
+    """One thread per coordinator extends every lock it holds, all in one pipeline per
+    beat (a drive does not pay for starting and joining a thread of its own)."""
+
+    def __init__(self, coordinator: RedisCoordinator) -> None:
+        self._coordinator = coordinator
+        self._locks: set[RedisLock] = set()
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, lock: RedisLock) -> None:
+        with self._guard:
+            self._locks.add(lock)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="parley-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, lock: RedisLock) -> None:
+        with self._guard:
+            self._locks.discard(lock)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        coordinator = self._coordinator
+        while not self._stop.wait(c.HEARTBEAT_SECONDS):
+            with self._guard:
+                locks = list(self._locks)
+            if not locks:
+                continue
+            sent = time.monotonic()  # the new TTL runs from no later than this
+
+            def extend_all(pipe: Any, locks: list[RedisLock] = locks) -> None:
+                for lock in locks:
+                    coordinator.scripts.queue(
+                        pipe, coordinator.scripts.extend, [lock.key], [lock.token, c.LOCK_TTL_MS]
+                    )
+
+            try:
+                kept, _ = coordinator.pipeline(extend_all)
+            except redis.RedisError:
+                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
+                continue
+            except Exception:  # whatever it was, the thread keeps every lock's heartbeat
+                log.exception("heartbeat of %d lock(s) failed; retrying", len(locks))
+                continue
+            for lock, answer in zip(locks, kept, strict=True):
+                lock.extended(bool(answer), sent)

@@ -1,0 +1,95 @@
+"""A turn's replay buffer in Redis: its stream of events (read after a seq, waiting for
+more), its ends stream, and its publisher, whom a driver with a newer fence adopts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import redis
+
+from schemas.events import Event
+from workers.coordination import constants as c
+from workers.coordination.redis_deltas import RedisDeltas
+from workers.coordination.redis_reachability import Reachability
+
+log = logging.getLogger("parley.redis")
+
+
+class RedisReplay(RedisDeltas):
+    """The coordinator's replay buffers (see the module docstring)."""
+
+    _blocking: Any
+    reachability: Reachability
+
+    def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
+        """Buffered events with seq > ``after``, waiting up to ``timeout`` for one."""
+        entries = self._entries_after(c.events_key(turn_id), after, timeout)
+        return [Event.from_json(json.loads(fields[b"e"])) for _id, fields in entries]
+
+    def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
+        """The seq of the newest ``end`` past ``after`` on the turn's ends stream, waiting
+        up to ``timeout`` (0 if none, or if Redis is unreachable)."""
+        self.flush()  # what this process still holds counts too
+        entries = self._entries_after(c.ends_key(turn_id), after, timeout)
+        return _seq_of(entries[-1][0]) if entries else 0
+
+    def _entries_after(self, key: str, after: int, timeout: float) -> list[Any]:
+        """A stream's entries with ids above ``<after>-0``, blocking up to ``timeout`` for
+        one; none if Redis cannot be reached (after waiting out the timeout)."""
+        try:
+            if timeout > 0:
+                found = self._blocking.xread({key: f"{after}-0"}, block=max(1, int(timeout * 1000)))
+                entries = list(found[0][1]) if found else []
+            else:
+                entries = list(self.redis.xrange(key, min=f"({after}-0"))
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
+            if timeout > 0:
+                time.sleep(timeout)
+            return []
+        self.reachability.answered()
+        return entries
+
+    def adopt(self, turn_id: str, fence: int) -> int:
+        """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
+        now on a driver with an older fence cannot add to the buffer."""
+        self.flush()  # what this process still holds counts too
+        try:
+            return int(
+                self.scripts.adopt(
+                    keys=[c.owner_key(turn_id), c.events_key(turn_id), c.steers_key(turn_id)],
+                    args=[fence, c.IDLE_BUFFER_SECONDS],
+                )
+            )
+        except redis.RedisError:
+            log.warning("cannot adopt the buffer of %s; numbering from the store", turn_id)
+            return 0
+
+    def last_seq(self, turn_id: str) -> int:
+        """The newest buffered seq of a turn (0 if none or Redis is unreachable)."""
+        self.flush()  # what this process still holds counts too
+        try:
+            last = self.redis.xrevrange(c.events_key(turn_id), count=1)
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
+            return 0
+        self.reachability.answered()
+        return _seq_of(last[0][0]) if last else 0
+
+    def buffer_covers(self, turn_id: str, seq: int) -> bool:
+        """The turn's stream exists and starts at or before ``seq + 1``."""
+        try:
+            first = self.redis.xrange(c.events_key(turn_id), count=1)
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
+            return False
+        self.reachability.answered()
+        return bool(first) and _seq_of(first[0][0]) <= seq + 1
+
+
+def _seq_of(entry_id: bytes) -> int:
+    """The seq of a replay-buffer entry (stream ids are ``<seq>-0``)."""
+    return int(entry_id.split(b"-")[0])

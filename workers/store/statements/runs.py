@@ -1,0 +1,184 @@
+"""Statements on a run's row: finding it, the next to drive, its claim, each step's
+commit, the inbox close, its end and its resume."""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, case, func, insert, null, select, update
+
+from schemas import tables as t
+from workers.store.statements.binds import b
+from workers.store.statements.run_status import IS_UNFINISHED, QUEUED, RUNNING
+
+RUN_BY_TURN = select(t.runs).where(t.runs.c.turn_id == b("turn_id"))
+
+LOCK_RUN_BY_TURN = RUN_BY_TURN.with_for_update()
+
+LOCK_RUN = select(t.runs.c.id).where(t.runs.c.id == b("run_id")).with_for_update()
+
+RUN_BY_ID = select(t.runs).where(t.runs.c.id == b("run_id"))
+
+SESSION_OF_TURN = select(t.runs.c.session_id).where(t.runs.c.turn_id == b("turn_id"))
+
+RUN_ID_OF_TURN = select(t.runs.c.id).where(t.runs.c.turn_id == b("turn_id"))
+
+RUN_STATUS = select(t.runs.c.status).where(t.runs.c.id == b("run_id"))
+
+ACTIVE_RUNS = select(t.runs.c.id, t.runs.c.turn_id, t.runs.c.status).where(
+    t.runs.c.session_id == b("session_id"), IS_UNFINISHED
+)
+
+# The run to drive next, locked: a stranded running one first, then the oldest queued,
+# unless a waiting one comes before it (then nothing is runnable: the caller sees it).
+NEXT_RUN = (
+    select(
+        t.runs,
+        t.turns.c.parent_id,
+        t.turns.c.prompt,
+        t.turns.c.request_id,
+        t.turns.c.created_at.label("turn_created_at"),
+    )
+    .join(t.turns, t.turns.c.id == t.runs.c.turn_id)
+    .where(t.runs.c.session_id == b("session_id"), IS_UNFINISHED)
+    .order_by(case((t.runs.c.status == RUNNING, 0), else_=1), t.runs.c.queue_position)
+    .limit(1)
+    .with_for_update(of=t.runs)
+)
+
+# Every column given, defaults included, so SQLAlchemy has none to fill in per call.
+INSERT_RUN = insert(t.runs).values(
+    id=b("run_id"),
+    turn_id=b("turn_id"),
+    session_id=b("session_id"),
+    status=QUEUED,
+    attempts=0,
+    stalled_attempts=0,
+    contract=b("contract"),
+    host_context=b("host_context", type_=t.Json),
+    steps=0,
+    input_tokens=0,
+    output_tokens=0,
+    cached_tokens=0,
+    steer_count=0,
+    steer_cursor=0,
+    inbox_open=True,
+    last_seq=1,
+    queued_at=b("now"),
+    queue_position=b("position"),
+)
+
+# What a turn spent on a step it threw away (nothing of the step is stored).
+CHARGE_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        input_tokens=t.runs.c.input_tokens + b("input_tokens"),
+        output_tokens=t.runs.c.output_tokens + b("output_tokens"),
+        cached_tokens=t.runs.c.cached_tokens + b("cached_tokens"),
+    )
+)
+
+CLAIM_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        status=RUNNING,
+        attempts=t.runs.c.attempts + 1,
+        stalled_attempts=t.runs.c.stalled_attempts + 1,
+        worker=b("worker"),
+        started_at=func.coalesce(t.runs.c.started_at, b("now")),
+        inbox_open=True,
+        last_seq=b("seq"),
+    )
+)
+
+# What committing a step adds to its run.
+_STEP_VALUES = {
+    "steps": t.runs.c.steps + 1,
+    "input_tokens": t.runs.c.input_tokens + b("input_tokens"),
+    "output_tokens": t.runs.c.output_tokens + b("output_tokens"),
+    "cached_tokens": t.runs.c.cached_tokens + b("cached_tokens"),
+    "steer_cursor": b("cursor"),
+    # A committed step is progress: the attempts that count towards giving up start over.
+    "stalled_attempts": 0,
+    # A step that waited for answers is held no more once it commits.
+    "held_step": null(),
+}
+
+# The step the caller thinks comes next, of a run that is still running: a replayed or
+# stale commit matches nothing.
+_NEXT_STEP = (t.runs.c.status == RUNNING, t.runs.c.steps == b("index"))
+
+ADVANCE_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), *_NEXT_STEP)
+    .values(
+        **_STEP_VALUES,
+        last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
+        # The model stopped and no steer is pending: close the inbox in the same row
+        # update that holds the lock a concurrent say() needs.
+        inbox_open=case(
+            (
+                (b("close", type_=Boolean()) & (t.runs.c.steer_count == b("cursor"))),
+                False,
+            ),
+            else_=t.runs.c.inbox_open,
+        ),
+    )
+    .returning(t.runs.c.steer_count)
+)
+
+CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)
+
+# Closing the inbox first takes the run row's lock for the rest of the turn commit; it
+# returns what an earlier attempt's end reported undelivered, which this end keeps.
+CLOSE_RUNNING = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
+    .values(inbox_open=False)
+    .returning(t.runs.c.steer_count, t.runs.c.undelivered)
+)
+
+_END_VALUES = {
+    "status": b("status"),
+    "reply": b("reply"),
+    "error": b("error"),
+    "partial": b("partial"),
+    "steer_cursor": b("cursor"),
+    "ended_at": b("now"),
+    "last_seq": b("seq"),
+}
+
+# ``undelivered``: every say of the run that never reached a committed step, this
+# attempt's and those of the attempts before a resume.
+END_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(**_END_VALUES, undelivered=b("undelivered", type_=t.Json))
+)
+
+# A final step and its turn's end in one row update (one statement where ADVANCE_RUN and
+# END_RUN take two), which leaves ``undelivered`` as an earlier attempt's end left it
+# (nothing is pending now).  It also requires that no steer was accepted past the cursor: the
+# update takes the run row's lock that a concurrent say() needs, so a steer either
+# counted before (and this matches nothing) or finds the inbox closed.
+END_RUN_WITH_STEP = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), *_NEXT_STEP, t.runs.c.steer_count == b("cursor"))
+    .values({**_STEP_VALUES, **_END_VALUES, "inbox_open": False})
+)
+
+RESUME_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"))
+    .values(
+        status=QUEUED,
+        queued_at=b("now"),
+        queue_position=b("position"),
+        # Whoever resumes a turn that gave up gives it a fresh set of attempts.
+        stalled_attempts=0,
+        inbox_open=True,
+        error=None,
+        reply=None,
+        last_seq=b("seq"),
+    )
+)

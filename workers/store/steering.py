@@ -1,0 +1,81 @@
+"""The store's side of steering: a steer accepted into a turn's inbox while it is open
+(the run row is the inbox's lock: ``say`` and the inbox close both update it first, so a
+steer is either seen by the close or refused with :class:`TurnEnded`), and the steers
+past a cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from schemas.errors import TurnEnded, TurnNotFound
+from schemas.records import Steer, SteerKind
+from workers.store import statements as q
+from workers.store.approvals import INTERRUPTED, Answered, ApprovalStore
+from workers.store.connection import StoreConnection
+from workers.store.rows import read_pending
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteerReceipt:
+    """What ``add_steer`` did: the accepted steer, and for an interrupt of a turn that
+    waited for answers, the denials it gave its pending calls (publish them; the turn is
+    runnable again, to commit its held step with them and stop)."""
+
+    steer: Steer
+    denied: Answered | None = None
+
+
+class SteerStore(ApprovalStore):
+    """A turn's steer inbox (see the module docstring)."""
+
+    def add_steer(self, turn_id: str, kind: SteerKind, text: str) -> Steer:
+        """Accept a steer into a turn's inbox (see :meth:`accept_steer`)."""
+        return self.accept_steer(turn_id, kind, text).steer
+
+    def accept_steer(self, turn_id: str, kind: SteerKind, text: str) -> SteerReceipt:
+        """Accept a steer into a turn's inbox; :class:`TurnEnded` once the turn ended.  An
+        interrupt of a turn that waits for answers also denies its pending calls."""
+        with self._tx() as db:
+            run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
+            if run_id is None:
+                raise TurnNotFound(f"no turn {turn_id!r}")
+            steer = self._add_steer(db, run_id, kind, text, _now())
+            denied = None
+            if kind is SteerKind.INTERRUPT:
+                denied = self.deny_pending(db, run_id, INTERRUPTED)
+            return SteerReceipt(steer=steer, denied=denied)
+
+    def _add_steer(
+        self, db: StoreConnection, run_id: str, kind: SteerKind, text: str, now: datetime
+    ) -> Steer:
+        position = db.execute(q.COUNT_STEER, {"b_run_id": run_id}).scalar_one_or_none()
+        if position is None:
+            status = db.execute(q.RUN_STATUS, {"b_run_id": run_id}).scalar_one_or_none()
+            if status is None:  # its session was pruned since the turn was read
+                raise TurnNotFound(f"no run {run_id!r}")
+            what = (
+                "interrupt has nothing to stop"
+                if kind is SteerKind.INTERRUPT
+                else ("message was not delivered")
+            )
+            raise TurnEnded(f"the turn has ended ({status}); the {what}")
+        db.execute(
+            q.INSERT_STEER,
+            {
+                "run_id": run_id,
+                "position": position,
+                "kind": kind.value,
+                "text": text,
+                "created_at": now,
+            },
+        )
+        return Steer(position=position, kind=kind, text=text)
+
+    def pending_steers(self, run_id: str, cursor: int) -> tuple[Steer, ...]:
+        """The steers of a run accepted after ``cursor``."""
+        return self._reading(lambda db: read_pending(db, run_id, cursor))

@@ -1,0 +1,272 @@
+"""The store's side of submissions: a queued turn and its run, idempotent on a request
+id, with what the session's busy policy asks of the turns before it (reject, or
+interrupt them); and the resume of a cancelled or failed turn.
+
+A submission's transaction holds the session row (it counts the turn on it), which every
+driver's commit updates: it makes no call to anything but the database, so a slow
+producer (or a slow Redis or broker behind it) cannot hold up a running turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.errors import Conflict, SessionBusy, SessionNotFound, TurnEnded, TurnNotFound
+from schemas.events import Event, Queued
+from schemas.records import IfBusy, Steer, SteerKind, TaskContract, TurnRecord, TurnStatus
+from workers.store import statements as q
+from workers.store.approvals import INTERRUPTED, Answered
+from workers.store.connection import IntegrityConflict, StoreConnection
+from workers.store.ids import new_id
+from workers.store.rows import read_session, read_turn, turn_record, write_events
+from workers.store.session_titles import title_of_prompt
+from workers.store.steering import SteerStore
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitReceipt:
+    """What ``submit_turn`` did."""
+
+    turn: TurnRecord
+    created: bool
+    interrupted: tuple[tuple[str, Steer], ...]
+    """The running turns of the session an ``interrupt`` submission stopped, each with
+    the interrupt steer it accepted (to signal once the submission committed)."""
+    queued: Event | None = None
+    """The new turn's stored ``queued`` event (None for a repeated request)."""
+    denied: tuple[Answered, ...] = ()
+    """The pending calls an ``interrupt`` submission denied (of a turn that waited)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Submission:
+    """What a submission asks for."""
+
+    session_id: str
+    prompt: str
+    request_id: str | None
+    contract: TaskContract | None
+    if_busy: IfBusy
+    host_context: dict[str, Any] | None
+
+
+class SubmissionStore(SteerStore):
+    """Submitting and resuming turns (see the module docstring)."""
+
+    def submit_turn(
+        self,
+        *,
+        session_id: str,
+        prompt: str,
+        request_id: str | None,
+        contract: TaskContract | None,
+        if_busy: IfBusy,
+        host_context: dict[str, Any] | None = None,
+    ) -> SubmitReceipt:
+        """Insert a queued turn and its run, idempotently on ``request_id``.
+
+        The transaction holds the session row, which every driver's commit updates: it
+        makes no call to anything but the database, so a slow producer (or a slow Redis
+        or broker behind it) cannot hold up a running turn.  The caller publishes the
+        receipt's ``queued`` event and kicks after the commit."""
+        asked = _Submission(
+            session_id=session_id,
+            prompt=prompt,
+            request_id=request_id,
+            contract=contract,
+            if_busy=if_busy,
+            host_context=host_context,
+        )
+        try:
+            return self._submit(asked)
+        except IntegrityConflict:
+            # Two submissions raced on one request_id: the loser returns the winner's turn.
+            if request_id is None:
+                raise
+            with self._tx() as db:
+                existing = self._by_request(db, session_id, request_id)
+            if existing is None:
+                raise
+            return _existing(existing, prompt)
+
+    def _submit(self, asked: _Submission) -> SubmitReceipt:
+        now = _now()
+        session_id = asked.session_id
+        with self._tx() as db:
+            ordinal = self._count_turn(db, session_id, asked.prompt)
+            if asked.request_id is not None:
+                existing = self._by_request(db, session_id, asked.request_id)
+                if existing is not None:
+                    db.rollback()
+                    return _existing(existing, asked.prompt)
+            interrupted, denied = self._make_way(db, session_id, asked.if_busy, now)
+            record = TurnRecord(
+                turn_id=new_id(),
+                session_id=session_id,
+                parent_id=None,
+                prompt=asked.prompt,
+                status=TurnStatus.QUEUED,
+                reply=None,
+                run_id=new_id(),
+                request_id=asked.request_id,
+                created_at=now,
+            )
+            queued = Event.of(record.turn_id, 1, Queued(run_id=record.run_id))
+            self._insert_submission(db, _submission_binds(asked, record, ordinal, queued))
+        return SubmitReceipt(
+            turn=record,
+            created=True,
+            interrupted=tuple(interrupted),
+            queued=queued,
+            denied=tuple(denied),
+        )
+
+    def _count_turn(self, db: StoreConnection, session_id: str, prompt: str) -> int:
+        """Count the new turn on its session (its position), titling a session's first
+        turn.  Incrementing the counter locks the session row: submissions of one session
+        serialise here, which makes the busy check after it race-free."""
+        ordinal = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one_or_none()
+        if ordinal is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        title = title_of_prompt(prompt) if ordinal == 1 else None
+        if title is not None:
+            db.execute(q.SET_TITLE_IF_NONE, {"b_session_id": session_id, "b_title": title})
+        return int(ordinal)
+
+    def _make_way(
+        self, db: StoreConnection, session_id: str, if_busy: IfBusy, now: datetime
+    ) -> tuple[list[tuple[str, Steer]], list[Answered]]:
+        """What ``if_busy`` asks of the session's unfinished turns: nothing (enqueue), to
+        find none (reject: :class:`SessionBusy`), or to stop (interrupt: the interrupted
+        turns with their steers, and the denials of those that waited)."""
+        if if_busy is IfBusy.ENQUEUE:
+            return [], []
+        active = db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
+        if active and if_busy is IfBusy.REJECT:
+            raise SessionBusy(f"session {session_id!r} has {len(active)} turn(s) queued or running")
+        if if_busy is not IfBusy.INTERRUPT:
+            return [], []
+        interrupted: list[tuple[str, Steer]] = []
+        denied: list[Answered] = []
+        for run in active:
+            if run.status not in (q.RUNNING, q.WAITING):
+                continue
+            try:
+                steer = self._add_steer(db, run.id, SteerKind.INTERRUPT, "", now)
+            except TurnEnded:
+                continue  # its inbox closed: it is committing its end already
+            interrupted.append((run.turn_id, steer))
+            answered = (
+                self.deny_pending(db, run.id, INTERRUPTED) if run.status == q.WAITING else None
+            )
+            if answered is not None:
+                denied.append(answered)
+        return interrupted, denied
+
+    def _insert_submission(self, db: StoreConnection, binds: dict[str, Any]) -> None:
+        """A submission's rows: its turn, its queued run, the run's ``queued`` event."""
+        if self._q.insert_submission is not None:
+            db.execute(self._q.insert_submission, binds)
+            return
+        for statement in (q.INSERT_TURN, q.INSERT_RUN, q.INSERT_QUEUED):
+            db.execute(statement, binds)
+
+    def _by_request(
+        self, db: StoreConnection, session_id: str, request_id: str
+    ) -> TurnRecord | None:
+        row = db.execute(
+            q.TURN_BY_REQUEST, {"b_session_id": session_id, "b_request_id": request_id}
+        ).one_or_none()
+        return None if row is None else turn_record(row)
+
+    def resume_turn(self, turn_id: str, seq_floor: int) -> tuple[TurnRecord, Event | None]:
+        """Queue a cancelled or failed turn again (same turn, same run).  A turn that is
+        still queued or running is left as it is: resuming it only needs a driver."""
+        now = _now()
+        with self._tx() as db:
+            session_id = db.execute(q.SESSION_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
+            if session_id is None:
+                raise TurnNotFound(f"no turn {turn_id!r}")
+            # Session row first, then the run: the order every writer locks them in.
+            position = db.execute(q.BUMP_TURN_COUNT, {"b_session_id": session_id}).scalar_one()
+            run = db.execute(q.LOCK_RUN_BY_TURN, {"b_turn_id": turn_id}).one()
+            if run.status in q.UNFINISHED:
+                record = read_turn(db, turn_id)
+                db.rollback()  # nothing to change: it only needs a driver (or answers)
+                return record, None
+            _check_resumable(db, session_id, turn_id, run.status)
+            seq = max(run.last_seq, seq_floor) + 1
+            db.execute(
+                q.RESUME_RUN,
+                {"b_run_id": run.id, "b_now": now, "b_seq": seq, "b_position": position},
+            )
+            queued = Event.of(turn_id, seq, Queued(run_id=run.id, resume=True))
+            write_events(db, self._q, [queued], now)
+            return read_turn(db, turn_id), queued
+
+
+def _submission_binds(
+    asked: _Submission, record: TurnRecord, ordinal: int, queued: Event
+) -> dict[str, Any]:
+    """The binds the statements of a submission's rows share."""
+    return {
+        "b_turn_id": record.turn_id,
+        "b_run_id": record.run_id,
+        "b_session_id": asked.session_id,
+        "b_position": ordinal,
+        "b_prompt": asked.prompt,
+        "b_request_id": asked.request_id,
+        "b_contract": asked.contract.to_json() if asked.contract else None,
+        "b_host_context": asked.host_context,
+        "b_data": queued.data,
+        "b_now": record.created_at,
+    }
+
+
+def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:
+    if turn.prompt != prompt:
+        raise Conflict(
+            f"request_id {turn.request_id!r} was already used for another prompt "
+            f"(turn {turn.turn_id})"
+        )
+    return SubmitReceipt(turn=turn, created=False, interrupted=())
+
+
+def _check_resumable(db: StoreConnection, session_id: str, turn_id: str, status: str) -> None:
+    """:class:`Conflict` unless the turn ``turn_id``, ended ``status``, may be resumed."""
+    if status not in q.RESUMABLE:
+        raise Conflict(
+            f"turn {turn_id!r} ended {status}; only a cancelled or failed turn "
+            "can be resumed (branch from it to go on)"
+        )
+    following = _following(db, session_id, read_turn(db, turn_id))
+    if following is not None:
+        raise Conflict(
+            f"turn {turn_id!r} cannot be resumed while later turns follow it "
+            f"({following}): its end would move the head back to it.  To go on "
+            f"from it, branch_from({turn_id!r}) and submit a new turn"
+        )
+
+
+def _following(db: StoreConnection, session_id: str, turn: TurnRecord) -> str | None:
+    """What follows ``turn``, an ended turn of ``session_id``, in its conversation, if
+    anything does (None: resuming it drops no turn from the path).  A resumed turn moves
+    the head to itself when it ends, so it may only be resumed while it is the last word:
+    no turn hangs under it (whose history would change under it), none is still to run
+    (it would run first, and hang under the head), and the head is the turn itself or,
+    for a turn whose end left the head where it was, its parent."""
+    child = db.execute(q.CHILD_OF_TURN, {"b_turn_id": turn.turn_id}).scalar_one_or_none()
+    if child is not None:
+        return f"turn {child!r} hangs under it"
+    unfinished = db.execute(q.ACTIVE_RUNS, {"b_session_id": session_id}).all()
+    if unfinished:
+        return f"turn {unfinished[0].turn_id!r} is still to run ({unfinished[0].status})"
+    head = read_session(db, session_id).head_turn_id
+    if head not in (turn.turn_id, turn.parent_id):
+        return f"the head has moved on to turn {head!r}"
+    return None
