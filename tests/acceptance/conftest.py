@@ -1,11 +1,13 @@
-"""The acceptance suite runs every test body on each deployment: embedded on SQLite,
+"""The acceptance suite runs every test body on each deployment its module declares
+(``pytestmark = on_deployments()``, tests/support/deployments.py): embedded on SQLite,
 embedded on PostgreSQL, and the fleet (real worker and sweeper processes) on PostgreSQL
 and Redis.  Tests of in-process hooks carry ``@pytest.mark.embedded_only``; those marked
-``also_amqp`` run on a second fleet too, whose broker is RabbitMQ.
+``also_amqp`` run on a second fleet too, whose broker is RabbitMQ.  A test that collects
+fewer cases than it declares fails the run (:func:`pytest_collection_modifyitems`).
 
 ``PARLEY_TEST_FLEET_BROKER=amqp`` puts the main fleet on RabbitMQ as well, so that the
 whole suite runs on it (``-k fleet`` for the fleet's share alone).  The failure tests'
-fleets are deployed as ``deployment`` says (``tests.chaos.DEPLOYMENTS``)."""
+fleets are deployed as ``deployment`` says (``on_fleet_deployments()``)."""
 
 from __future__ import annotations
 
@@ -18,35 +20,57 @@ from typing import Any
 import pytest
 
 import parley
-from tests.chaos import DEPLOYMENTS
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.helpers import Control
-from tests.hosts import workspace_host
+from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import (
+    AMQP,
+    Declared,
+    declared,
+    marked,
+    missing_cases,
+    undeclared_parameter,
+)
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.hosts import workspace_host
 
-ALL = ["embedded-sqlite", "embedded-postgres", "fleet-postgres"]
-EMBEDDED = ALL[:2]
-AMQP = "fleet-amqp"
 FLEET_BROKER = os.environ.get("PARLEY_TEST_FLEET_BROKER", "redis")
+DECLARED = pytest.StashKey[dict[str, Declared]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "deployments(*names, parameter): the deployments a test runs on, as the parameter"
+        " named (tests/support/deployments.py)",
+    )
+    config.stash[DECLARED] = {}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    also_amqp = metafunc.definition.get_closest_marker("also_amqp") is not None
-    if "backend" in metafunc.fixturenames:
-        embedded_only = metafunc.definition.get_closest_marker("embedded_only") is not None
-        params = EMBEDDED if embedded_only else ALL + [AMQP] * also_amqp
-        metafunc.parametrize("backend", [_marked(p) for p in params])
-    if "deployment" in metafunc.fixturenames:
-        names = DEPLOYMENTS if also_amqp else [d for d in DEPLOYMENTS if d != "amqp"]
-        metafunc.parametrize("deployment", [_marked(d) for d in names])
+    found = declared(metafunc.definition)
+    asked = undeclared_parameter(metafunc.fixturenames, found)
+    if asked is not None:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid} asks for {asked!r} but declares no deployments:"
+            " mark it (or its module) with on_deployments() or on_fleet_deployments()"
+        )
+    if found is None or found.parameter not in metafunc.fixturenames:
+        return  # (a test of a declaring module that runs the same on every deployment)
+    metafunc.config.stash[DECLARED][metafunc.definition.nodeid] = found
+    metafunc.parametrize(found.parameter, [marked(name) for name in found.names])
 
 
-def _marked(param: str) -> Any:
-    """``param`` with the marks of the services it needs."""
-    marks = [pytest.mark.postgres] if "postgres" in param or "fleet" in param else []
-    if "amqp" in param:
-        marks.append(pytest.mark.amqp)
-    return pytest.param(param, marks=marks)
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect any case
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the run if a test collected fewer cases of a deployment than it declares
+    (unless the command line picked cases by their ids)."""
+    if any("[" in arg for arg in config.args):
+        return
+    problems = missing_cases(items, config.stash[DECLARED])
+    if problems:
+        raise pytest.UsageError(
+            "parametrised tests collected fewer cases than they declare:\n" + "\n".join(problems)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -76,13 +100,19 @@ def amqp_fleet(amqp_fleet_postgres_url: str, amqp_url: str) -> Iterator[Fleet]:
 def _fleet(database_url: str, broker_url: str | None) -> Iterator[Fleet]:
     pool = Fleet(database_url=database_url, broker_url=broker_url)
     flush_redis(pool.redis_url)
-    pool.start_worker()
-    pool.start_beat()
+    yield from _running(pool)
+
+
+def _running(processes: Fleet, **worker: Any) -> Iterator[Fleet]:
+    """``processes`` with a worker (``worker``: its options) and the sweeper, ready;
+    stopped after."""
+    processes.start_worker(**worker)
+    processes.start_beat()
     try:
-        pool.wait_ready()
-        yield pool
+        processes.wait_ready()
+        yield processes
     finally:
-        pool.stop()
+        processes.stop()
 
 
 def fleet_of(backend: str, request: pytest.FixtureRequest) -> Fleet | None:
@@ -117,7 +147,7 @@ def subprocess_env(backend: str, request: pytest.FixtureRequest) -> dict[str, st
         env.pop("PARLEY_HOST")
         return env
     return {
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(Path(__file__).parents[2]),
     }
 
@@ -170,14 +200,7 @@ def host_fleet(host: str) -> Any:
     @pytest.fixture(scope="module")
     def fixture() -> Iterator[Fleet]:
         with fresh_postgres_database("host") as url:
-            pool = Fleet(database_url=url, host=host)
-            pool.start_worker(concurrency=2, pool="threads")
-            pool.start_beat()
-            try:
-                pool.wait_ready()
-                yield pool
-            finally:
-                pool.stop()
+            yield from _running(Fleet(database_url=url, host=host), concurrency=2, pool="threads")
 
     return fixture
 

@@ -16,7 +16,11 @@ from parley.errors import Conflict, InvalidRequest, SessionBusy, WaitTimeout
 from schemas.events import EventKind
 from schemas.records import Decision, TurnStatus
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control, scripted_host
+from tests.support.deployments import ALL, on_deployments
+from tests.support.helpers import Control, scripted_host
+from tests.support.waiting import wait_until
+
+pytestmark = on_deployments(*ALL)
 
 ASK = {"ask_tools": ["record_call"]}
 
@@ -40,10 +44,7 @@ ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 
 
 def wait_for(handle: parley.TurnHandle, status: TurnStatus, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while handle.record().status is not status:
-        assert time.monotonic() < deadline, f"{handle} never became {status}"
-        time.sleep(0.05)
+    wait_until(lambda: handle.record().status is status, timeout, what=f"{handle} to be {status}")
 
 
 def waiting(client: parley.Client, workspace: Path, prompt: str) -> parley.TurnHandle:

@@ -3,7 +3,7 @@ test's own on a free port is shut down (nothing saved) while workers drive turns
 started again five seconds later; the same with a RabbitMQ node of the test's own
 (which keeps its durable queue and the kicks on it).  And a worker that cannot go on
 exits non-zero, so that its supervisor restarts it rather than taking it for one that was
-told to stop.  On prefork and on the Procfile's worker line (``tests.chaos``)."""
+told to stop.  On prefork and on the Procfile's worker line (``tests.support.chaos``)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import pytest
 
 import parley
 from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
-from tests.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.rabbitmq import RabbitServer
-from tests.redis_server import RedisServer, running_redis
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
+from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import on_fleet_deployments
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.rabbitmq import RabbitServer
+from tests.support.redis_server import RedisServer, running_redis
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 STEP: dict[str, Any] = {"chunk_chars": 2, "delay_ms": 20}

@@ -16,10 +16,13 @@ import pytest
 from parley import TurnStatus, connect
 from parley.cli.watching import UNCLAIMED_NOTICE_SECONDS
 from tests.acceptance.conftest import ClientFactory
-from tests.chaos import chaos_fleet
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REDIS_TEST_URL
-from tests.helpers import Control
+from tests.support.chaos import chaos_fleet
+from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import ALL, on_deployments
+from tests.support.fleet import REDIS_TEST_URL
+from tests.support.helpers import Control
+
+pytestmark = on_deployments(*ALL)
 
 
 def parley(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

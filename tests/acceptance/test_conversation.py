@@ -29,8 +29,11 @@ from parley.errors import (
 from schemas.events import EventKind
 from schemas.records import Steer, SteerKind
 from tests.acceptance.conftest import ClientFactory
-from tests.fleet import flush_redis
-from tests.helpers import Control, scripted_host
+from tests.support.deployments import ALL, on_deployments
+from tests.support.fleet import flush_redis
+from tests.support.helpers import Control, scripted_host
+
+pytestmark = on_deployments(*ALL)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 RETRY = {

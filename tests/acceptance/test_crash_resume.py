@@ -17,8 +17,11 @@ import pytest
 import parley
 from schemas.events import EventKind
 from tests.acceptance.conftest import ClientFactory
-from tests.gateway import start_gateway
+from tests.support.deployments import ALL, on_deployments
+from tests.support.gateway import start_gateway
 from workers.store.sql_store import SqlStore
+
+pytestmark = on_deployments(*ALL)
 
 SLOW_TEXT = "".join(f"chunk{i:03d} " for i in range(300))
 RULES = [

@@ -2,7 +2,7 @@
 own on a free port stops (``-m fast``: every connection closed, transactions in flight
 rolled back) while workers drive turns, stays down for three seconds and starts again.
 Every accepted turn completes exactly once and in order, and the workers live on.  On
-prefork and on the Procfile's worker line (``tests.chaos``)."""
+prefork and on the Procfile's worker line (``tests.support.chaos``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_broker_restart import RESTART_RULES, assert_the_fleet_went_on
-from tests.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
-from tests.conftest import fresh_postgres_database
-from tests.fleet import flush_redis
-from tests.postgres_server import PostgresServer
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
+from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import on_fleet_deployments
+from tests.support.fleet import flush_redis
+from tests.support.postgres_server import PostgresServer
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture

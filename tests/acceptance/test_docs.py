@@ -21,8 +21,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import PG_ADMIN_URL
-from tests.fleet import REDIS_TEST_URL
+from tests.support.databases import PG_ADMIN_URL
+from tests.support.fleet import REDIS_TEST_URL
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"

@@ -16,13 +16,14 @@ import pytest
 import parley
 from examples.plan_then_act.driver import ACTING, PLANNING
 from schemas.events import EventKind
-from tests.acceptance.conftest import ALL, deployed_client, host_fleet
+from tests.acceptance.conftest import deployed_client, host_fleet
 from tests.acceptance.test_approvals import wait_for
-from tests.chaos import chaos_fleet
-from tests.helpers import Control
-from tests.hosts import plan_then_act_host
+from tests.support.chaos import chaos_fleet
+from tests.support.deployments import ALL, on_deployments
+from tests.support.helpers import Control
+from tests.support.hosts import plan_then_act_host
 
-PLAN_HOST = "tests.hosts:plan_then_act_host"
+PLAN_HOST = "tests.support.hosts:plan_then_act_host"
 PLANNED = {
     "when": "retry",
     "steps": [
@@ -48,13 +49,14 @@ ENDLESS = {
 }
 
 
+pytestmark = on_deployments(*ALL)
 plan_fleet = host_fleet(PLAN_HOST)
 
 
-@pytest.fixture(params=ALL)
-def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[parley.Client]:
+@pytest.fixture
+def client(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[parley.Client]:
     with deployed_client(
-        request.param, request, tmp_path, fleet="plan_fleet", host=plan_then_act_host
+        backend, request, tmp_path, fleet="plan_fleet", host=plan_then_act_host
     ) as deployed:
         yield deployed
 

@@ -15,7 +15,7 @@ import pytest
 import parley
 from examples.audited_host.host import SYSTEM_PROMPT, build_host
 from schemas.events import EventKind
-from tests.fleet import Fleet, flush_redis
+from tests.support.fleet import Fleet, flush_redis
 
 pytestmark = pytest.mark.postgres
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import parley
-from tests.chaos import chaos_fleet, wait_until
-from tests.fleet import procfile_worker
+from tests.support.chaos import chaos_fleet
+from tests.support.fleet import procfile_worker
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 paused past its lock, Redis emptied or its connections cut, database backends
 terminated, and a load of sessions.  Each test gets its own database, Redis database
 and fleet (two workers and the sweeper), and runs on two deployments
-(``tests.chaos.DEPLOYMENTS``): prefork, one kick at a time in a child process of each
+(``tests.support.chaos.DEPLOYMENTS``): prefork, one kick at a time in a child process of each
 worker, and the Procfile's worker line (Celery's threads pool, its concurrency, kicks in
 the worker process itself); those marked ``also_amqp`` also on the Procfile's line with
 RabbitMQ as the broker."""
@@ -22,14 +22,16 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options, wait_until
-from tests.conftest import terminate_backends
-from tests.fleet import flush_redis
-from tests.helpers import assert_once_in_order_gap_free_but_at_takeovers
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options
+from tests.support.databases import terminate_backends
+from tests.support.deployments import on_fleet_deployments
+from tests.support.events import assert_once_in_order
+from tests.support.fleet import flush_redis
+from tests.support.waiting import wait_until
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture
@@ -98,7 +100,7 @@ def test_a_worker_killed_while_streaming_is_replaced_and_readers_are_told(chaos:
     assert result.reply == text
     assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
     events = list(handle.events())
-    assert_once_in_order_gap_free_but_at_takeovers(events)
+    assert_once_in_order(events)
     takeover = next(e for e in events if e.data.get("attempt") == 2)
     committed = next(e for e in events if e.kind is EventKind.STEP)  # step 0's, the last
     assert takeover.seq == committed.seq + TAKEOVER_SEQ_GAP + 1
@@ -186,7 +188,7 @@ def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> Non
     # The stale driver's events never reached the buffer the new one writes: a reader
     # sees one sequence, gap-free but for the new attempt's start.
     events = list(chaos.client.attach(handle.turn_id).events())
-    assert_once_in_order_gap_free_but_at_takeovers(events)
+    assert_once_in_order(events)
     starts = [e.data["attempt"] for e in events if e.kind is EventKind.STARTED]
     assert starts == [1, 2]
     results = [e.data["content"] for e in events if e.kind is EventKind.TOOL_RESULT]
@@ -315,7 +317,7 @@ def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> Non
         prompt = handle.record().prompt
         assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
         events = seen[handle.turn_id]
-        assert_once_in_order_gap_free_but_at_takeovers(events)
+        assert_once_in_order(events)
         assert events[-1].kind is EventKind.END
     for session in sessions:
         history = session.history()

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 import parley
-from tests.chaos import CHAOS_REDIS_URL, wait_until
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.helpers import Control
-from tests.scrape import Samples, free_port, scrape
+from tests.support.chaos import CHAOS_REDIS_URL
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.scrape import Samples, free_port, scrape
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

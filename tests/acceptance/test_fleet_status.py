@@ -18,11 +18,12 @@ import httpx
 import pytest
 
 import parley
-from tests.chaos import CHAOS_REDIS_URL, wait_until
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis
-from tests.helpers import Control, scripted_host
-from tests.scrape import free_port
+from tests.support.chaos import CHAOS_REDIS_URL
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REPO, Fleet, flush_redis
+from tests.support.helpers import Control, scripted_host
+from tests.support.scrape import free_port
+from tests.support.waiting import wait_until
 
 RULES: list[dict[str, Any]] = [
     {"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "through"}]},

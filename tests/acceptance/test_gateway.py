@@ -3,7 +3,7 @@ deployment: embedded on SQLite, embedded on PostgreSQL, and a fleet producer in 
 real workers.  Route by route and status by status: the resources, the event stream, the
 error form, tenants, workspaces and tokens.
 
-One gateway per deployment serves the module (``tests/gateway.py``); each test takes
+One gateway per deployment serves the module (``tests/support/gateway.py``); each test takes
 fresh tenants from it, so its scripted model's rules and its sessions are its own.  The
 approval and protocol routes (AG-UI, chat, responses) are tested with their features.
 """
@@ -29,15 +29,18 @@ import httpx
 import pytest
 
 from schemas.events import EventKind
-from tests.gateway import (
+from tests.support.deployments import ALL, on_deployments
+from tests.support.gateway import (
     Gateway,
     Gateways,
-    SseMessage,
     Tenant,
     deployment_env,
     make_tokens,
     start_gateway,
 )
+from tests.support.sse import SseMessage
+
+pytestmark = on_deployments(*ALL)
 
 KEEPALIVE_SECONDS = 0.5
 

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.gateway import REPO, Gateway, Tenant, make_tokens, start_gateway
+from tests.support.fleet import REPO
+from tests.support.gateway import Gateway, Tenant, make_tokens, start_gateway
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
@@ -45,7 +46,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")},
         "PARLEY_DATABASE_URL": f"sqlite:///{directory / 'parley.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
     started = start_gateway(

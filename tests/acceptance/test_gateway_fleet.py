@@ -18,7 +18,7 @@ import struct
 import termios
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,13 @@ import pytest
 
 import parley
 from schemas.events import Event, EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.gateways import (
-    TENANT,
-    TOKEN,
-    FrameParser,
-    Gateway,
-    Reader,
-    assert_each_once_in_order,
-    open_session,
-    result,
-    start_gateway,
-    submit,
-)
-from tests.helpers import Control, displayed_text
+from tests.support.databases import fresh_postgres_database
+from tests.support.events import assert_once_in_order, displayed_text
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.gateway import TENANT, TOKEN, Gateway, start_fleet_gateway
+from tests.support.helpers import Control
+from tests.support.sse import FrameParser, Reader
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -87,7 +79,7 @@ class GatewayFleet:
         self.workers = [self.fleet.start_worker() for _ in range(2)]
         self.fleet.start_beat()
         self.fleet.wait_ready()
-        self.gateways = [start_gateway(self.fleet, self.workspaces) for _ in range(2)]
+        self.gateways = [start_fleet_gateway(self.fleet, self.workspaces) for _ in range(2)]
         # Sessions' roots are <workspaces>/alpha/x: the host reads its script beside them.
         self.control = Control(self.workspaces / TENANT / "x")
         self.control.script(RULES)
@@ -107,7 +99,8 @@ class GatewayFleet:
                 wait_until(ready, what="a new worker")
         for n, gateway in enumerate(self.gateways):
             if gateway.process.poll() is not None:
-                self.gateways[n] = start_gateway(self.fleet, self.workspaces)
+                gateway.stop()  # (its HTTP clients)
+                self.gateways[n] = start_fleet_gateway(self.fleet, self.workspaces)
 
     def kill_driver(self, turn_id: str) -> int:
         """SIGKILL the whole `parley worker` (process group) whose process drives the
@@ -127,6 +120,8 @@ class GatewayFleet:
 
     def close(self) -> None:
         self.client.close()
+        for gateway in self.gateways:
+            gateway.stop()
         self.fleet.stop()
 
 
@@ -149,14 +144,11 @@ def gwf(fleet_with_gateways: GatewayFleet) -> Iterator[GatewayFleet]:
     fleet_with_gateways.control.open_gate()  # a failed test must not leave a turn waiting
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+def start_turn(gateway: Gateway, prompt: str) -> str:
+    """A turn of a new session of the gateway's tenant (in ``workspaces/alpha/x``): its id."""
+    alpha = gateway.tenant(TENANT)
+    turn: dict[str, Any] = alpha.submit(alpha.new_session(workspace="x")["id"], prompt)
+    return str(turn["turn_id"])
 
 
 def is_step_token(event: Event, step: int) -> bool:
@@ -170,7 +162,7 @@ def assert_taken_over_and_whole(
     each event once and in order, both attempts, the restart announced after the dead
     attempt's tokens and before the new ones, the committed reply as displayed text, and
     exactly what the Python client reads of the turn."""
-    assert_each_once_in_order(seen)
+    assert_once_in_order(seen)
     assert seen[-1].kind is EventKind.END
     kinds = [e.kind for e in seen]
     assert [e.data["attempt"] for e in seen if e.kind is EventKind.STARTED] == [1, 2]
@@ -178,7 +170,7 @@ def assert_taken_over_and_whole(
     assert seen[restarted].data == {"index": 1, "reason": "resumed"}
     assert any(is_step_token(e, 1) for e in seen[:restarted]), "no token before the kill"
     assert any(is_step_token(e, 1) for e in seen[restarted:]), "no token after the restart"
-    finished = result(gateway, turn_id)
+    finished = gateway.tenant(TENANT).result(turn_id, wait=60)
     assert finished["status"] == "finished"
     assert finished["reply"] == STREAMED
     assert displayed_text(seen) == finished["reply"]  # tokens shown, replaced on restart
@@ -194,8 +186,8 @@ def assert_taken_over_and_whole(
 
 def test_a_sse_reader_follows_a_turn_through_its_workers_death(gwf: GatewayFleet) -> None:
     gateway = gwf.gateways[0]
-    turn_id = submit(gateway, open_session(gateway), "stream through a crash")
-    reader = Reader(turn_id)
+    turn_id = start_turn(gateway, "stream through a crash")
+    reader = Reader(turn_id, TOKEN)
     following = threading.Thread(
         target=reader.follow, args=([gateway.url],), kwargs={"deadline": time.monotonic() + 90}
     )
@@ -213,8 +205,8 @@ def test_a_sse_reader_follows_a_turn_through_its_workers_death(gwf: GatewayFleet
 @pytest.mark.parametrize("leaving", ["closes-the-stream", "gateway-killed"])
 def test_b_a_reader_moves_to_another_gateway_mid_turn(gwf: GatewayFleet, leaving: str) -> None:
     first, second = gwf.gateways
-    turn_id = submit(first, open_session(first), "stream through a crash")
-    reader = Reader(turn_id)
+    turn_id = start_turn(first, "stream through a crash")
+    reader = Reader(turn_id, TOKEN)
     victim = 0
     redone = 0
 
@@ -259,8 +251,8 @@ async def read_stream(http: httpx.AsyncClient, url: str, into: list[Event]) -> N
 
 def test_c_fifty_subscribers_of_one_turn_share_one_redis_reader(gwf: GatewayFleet) -> None:
     subscribers = 50
-    gateway = start_gateway(gwf.fleet, gwf.workspaces)  # a fresh process: nothing else read
-    turn_id = submit(gateway, open_session(gateway), "gated, then stream")
+    gateway = start_fleet_gateway(gwf.fleet, gwf.workspaces)  # a fresh process: nothing else read
+    turn_id = start_turn(gateway, "gated, then stream")
     gwf.control.wait_entered()
     url = f"{gateway.url}/v1/turns/{turn_id}/events"
     seen: list[list[Event]] = [[] for _ in range(subscribers)]
@@ -295,8 +287,7 @@ def test_c_fifty_subscribers_of_one_turn_share_one_redis_reader(gwf: GatewayFlee
     assert max(reading for reading, _ in readers) == 1
     blocked = [blocked for _, blocked in readers]
     assert max(blocked) == 1 and blocked.count(1) > len(blocked) // 2
-    gateway.process.terminate()
-    gateway.process.wait(10)
+    gateway.stop()
 
 
 # ---------------------------------------------------------------- d. a slow reader
@@ -311,7 +302,7 @@ def fionread(sock: socket.socket) -> int:
 
 def test_d_a_subscriber_that_reads_nothing_holds_up_no_one(gwf: GatewayFleet) -> None:
     gateway = gwf.gateways[0]
-    turn_id = submit(gateway, open_session(gateway), "long, at the gate")
+    turn_id = start_turn(gateway, "long, at the gate")
     gwf.control.wait_entered()
     path = f"/v1/turns/{turn_id}/events"
 

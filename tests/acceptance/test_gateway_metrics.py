@@ -12,9 +12,10 @@ from fastapi.testclient import TestClient
 
 import parley
 from parley.gateway import GatewaySettings, create_app
-from tests.chaos import wait_until
-from tests.gateway import REPO, make_tokens, start_gateway
-from tests.scrape import parse, scrape
+from tests.support.fleet import REPO
+from tests.support.gateway import make_tokens, start_gateway
+from tests.support.scrape import parse, scrape
+from tests.support.waiting import wait_until
 
 
 def embedded_env(directory: Path) -> dict[str, str]:
@@ -22,7 +23,7 @@ def embedded_env(directory: Path) -> dict[str, str]:
     return {
         **base,
         "PARLEY_DATABASE_URL": f"sqlite:///{directory / 'parley.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
 

@@ -33,9 +33,10 @@ from schemathesis.schemas import APIOperation, BaseSchema
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.acceptance.test_gateway import ROUTES
-from tests.gateway import Gateway, Gateways, Tenant
+from tests.support.deployments import EMBEDDED, on_deployments
+from tests.support.gateway import Gateway, Gateways, Tenant
 
-pytestmark = pytest.mark.embedded_only
+pytestmark = on_deployments(*EMBEDDED)
 
 AnyCase = Case[APIOperation[Any, Any, Any, Any]]
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}

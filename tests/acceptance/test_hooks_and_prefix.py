@@ -14,10 +14,13 @@ from parley.errors import InvalidRequest, StoreError, TurnEnded
 from schemas.events import EventKind
 from schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control, RecordingModel, displayed_text
-from tests.hosts import WAIT_FOR_GATE
+from tests.support.deployments import EMBEDDED, on_deployments
+from tests.support.events import displayed_text
+from tests.support.helpers import Control, RecordingModel
+from tests.support.hosts import WAIT_FOR_GATE
 
-pytestmark = pytest.mark.embedded_only  # the hooks under test live in this process
+# The hooks under test live in this process.
+pytestmark = on_deployments(*EMBEDDED)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 

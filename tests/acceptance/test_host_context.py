@@ -17,8 +17,11 @@ from parley.errors import InvalidRequest
 from schemas.events import EventKind
 from schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
-from tests.chaos import chaos_fleet
-from tests.helpers import Control, scripted_host
+from tests.support.chaos import chaos_fleet
+from tests.support.deployments import ALL, on_deployments
+from tests.support.helpers import Control, scripted_host
+
+pytestmark = on_deployments(*ALL)
 
 WHO = {
     "when": "who",

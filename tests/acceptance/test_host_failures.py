@@ -1,6 +1,6 @@
 """Injected failures at each phase of a turn (SPEC §2.14, §4 "Host seams"): the driver,
 each hook, the database's commit, a cancellation; embedded and on the fleet, each
-asserting what is durable and what every hook saw.  The host (``tests.hosts:failing_host``)
+asserting what is durable and what every hook saw.  The host (``tests.support.hosts:failing_host``)
 records each hook call and fails where the turn's host context says; the database is
 made to refuse a step by a trigger the test adds."""
 
@@ -19,11 +19,12 @@ import pytest
 import parley
 from parley.errors import StoreError
 from tests.acceptance.conftest import deployed_client, host_fleet
-from tests.chaos import wait_until
-from tests.helpers import Control
-from tests.hosts import failing_host
+from tests.support.deployments import ALL, on_deployments
+from tests.support.helpers import Control
+from tests.support.hosts import failing_host
+from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.postgres
+pytestmark = [on_deployments(*ALL), pytest.mark.postgres]
 
 TWO_STEPS = {
     "when": "two steps",
@@ -35,7 +36,7 @@ GATED = {
 }
 ANSWERED = ["before_turn", "before_commit", "after_commit", "on_terminal"]
 
-failing_fleet = host_fleet("tests.hosts:failing_host")
+failing_fleet = host_fleet("tests.support.hosts:failing_host")
 
 
 @pytest.fixture

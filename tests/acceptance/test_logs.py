@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.chaos import CHAOS_REDIS_URL
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis
-from tests.gateway import Tenant, make_tokens, start_gateway
-from tests.helpers import Control
+from tests.support.chaos import CHAOS_REDIS_URL
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REPO, Fleet, flush_redis
+from tests.support.gateway import Tenant, make_tokens, start_gateway
+from tests.support.helpers import Control
 
 JSON = {"PARLEY_LOG_FORMAT": "json"}
 TOOL_THEN_TEXT: list[dict[str, Any]] = [
@@ -61,7 +61,7 @@ def assert_named(lines: list[dict[str, Any]], turn: dict[str, Any]) -> list[dict
 
 
 LOUD_HOST = """
-from tests.hosts import workspace_host
+from tests.support.hosts import workspace_host
 
 
 class Loud:
@@ -144,7 +144,7 @@ def test_an_embedded_gateway_in_json_names_the_turns_it_runs(tmp_path: Path) -> 
         **{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")},
         **JSON,
         "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'parley.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
     gateway = start_gateway(env, tmp_path / "gw", tokens=make_tokens(["acme"]))
@@ -174,7 +174,7 @@ def test_a_path_cannot_forge_a_gateway_line_or_reach_the_terminal(
         **{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")},
         "PARLEY_LOG_FORMAT": log_format,
         "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'parley.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
     gateway = start_gateway(env, tmp_path / "gw", tokens=make_tokens(["acme"]))
@@ -205,7 +205,7 @@ def test_a_command_in_json_logs_its_warnings_as_json_naming_the_turn(tmp_path: P
         **os.environ,
         **JSON,
         "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
     session_id = parley_command(["new", str(workspace)], env).stdout.strip()

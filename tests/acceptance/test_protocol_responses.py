@@ -22,10 +22,20 @@ import pytest
 from openai import OpenAI
 
 import parley
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis
-from tests.gateway import Gateway, Gateways, Tenant, make_tokens, sse_messages, start_gateway
-from tests.open_responses import check_event, check_response
+from tests.support.databases import fresh_postgres_database
+from tests.support.deployments import ALL, on_deployments
+from tests.support.fleet import Fleet, flush_redis
+from tests.support.gateway import (
+    Gateway,
+    Gateways,
+    Tenant,
+    make_tokens,
+    start_gateway,
+)
+from tests.support.open_responses import check_event, check_response
+from tests.support.sse import sse_messages
+
+pytestmark = on_deployments(*ALL)
 
 LIST: dict[str, Any] = {"name": "list_files", "arguments": {}}
 RETRY: dict[str, Any] = {

@@ -9,7 +9,7 @@ scripts under ``tests/node/`` read a scenario on stdin and answer one JSON line.
 
 The first tests need no gateway: they feed what the projections make of a turn straight
 to the stock clients, for cases a live turn reaches only by chance (a crash mid-step).
-The rest run each protocol through a real gateway process (``tests/gateway.py``) on the
+The rest run each protocol through a real gateway process (``tests/support/gateway.py``) on the
 embedded SQLite deployment and on the fleet.
 """
 
@@ -40,7 +40,8 @@ from schemas.events import (
     ToolCalled,
 )
 from schemas.messages import ToolCall
-from tests.gateway import Gateway, Gateways, Tenant
+from tests.support.gateway import Gateway, Gateways, Tenant
+from tests.support.waiting import wait_until
 
 TESTS = Path(__file__).resolve().parents[1]
 NODE = TESTS / "node"
@@ -303,10 +304,7 @@ def agui(gateway: Gateway, tenant: Tenant, thread_id: str, *prompts: str | None)
 
 def when_asked(directory: Path, name: str, timeout: float = 30) -> None:
     """Wait until a script asks the test to act (``ask`` in ``tests/node/common.mjs``)."""
-    deadline = time.monotonic() + timeout
-    while not (directory / f"{name}.asked").exists():
-        assert time.monotonic() < deadline, f"the script never asked {name}"
-        time.sleep(0.02)
+    wait_until((directory / f"{name}.asked").exists, timeout, what=f"the script to ask {name}")
 
 
 def go_on(directory: Path, name: str) -> None:

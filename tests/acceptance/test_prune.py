@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,11 @@ import redis
 import parley
 from parley.errors import SessionNotFound
 from schemas.records import TurnStatus
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REDIS_TEST_URL, Fleet, flush_redis
-from tests.helpers import Control
-from tests.store_rows import ROWS_OF_SESSION, age, rows_of
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REDIS_TEST_URL, Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.store_rows import ROWS_OF_SESSION, age, rows_of
+from tests.support.waiting import wait_until
 from workers.coordination import constants as c
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
@@ -126,7 +126,7 @@ def _prune_on(client: parley.Client, env: dict[str, str], tmp_path: Path) -> Non
     asking_control.policy(ask_tools=["record_call"])
     asking = client.open_session(asking_root)
     waiting = asking.submit("push it")
-    _wait_for(lambda: waiting.record().status is TurnStatus.WAITING, "a waiting turn")
+    wait_until(lambda: waiting.record().status is TurnStatus.WAITING, what="a waiting turn")
     for session in (old, gated, asking):
         age(store, session.id, LONG_AGO)
     in_flight = {s.id: rows_of(store, s.id) for s in (gated, asking)}
@@ -152,7 +152,7 @@ def _prune_on(client: parley.Client, env: dict[str, str], tmp_path: Path) -> Non
     worker = threading.Thread(target=keep_busy)
     worker.start()
     try:
-        _wait_for(lambda: len(outcomes) >= 2, "the busy session's first turns")
+        wait_until(lambda: len(outcomes) >= 2, what="the busy session's first turns")
 
         first = parley_cli("prune", "--older-than", "5", env=env)
         assert first.returncode == 0, first.stderr
@@ -201,10 +201,3 @@ def _prune_on(client: parley.Client, env: dict[str, str], tmp_path: Path) -> Non
         assert not root.exists()
         assert rows_of(store, session.id) == GONE
     keys.close()
-
-
-def _wait_for(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

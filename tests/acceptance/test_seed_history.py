@@ -12,7 +12,6 @@ import pytest
 import parley
 from parley.errors import CodecError, Conflict, InvalidRequest
 from tests.acceptance.conftest import ClientFactory
-from tests.helpers import Control
 from tests.providers.servers import (
     Reply,
     anthropic_message,
@@ -20,6 +19,10 @@ from tests.providers.servers import (
     openai_server,
     openai_text,
 )
+from tests.support.deployments import ALL, on_deployments
+from tests.support.helpers import Control
+
+pytestmark = on_deployments(*ALL)
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 CONVERSATION: list[dict[str, Any]] = [

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.gateway import URL_LINE
+from tests.support.gateway import URL_LINE
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING_PYTHON = """#!/bin/sh

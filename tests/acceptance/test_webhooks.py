@@ -20,11 +20,11 @@ import pytest
 import parley
 from schemas.operations import DeliveryState, WebhookDelivery
 from schemas.records import TurnResult, TurnStatus
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REDIS_TEST_URL, Fleet, flush_redis
-from tests.helpers import Control
-from tests.hosts import workspace_host
-from tests.webhook_receiver import Receiver, receiver
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REDIS_TEST_URL, Fleet, flush_redis
+from tests.support.helpers import Control
+from tests.support.hosts import workspace_host
+from tests.support.webhook_receiver import Receiver, receiver
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import parley
 from schemas.messages import Message, Prefix, message_bytes
 from tests.bench.embedded import bare_sqlite_commit
-from tests.helpers import RecordingModel
+from tests.support.helpers import RecordingModel
 from workers.engine.context import assemble, history_messages, turn_replay
 from workers.engine.replay_cache import ReplayCache
 from workers.ports.backend import PathTurn

@@ -22,11 +22,8 @@ import os
 import re
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,8 +34,10 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis, procfile_worker
+from tests.bench.common import ms, pct, start_scripted_fleet
+from tests.bench.noop_floor import NoopFloor
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis, procfile_worker
 from workers.coordination import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -56,113 +55,6 @@ RULES = [
     },
     {"when": "^slow", "steps": [{"text": SLOW_TEXT, "chunk_chars": 4, "delay_ms": SLOW_WAIT_MS}]},
 ]
-
-
-def pct(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def ms(value: float) -> str:
-    return f"{value * 1e3:7.2f} ms"
-
-
-# ---------------------------------------------------------------- the floor
-
-
-class NoopFloor:
-    """``workers`` Celery workers (two single-process ones by default) running the floor's
-    tasks, and a producer for them.  ``channel``: "stock" for kombu's Redis channel (the
-    floor), "parley" for parley's."""
-
-    def __init__(
-        self,
-        database_url: str,
-        channel: str,
-        *,
-        workers: int = 2,
-        pool: str = "prefork",
-        concurrency: int = 1,
-    ) -> None:
-        self.queue = f"bench.noop.{uuid.uuid4().hex[:6]}"
-        env = {
-            **os.environ,
-            "PARLEY_DATABASE_URL": database_url,
-            "PARLEY_REDIS_URL": REDIS_URL,
-            "PARLEY_QUEUE": self.queue,
-            "PARLEY_BENCH_CHANNEL": channel,
-            "PYTHONPATH": str(REPO),
-        }
-        self.workers = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "tests.bench.noop_app",
-                    "worker",
-                    "--queues",
-                    self.queue,
-                    "--pool",
-                    pool,
-                    "--concurrency",
-                    str(concurrency),
-                    "--loglevel",
-                    "WARNING",
-                    "--hostname",
-                    f"noop{n}@%h",
-                ],
-                env=env,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            for n in range(workers)
-        ]
-        from broker_config.app import create_app
-        from broker_config.settings import FleetSettings
-
-        self.app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
-        # (Its reads block for up to minutes: redis-py 8 would time them out after 5 s.)
-        self.redis = redis.Redis.from_url(REDIS_URL, socket_timeout=None)
-        self.key = f"bench:{uuid.uuid4().hex}"
-        self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
-        assert self.redis.blpop([self.key], timeout=60), "noop workers did not start"
-
-    def round_trip(self) -> float:
-        """Seconds from sending a noop task until it ran."""
-        start = time.perf_counter()
-        self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
-        self.redis.blpop([self.key], timeout=10)
-        return time.perf_counter() - start
-
-    def rate(self, count: int) -> float:
-        """Tasks/s for ``count`` tasks sent at once."""
-        start = time.perf_counter()
-        for _ in range(count):
-            self.app.send_task("bench.noop", args=[self.key], queue=self.queue)
-        for _ in range(count):
-            self.redis.blpop([self.key], timeout=30)
-        return count / (time.perf_counter() - start)
-
-    def close(self) -> None:
-        """Stop the workers (once)."""
-        if not self.workers:
-            return
-        self.redis.close()
-        self.app.close()
-        for worker in self.workers:
-            os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(20)
-        self.workers = []
-
-    def __enter__(self) -> NoopFloor:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------- parley
@@ -418,7 +310,9 @@ def slow_floor_run(database_url: str, *, turns: int) -> SlowRun:
     """The floor: one bare Celery worker on the threads pool with ``turns`` slots, sent
     ``turns`` tasks that each wait as the slow model streams, and do nothing else."""
     flush_redis(REDIS_URL)
-    with NoopFloor(database_url, "stock", workers=1, pool="threads", concurrency=turns) as floor:
+    with NoopFloor(
+        database_url, REDIS_URL, "stock", workers=1, pool="threads", concurrency=turns
+    ) as floor:
         groups = {w.pid: "workers" for w in floor.workers}
         database = database_url.rsplit("/", 1)[1]  # (which the floor never uses)
         before = cpu_by_role(None, groups, database=database)
@@ -481,27 +375,13 @@ def main() -> int:
         return 0
     flush_redis(REDIS_URL)
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "workspace"
-        root.mkdir()
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps({"rules": RULES}))
-
-        with NoopFloor(database_url, "parley") as channel:
+        with NoopFloor(database_url, REDIS_URL, "parley") as channel:
             channel_trips = [channel.round_trip() for _ in range(300)]
             channel_rate = channel.rate(1000)
-        with NoopFloor(database_url, "stock") as floor:  # also sent between turns, below
+        with NoopFloor(database_url, REDIS_URL, "stock") as floor:  # also sent between turns, below
             round_trips = [floor.round_trip() for _ in range(300)]
             noop_rate = floor.rate(1000)
-            fleet = Fleet(
-                database_url=database_url,
-                redis_url=REDIS_URL,
-                host=f"scripted:{script}",
-                log_dir=Path(tmp),
-            )
-            fleet.start_worker(concurrency=1)
-            fleet.start_worker(concurrency=1)
-            fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
-            fleet.wait_ready()
+            fleet, root = start_scripted_fleet(database_url, REDIS_URL, Path(tmp), RULES)
             client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
             try:
                 latencies(client, root, 20)  # warm up both workers

@@ -16,6 +16,8 @@ the medians.  OTHER_CHECKOUT is a tree such as `git worktree add /tmp/before HEA
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import statistics
@@ -37,8 +39,16 @@ def side(redis_url: str) -> None:
     ``latencies`` returns two lists, a newer one three)."""
     import parley
     from tests.bench.fleet import RULES, cpu_by_role, latencies, throughput
-    from tests.conftest import fresh_postgres_database
-    from tests.fleet import Fleet, flush_redis
+
+    # A checkout from before tests/support/ has these at tests' top level.
+    new = importlib.util.find_spec("tests.support") is not None
+    databases = importlib.import_module("tests.support.databases" if new else "tests.conftest")
+    fleets = importlib.import_module("tests.support.fleet" if new else "tests.fleet")
+    fresh_postgres_database, Fleet, flush_redis = (
+        databases.fresh_postgres_database,
+        fleets.Fleet,
+        fleets.flush_redis,
+    )
 
     flush_redis(redis_url)
     with fresh_postgres_database("ab") as url, tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,6 @@ import json
 import os
 import re
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,9 +49,11 @@ import uvloop
 
 import parley
 from schemas.events import EventKind
-from tests.conftest import fresh_postgres_database
-from tests.fleet import REPO, Fleet, flush_redis
-from tests.gateways import TENANT, Gateway, start_gateway
+from tests.bench.common import ms, pct, start_scripted_fleet
+from tests.bench.connections import AsyncConnection, Connection
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REPO, flush_redis
+from tests.support.gateway import TENANT, Gateway, start_fleet_gateway
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
@@ -63,70 +64,6 @@ RULES = [
     {"when": "^hold", "steps": [{"text": "h" * 6000, "chunk_chars": 1, "delay_ms": 10}]},
     {"when": "^fan", "steps": [{"text": FAN_TEXT, "chunk_chars": 5, "delay_ms": 25}]},
 ]
-
-
-def pct(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def ms(value: float) -> str:
-    return f"{value * 1e3:7.2f} ms"
-
-
-# ---------------------------------------------------------------- a minimal client
-
-
-class Connection:
-    """One kept-alive HTTP/1.1 connection, on a socket (no HTTP library's cost)."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        host, port = gateway.url.removeprefix("http://").split(":")
-        self.sock = socket.create_connection((host, int(port)))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.auth = f"Authorization: Bearer {gateway.token}\r\n"
-        self.buffer = b""
-
-    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
-        payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {path} HTTP/1.1\r\nHost: gateway\r\n{self.auth}"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        self.sock.sendall(head.encode() + b"\r\n" + payload)
-
-    def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """A JSON request and its answer's body (the status must be 2xx)."""
-        self.send(method, path, body)
-        while b"\r\n\r\n" not in self.buffer:
-            self._recv()
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        assert head.split(b" ", 2)[1].startswith(b"2"), head
-        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
-        while len(self.buffer) < length:
-            self._recv()
-        answer, self.buffer = self.buffer[:length], self.buffer[length:]
-        return json.loads(answer)
-
-    def first_token(self, turn_id: str) -> float:
-        """Follow the turn's event stream to its end; when its first ``token`` came."""
-        self.send("GET", f"/v1/turns/{turn_id}/events")
-        first = 0.0
-        while not first:
-            self._recv()
-            if b"event: token" in self.buffer:
-                first = time.perf_counter()
-        while not (b"event: end" in self.buffer and self.buffer.endswith(b"\r\n0\r\n\r\n")):
-            self._recv()
-        self.buffer = b""
-        return first
-
-    def _recv(self) -> None:
-        data = self.sock.recv(1 << 16)
-        assert data, "the gateway closed the connection"
-        self.buffer += data
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 # ---------------------------------------------------------------- i. first token
@@ -213,34 +150,6 @@ async def http_throughput(gateway: Gateway, turns: int) -> float:
         ids = await asyncio.gather(*(submit(s, n) for n in range(turns // 50) for s in sessions))
         await asyncio.gather(*(wait(t) for t in ids))
         return len(ids) / (time.perf_counter() - start)
-
-
-class AsyncConnection:
-    """One kept-alive HTTP/1.1 connection on asyncio streams (no HTTP library's cost)."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.auth = f"Authorization: Bearer {gateway.token}\r\n"
-        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """A JSON request and its answer's status and body."""
-        if self.streams is None:
-            host, port = self.gateway.url.removeprefix("http://").split(":")
-            self.streams = await asyncio.open_connection(host, int(port))
-        reader, writer = self.streams
-        payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {path} HTTP/1.1\r\nHost: gateway\r\n{self.auth}"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        writer.write(head.encode() + b"\r\n" + payload)
-        answer = await reader.readuntil(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: (\d+)", answer).group(1))  # type: ignore[union-attr]
-        return int(answer.split(b" ", 2)[1]), json.loads(await reader.readexactly(length))
-
-    def close(self) -> None:
-        if self.streams is not None:
-            self.streams[1].close()
 
 
 async def raw_throughput(gateway: Gateway, turns: int) -> float:
@@ -454,26 +363,14 @@ def main() -> int:
     flush_redis(REDIS_URL)
     load_before = os.getloadavg()
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "workspace"
-        root.mkdir()
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps({"rules": RULES}))
-        fleet = Fleet(
-            database_url=database_url,
-            redis_url=REDIS_URL,
-            host=f"scripted:{script}",
-            log_dir=Path(tmp),
-        )
-        fleet.start_worker(concurrency=1)
-        fleet.start_worker(concurrency=1)
-        fleet.start_beat()
-        fleet.wait_ready()
+        fleet, root = start_scripted_fleet(database_url, REDIS_URL, Path(tmp), RULES)
         workspaces = Path(tmp) / "workspaces"
         checkouts = {"HTTP": REPO}
         if args.other:
             checkouts["HTTP other"] = args.other.resolve()
         gateways = {
-            name: start_gateway(fleet, workspaces, checkout=c) for name, c in checkouts.items()
+            name: start_fleet_gateway(fleet, workspaces, checkout=c)
+            for name, c in checkouts.items()
         }
         (workspaces / TENANT / "w").mkdir(parents=True, exist_ok=True)
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
@@ -503,7 +400,7 @@ def main() -> int:
                             clients[side].append((time.process_time() - own) / args.turns)
             if "iii" in parts:
                 for name, c in checkouts.items():
-                    fan_gateway = start_gateway(fleet, workspaces, checkout=c)
+                    fan_gateway = start_fleet_gateway(fleet, workspaces, checkout=c)
                     fans[name] = fan_out(fan_gateway, client, database_url, args.readers)
         finally:
             client.close()

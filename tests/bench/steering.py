@@ -21,7 +21,7 @@ import redis
 
 import parley
 from schemas.messages import ToolCall
-from tests.conftest import fresh_postgres_database
+from tests.support.databases import fresh_postgres_database
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import migrated_store
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.ports.backend import Coordinator

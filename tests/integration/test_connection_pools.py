@@ -12,8 +12,8 @@ import uuid
 import pytest
 import redis
 
-from tests.chaos import wait_until
-from tests.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.waiting import wait_until
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.emitter import Emitter
 from workers.runtime.concurrency import ConnectionBudget

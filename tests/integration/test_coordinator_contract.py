@@ -32,7 +32,7 @@ import pytest
 
 from schemas.events import Ended, Event, Queued, Started, StepCommitted, Token, ToolCalled
 from schemas.records import Steer, SteerKind
-from tests.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination import constants as c
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.coordination.redis_coordinator import RedisCoordinator

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import parley
-from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import migrated_store, new_session, submit
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.ports.host import ModelReply
 from workers.runtime.fleet import FleetRuntime, drive_session
 

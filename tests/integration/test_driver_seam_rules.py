@@ -14,8 +14,8 @@ import pytest
 import parley
 from parley.errors import DriverFailed, InvalidRequest
 from schemas.records import TurnStatus
-from tests.helpers import RecordingModel, scripted_host
 from tests.integration.drive import new_session, submit
+from tests.support.helpers import RecordingModel, scripted_host
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.runtime.session_drainer import SessionDrainer

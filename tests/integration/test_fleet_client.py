@@ -17,9 +17,9 @@ import pytest
 
 import parley
 from schemas.events import Event, EventKind
-from tests.chaos import wait_until
 from tests.integration.drive import commit, finish, start
-from tests.redis_server import RedisServer, running_redis
+from tests.support.redis_server import RedisServer, running_redis
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 

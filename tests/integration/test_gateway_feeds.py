@@ -10,7 +10,7 @@ from pathlib import Path
 import parley
 from parley.gateway.feeds import Feeds
 from schemas.events import Event, EventKind
-from tests.helpers import scripted_host
+from tests.support.helpers import scripted_host
 
 TEXT = "".join(f"t{i:02d} " for i in range(40))
 

@@ -11,8 +11,8 @@ from typing import Any
 import parley
 from schemas.messages import ToolCall
 from schemas.records import SteerKind, TurnStatus
-from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import new_session, submit
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest

@@ -21,8 +21,8 @@ from kombu import Connection, Consumer, Producer, Queue  # type: ignore[attr-def
 from broker_config.app import TLS_TRANSPORT, TRANSPORT, create_app, transport_for
 from broker_config.settings import FleetSettings
 from broker_config.transport import Channel, TlsTransport, Transport
-from tests.fleet import REDIS_TEST_URL, flush_redis
-from tests.redis_server import RedisServer, running_redis
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.redis_server import RedisServer, running_redis
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import parley
 from parley.errors import InvalidRequest
 from parley.mcp import McpServer
 from schemas.events import EventKind
-from tests.helpers import RecordingModel
+from tests.support.helpers import RecordingModel
 
-SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
+SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
 STDIO = McpServer.stdio("calc", [sys.executable, SERVER_SCRIPT, "stdio"], timeout=20)
 RULES = [
     {

@@ -12,7 +12,7 @@ import parley
 from parley.tools.base import FunctionTool
 from schemas.events import EventKind
 from schemas.records import Usage
-from tests.helpers import displayed_text
+from tests.support.events import displayed_text
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 

@@ -18,7 +18,7 @@ import redis
 
 from schemas.events import Ended, Event, EventKind, Queued, Started, StepCommitted, ToolCalled
 from schemas.records import Steer, SteerKind
-from tests.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination import constants as c
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.emitter import Emitter

@@ -11,7 +11,7 @@ import pytest
 
 import parley
 from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from tests.helpers import RecordingModel
+from tests.support.helpers import RecordingModel
 from workers.engine.replay_cache import ReplayCache, replay_size
 from workers.store import claims, rows, turn_reads
 

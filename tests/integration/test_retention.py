@@ -26,13 +26,14 @@ from schemas import tables as t
 from schemas.events import Ended, Event, Queued
 from schemas.operations import DeliveryState
 from schemas.records import Steer, SteerKind, TurnStatus
-from tests.conftest import BACKENDS, fresh_postgres_database
-from tests.fleet import REDIS_TEST_URL, flush_redis
-from tests.helpers import Control
-from tests.hosts import workspace_host
+from tests.conftest import BACKENDS
 from tests.integration.drive import finish, migrated_store, new_session, start, submit
-from tests.store_rows import HELD_WHILE_DRIVEN, ROWS_OF_SESSION, age, rows_of
-from tests.webhook_receiver import receiver
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.helpers import Control
+from tests.support.hosts import workspace_host
+from tests.support.store_rows import HELD_WHILE_DRIVEN, ROWS_OF_SESSION, age, rows_of
+from tests.support.webhook_receiver import receiver
 from workers.coordination import constants as c
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.coordination.redis_coordinator import RedisCoordinator

@@ -19,7 +19,6 @@ from parley.errors import Conflict, Fenced, SessionNotFound, StoreError, TurnEnd
 from schemas import tables as t
 from schemas.messages import Prefix
 from schemas.records import IfBusy, SteerKind, TurnStatus, Usage
-from tests.conftest import terminate_backends
 from tests.integration.drive import (
     Driving,
     StatementLog,
@@ -30,6 +29,7 @@ from tests.integration.drive import (
     start,
     submit,
 )
+from tests.support.databases import terminate_backends
 from workers.coordination import constants as c
 from workers.ports.backend import ClaimedTurn, TurnEnd
 from workers.store import statements as q

@@ -10,8 +10,8 @@ import pytest
 
 from parley.streaming import PATIENCE_SECONDS, follow
 from schemas.events import Event, EventKind, StepCommitted, StepRestarted
-from tests.fleet import REDIS_TEST_URL, flush_redis
 from tests.integration.drive import Driving, commit, finish, new_session, start, submit
+from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.emitter import Emitter

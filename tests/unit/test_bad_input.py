@@ -157,7 +157,7 @@ def test_a_host_made_of_the_wrong_pieces_is_refused_when_made() -> None:
 
 def test_connect_wants_a_host_not_its_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest, match="load_host"):
-        parley.connect(f"sqlite:///{tmp_path / 'db.sqlite'}", host="tests.hosts:host")  # type: ignore[arg-type]
+        parley.connect(f"sqlite:///{tmp_path / 'db.sqlite'}", host="tests.support.hosts:host")  # type: ignore[arg-type]
 
 
 def test_a_tool_must_be_a_plain_function() -> None:

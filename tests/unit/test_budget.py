@@ -20,7 +20,7 @@ from schemas.messages import (
     ToolMessage,
     UserMessage,
 )
-from tests.helpers import RecordingModel
+from tests.support.helpers import RecordingModel
 from workers.engine.context import check_replay
 from workers.ports.budget import ContextBudget, elided_result_marker, estimate_tokens
 

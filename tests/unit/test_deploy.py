@@ -20,7 +20,7 @@ import pytest
 import yaml
 from celery.bin.worker import worker as celery_worker
 
-from tests.fleet import REPO, procfile
+from tests.support.fleet import REPO, procfile
 
 DEPLOY = REPO / "deploy"
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))

@@ -12,7 +12,7 @@ import pytest
 import parley
 from parley.gateway import GatewaySettings, create_app
 from schemas.events import EventKind
-from tests.helpers import scripted_host
+from tests.support.helpers import scripted_host
 
 ROUTES = {
     ("post", "/v1/sessions"),

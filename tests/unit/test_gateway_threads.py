@@ -21,7 +21,7 @@ from parley.gateway.threads import (
     open_thread,
 )
 from parley.validation import MAX_REQUEST_ID
-from tests.helpers import scripted_host
+from tests.support.helpers import scripted_host
 
 
 @pytest.fixture

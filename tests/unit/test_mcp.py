@@ -1,4 +1,4 @@
-"""MCP tool sources: specs, the tool adaptor, and real servers (tests/mcp_server.py) over
+"""MCP tool sources: specs, the tool adaptor, and real servers (tests/support/mcp_server.py) over
 stdio and streamable HTTP, started as subprocesses; plus servers that fail to start."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from parley.mcp.toolbox import _name_tools
 from parley.policy import Policy
 from workers.ports.host import Access, ToolContext
 
-SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
+SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
 CONTEXT = ToolContext(root="/tmp", session_id="s", turn_id="t")
 CALL_TIMEOUT = 0.5
 

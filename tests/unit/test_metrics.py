@@ -18,7 +18,7 @@ from schemas.errors import Fenced
 from schemas.events import Ended, Event
 from schemas.messages import ToolCall
 from schemas.records import TurnStatus
-from tests.scrape import Samples, parse
+from tests.support.scrape import Samples, parse
 from tests.unit.test_tool_calls import Recorder, runner
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.emitter import Emitter

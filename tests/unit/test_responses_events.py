@@ -1,8 +1,8 @@
 """The OpenAI Responses projection (``parley.gateway.projections.responses``, its objects in
 ``responses_objects``), checked with the official ``openai`` package and against the Open
-Responses specification's schema (``tests/open_responses.py``): every event validates
-against both, the client's own stream accumulator takes the stream and ends with the
-reply, and a restarted step leaves the client holding its text once."""
+Responses specification's schema (``tests/support/open_responses.py``): every event
+validates against both, the client's own stream accumulator takes the stream and ends with
+the reply, and a restarted step leaves the client holding its text once."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ from schemas.events import (
 )
 from schemas.messages import StepPayload, ToolCall, ToolResult
 from schemas.records import TurnStatus
-from tests.helpers import scripted_host
-from tests.open_responses import OPENAI_ITEMS, check_event, check_response
+from tests.support.helpers import scripted_host
+from tests.support.open_responses import OPENAI_ITEMS, check_event, check_response
 from workers.ports.backend import CommittedStep
 
 TURN = "0b6c0c3e-4a1f-4d55-9d1e-2f9d5d1f7a10"

@@ -1,7 +1,7 @@
 """A tiny MCP server for parley's MCP tests, built on the official ``mcp`` server side.
 
-Run it as ``python tests/mcp_server.py stdio`` (newline-delimited JSON-RPC on stdin/stdout)
-or ``python tests/mcp_server.py http --port N`` (streamable HTTP on
+Run it as ``python tests/support/mcp_server.py stdio`` (newline-delimited JSON-RPC on stdin/stdout)
+or ``python tests/support/mcp_server.py http --port N`` (streamable HTTP on
 ``http://127.0.0.1:N/mcp``).  Its tools: ``add``, ``echo``, ``fail`` (always an error
 result), ``slow`` (sleeps, to exercise call timeouts), ``picture`` (non-text content),
 ``pid`` (the server's process id) and ``crash`` (the server exits mid-call).

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fresh_postgres_database
-from tests.fleet import Fleet, flush_redis, procfile_worker
-from tests.helpers import Control
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import Fleet, flush_redis, procfile_worker
+from tests.support.helpers import Control
+from tests.support.waiting import wait_until
 
 CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0.1:6379/10")
-WORKSPACE_HOST = "tests.hosts:workspace_host"
+WORKSPACE_HOST = "tests.support.hosts:workspace_host"
 
 
 DEPLOYMENTS = ("prefork", "shipped", "amqp")
@@ -45,8 +45,10 @@ def deployment_options(name: str, request: pytest.FixtureRequest) -> dict[str, A
 
 class Chaos:
     """A fleet of ``workers`` workers (two by default) on Celery's ``pool``, each running
-    ``concurrency`` kicks at a time, plus the sweeper, loading ``host``, its broker
-    ``broker_url`` (default: the coordination Redis); and a client of it."""
+    ``concurrency`` kicks at a time, plus the sweeper; and a client of it.  ``fleet``
+    are the :class:`Fleet`'s own options: its ``host`` (default: ``workspace_host``), its
+    coordination Redis ``redis_url`` (default: the chaos Redis database) and its broker
+    ``broker_url`` (default: that Redis)."""
 
     def __init__(
         self,
@@ -54,17 +56,14 @@ class Chaos:
         workspace: Path,
         *,
         pool: str,
-        redis_url: str = CHAOS_REDIS_URL,
-        broker_url: str | None = None,
         concurrency: int = 1,
         workers: int = 2,
-        host: str = WORKSPACE_HOST,
+        **fleet: Any,
     ) -> None:
-        self.fleet = Fleet(
-            database_url=database_url, redis_url=redis_url, broker_url=broker_url, host=host
-        )
+        options = {"redis_url": CHAOS_REDIS_URL, "host": WORKSPACE_HOST, **fleet}
+        self.fleet = Fleet(database_url=database_url, **options)
         self.database_url = database_url
-        self.redis_url = redis_url
+        self.redis_url = self.fleet.redis_url
         self.workspace = workspace
         self.pool = pool
         self.concurrency = concurrency
@@ -125,14 +124,3 @@ def chaos_fleet(workspace: Path, *, pool: str, **options: Any) -> Iterator[Chaos
             yield harness
         finally:
             harness.close()
-
-
-def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something true (returned), or fail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -1,18 +1,16 @@
-"""Test-side controls for :mod:`tests.hosts` and in-process test doubles."""
+"""Test-side controls for :mod:`tests.support.hosts` and in-process test doubles."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import parley
-from schemas.events import EventKind
-from tests.hosts import control_dir
-from workers.coordination.constants import TAKEOVER_SEQ_GAP
+from tests.support.hosts import control_dir
+from tests.support.waiting import wait_until
 from workers.ports.host import ModelReply, ModelRequest
 
 
@@ -56,10 +54,8 @@ class Control:
 
     def wait_entered(self, timeout: float = 30, gate: str = "gate") -> None:
         """Block until a step is inside ``wait_for_gate`` (or another ``gate``)."""
-        deadline = time.monotonic() + timeout
-        while not (self.dir / f"{gate}-entered").exists():
-            assert time.monotonic() < deadline, f"the turn never reached the {gate}"
-            time.sleep(0.01)
+        entered = self.dir / f"{gate}-entered"
+        wait_until(entered.exists, timeout, what=f"the turn to reach the {gate}")
 
     def open_gate(self, pid: int | None = None, gate: str = "gate") -> None:
         """Let every ``wait_for_gate`` call return (or only those of process ``pid``)."""
@@ -125,26 +121,3 @@ class RecordingModel:
         validate = getattr(self.inner, "validate_tools", None)
         if validate is not None:
             validate(names)
-
-
-def assert_once_in_order_gap_free_but_at_takeovers(events: list[parley.Event]) -> None:
-    """Each event once and in order, seqs growing by one, except where a takeover's
-    ``started`` numbers past anything the attempt it replaced may have published."""
-    previous = 0
-    for event in events:
-        if event.seq != previous + 1:
-            assert event.kind is EventKind.STARTED and event.data["attempt"] > 1, event
-            assert previous < event.seq <= previous + TAKEOVER_SEQ_GAP + 1, event
-        previous = event.seq
-
-
-def displayed_text(events: list[parley.Event]) -> str:
-    """What a reader shows of a turn's tokens: each ``step_restarted`` drops the text
-    shown so far, as the provisional text it retracts."""
-    shown = ""
-    for event in events:
-        if event.kind is EventKind.STEP_RESTARTED:
-            shown = ""
-        elif event.kind is EventKind.TOKEN:
-            shown += event.data["text"]
-    return shown

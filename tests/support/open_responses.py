@@ -21,7 +21,7 @@ import jsonschema
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-DOCUMENT = Path(__file__).resolve().parent / "schemas" / "openresponses.json"
+DOCUMENT = Path(__file__).resolve().parents[1] / "schemas" / "openresponses.json"
 URI = "urn:openresponses"
 OPENAI_ITEMS = frozenset({"mcp_approval_request"})
 """Output items parley sends that are OpenAI's and not the specification's: a call waiting

@@ -19,9 +19,9 @@ from pathlib import Path
 import redis
 
 import parley
-from tests.rabbitmq import consumers, delete_queue, is_amqp
+from tests.support.rabbitmq import consumers, delete_queue, is_amqp
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
 
@@ -49,7 +49,7 @@ class Fleet:
     ``redis_url`` and the broker ``broker_url`` (default: that Redis; or RabbitMQ)."""
 
     database_url: str
-    host: str = "tests.hosts:workspace_host"
+    host: str = "tests.support.hosts:workspace_host"
     redis_url: str = REDIS_TEST_URL
     broker_url: str | None = None
     queue: str = field(default_factory=lambda: f"parley.test.{uuid.uuid4().hex[:8]}")

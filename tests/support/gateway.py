@@ -1,18 +1,19 @@
-"""A real ``parley gateway`` process for tests, its tenants, and a Server-Sent Events
-reader.
+"""A real ``parley gateway`` process for tests, and its tenants.
 
 :func:`start_gateway` runs ``python -m parley gateway --bind 127.0.0.1:0`` with the
 environment of the deployment under test, reads the URL it prints, and hands back a
 :class:`Gateway`.  The gateway is given many tenants (a token file, ``@path``): each
 test takes fresh ones with :meth:`Gateway.tenant`, so its scripted model's rules
-(``<workspaces>/<tenant>/.parley-test``, written through :class:`tests.helpers.Control`)
+(``<workspaces>/<tenant>/.parley-test``, written through :class:`tests.support.helpers.Control`)
 and its sessions are its own, while one gateway process serves a whole module.
+:func:`start_fleet_gateway` starts one on a test fleet, with one tenant, stopped with the
+fleet.  What is measured of a gateway from outside is :mod:`tests.support.probes`'; its
+event streams are read with :mod:`tests.support.sse`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import secrets
 import signal
@@ -28,56 +29,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fleet import Fleet
-from tests.helpers import Control
+from tests.support.fleet import REPO, Fleet
+from tests.support.helpers import Control
+from tests.support.probes import ProcessProbes
+from tests.support.sse import SseMessage, sse_messages
 
-REPO = Path(__file__).resolve().parent.parent
 URL_LINE = "parley gateway: open "
+TOKEN = "gateway-test-token-0123456789"
+TENANT = "alpha"
+"""A fleet gateway's one tenant (:func:`start_fleet_gateway`), and its token."""
 START_TIMEOUT_SECONDS = 60
 HTTP_TIMEOUT_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class SseMessage:
-    """One dispatched Server-Sent Event (``id``, ``event``, ``data``) or one comment."""
-
-    id: str | None = None
-    event: str | None = None
-    data: str | None = None
-    comment: str | None = None
-
-    def json(self) -> dict[str, Any]:
-        """The data, parsed."""
-        assert self.data is not None, self
-        value: dict[str, Any] = json.loads(self.data)
-        return value
-
-
-def sse_messages(lines: Iterator[str]) -> Iterator[SseMessage]:
-    """The events and comments of an event stream's lines (the WHATWG parsing rules:
-    ``field: value`` with one optional space, a blank line dispatches, ``:`` starts a
-    comment; several ``data`` lines join with newlines)."""
-    fields: dict[str, str] = {}
-    data: list[str] = []
-    for line in lines:
-        if line == "":
-            if fields or data:
-                yield SseMessage(
-                    id=fields.get("id"),
-                    event=fields.get("event"),
-                    data="\n".join(data) if data else None,
-                )
-            fields, data = {}, []
-            continue
-        if line.startswith(":"):
-            yield SseMessage(comment=line[1:].removeprefix(" "))
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        else:
-            fields[name] = value
 
 
 @dataclass
@@ -127,7 +89,11 @@ class Tenant:
 
     def result(self, turn_id: str, wait: float = 30) -> dict[str, Any]:
         """The ended turn (200 within ``wait`` seconds)."""
-        response = self.http.get(f"/v1/turns/{turn_id}/result", params={"wait": wait})
+        response = self.http.get(
+            f"/v1/turns/{turn_id}/result",
+            params={"wait": wait},
+            timeout=max(HTTP_TIMEOUT_SECONDS, wait + 10),
+        )
         assert response.status_code == 200, response.text
         turn: dict[str, Any] = response.json()
         return turn
@@ -157,10 +123,11 @@ class Tenant:
 
 
 @dataclass
-class Gateway:
+class Gateway(ProcessProbes):
     """A running ``parley gateway`` process."""
 
     url: str
+    """``http://127.0.0.1:PORT``, as the process printed it."""
     printed: str
     process: subprocess.Popen[bytes]
     stdout: Path
@@ -169,6 +136,25 @@ class Gateway:
     tokens: dict[str, str]  # tenant → token
     _unused: Iterator[str] = field(default_factory=lambda: iter(()))
     _clients: list[httpx.Client] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def log(self) -> Path:
+        """Where the process writes its log lines (stderr)."""
+        return self.stderr
+
+    @property
+    def token(self) -> str:
+        """The first tenant's token (a fleet gateway's one tenant, :data:`TENANT`)."""
+        return next(iter(self.tokens.values()))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a request as the first tenant sends."""
+        return {"Authorization": f"Bearer {self.token}"}
 
     def tenant(self, name: str | None = None) -> Tenant:
         """A tenant no test has used yet (or the one named)."""
@@ -211,6 +197,11 @@ class Gateway:
                 self.process.wait(5)
         return self.process.returncode
 
+    def kill(self) -> None:
+        """SIGKILL, no goodbye to any connection."""
+        os.killpg(self.pid, signal.SIGKILL)
+        self.process.wait(10)
+
 
 def deployment_env(backend: str, request: pytest.FixtureRequest, sqlite_url: str) -> dict[str, str]:
     """What ``parley gateway`` needs to serve the deployment ``backend`` (the
@@ -226,7 +217,7 @@ def deployment_env(backend: str, request: pytest.FixtureRequest, sqlite_url: str
     return {
         **base,
         "PARLEY_DATABASE_URL": url,
-        "PARLEY_HOST": "tests.hosts:workspace_host",
+        "PARLEY_HOST": "tests.support.hosts:workspace_host",
         "PYTHONPATH": str(REPO),
     }
 
@@ -242,30 +233,22 @@ def start_gateway(
     *,
     tokens: Mapping[str, str] | None = None,
     tokens_in_file: bool = True,
-    bind: str = "127.0.0.1:0",
     extra: Mapping[str, str] | None = None,
     ready: bool = True,
     arguments: Sequence[str] = (),
 ) -> Gateway:
-    """Start ``parley gateway --bind BIND [ARGUMENTS]`` in ``directory`` (its logs and
-    workspaces go there) and wait for the URL it prints (and, if ``ready``, for
+    """Start ``parley gateway --bind 127.0.0.1:0 [ARGUMENTS]`` in ``directory`` (its logs
+    and workspaces go there) and wait for the URL it prints (and, if ``ready``, for
     ``/readyz`` to answer 200).  ``tokens`` (tenant → token) are given as a token file
     (``@path``) or inline; none means the gateway serves its local token."""
     directory.mkdir(parents=True, exist_ok=True)
     full = {**env, "PARLEY_WORKSPACES": str(directory / "workspaces"), **(extra or {})}
-    workspaces = Path(full["PARLEY_WORKSPACES"])
     if tokens:
-        pairs = [f"{token}={tenant}" for tenant, token in tokens.items()]
-        if tokens_in_file:
-            path = directory / "tokens.txt"
-            path.write_text("# tenants of this test gateway\n" + "\n".join(pairs) + "\n")
-            full["PARLEY_GATEWAY_TOKENS"] = f"@{path}"
-        else:
-            full["PARLEY_GATEWAY_TOKENS"] = ",".join(pairs)
+        full["PARLEY_GATEWAY_TOKENS"] = token_setting(tokens, directory, in_file=tokens_in_file)
     stdout, stderr = directory / "gateway.out", directory / "gateway.err"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "parley", "gateway", "--bind", bind, *arguments],
+            [sys.executable, "-m", "parley", "gateway", "--bind", "127.0.0.1:0", *arguments],
             env=full,
             cwd=directory,
             stdout=out,
@@ -273,12 +256,42 @@ def start_gateway(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    printed_url = printed_url_of(process, stdout, stderr)
+    gateway = Gateway(
+        url=printed_url.split("?", 1)[0].rstrip("/"),
+        printed=printed_url,
+        process=process,
+        stdout=stdout,
+        stderr=stderr,
+        workspaces=Path(full["PARLEY_WORKSPACES"]),
+        tokens=dict(tokens or {}),
+        _unused=iter(list(tokens or {})),
+    )
+    if ready:
+        wait_ready(gateway)
+    return gateway
+
+
+def token_setting(tokens: Mapping[str, str], directory: Path, *, in_file: bool) -> str:
+    """``PARLEY_GATEWAY_TOKENS`` for ``tokens``: a token file in ``directory``
+    (``@path``), or the pairs inline."""
+    pairs = [f"{token}={tenant}" for tenant, token in tokens.items()]
+    if not in_file:
+        return ",".join(pairs)
+    path = directory / "tokens.txt"
+    path.write_text("# tenants of this test gateway\n" + "\n".join(pairs) + "\n")
+    return f"@{path}"
+
+
+def printed_url_of(process: subprocess.Popen[bytes], stdout: Path, stderr: Path) -> str:
+    """The URL the gateway prints once it listens (the process is killed, and the test
+    fails, if it exits or takes too long first)."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while True:
         printed = stdout.read_text()
         line = next((x for x in printed.splitlines() if x.startswith(URL_LINE)), None)
         if line is not None:
-            break
+            return line.removeprefix(URL_LINE).strip()
         if process.poll() is not None or time.monotonic() > deadline:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -288,21 +301,28 @@ def start_gateway(
                 f"{printed}{stderr.read_text()}"
             )
         time.sleep(0.05)
-    printed_url = line.removeprefix(URL_LINE).strip()
-    base = printed_url.split("?", 1)[0].rstrip("/")
-    names = list((tokens or {}).keys())
-    gateway = Gateway(
-        url=base,
-        printed=printed_url,
-        process=process,
-        stdout=stdout,
-        stderr=stderr,
-        workspaces=workspaces,
-        tokens=dict(tokens or {}),
-        _unused=iter(names),
+
+
+def start_fleet_gateway(
+    fleet: Fleet, workspaces: Path, *, checkout: Path = REPO, **extra_env: str
+) -> Gateway:
+    """A gateway on ``fleet``'s database, Redis and queue (no host: on a fleet the
+    workers hold it), serving :data:`TENANT` with :data:`TOKEN` and making sessions'
+    roots under ``workspaces/alpha``; from ``checkout``'s code (a benchmark compares
+    two).  Stopped with the fleet."""
+    env = fleet.env()
+    env.pop("PARLEY_HOST")
+    env["PYTHONPATH"] = str(checkout)
+    gateway = start_gateway(
+        env,
+        fleet.log_dir / f"{fleet.queue}-gateway-{len(fleet.logs)}",
+        tokens={TENANT: TOKEN},
+        tokens_in_file=False,
+        extra={"PARLEY_WORKSPACES": str(workspaces), **extra_env},
+        ready=False,
     )
-    if ready:
-        wait_ready(gateway)
+    fleet.processes.append(gateway.process)
+    fleet.logs[gateway.pid] = gateway.log
     return gateway
 
 

@@ -1,4 +1,4 @@
-"""Hosts the fleet's worker processes load by name (``PARLEY_HOST=tests.hosts:...``).
+"""Hosts the fleet's worker processes load by name (``PARLEY_HOST=tests.support.hosts:...``).
 
 ``workspace_host`` takes its behaviour from files a test writes beside its workspace
 (``<workspace>/../.parley-test/``): the script, the policy, a gate.  So one host, loaded
