@@ -1,4 +1,4 @@
-"""The HTTP gateway (``parley gateway``, SPEC §6): the whole interface over HTTP, events as
+"""The HTTP gateway (``parley gateway``, docs/http.md): the whole interface over HTTP, events as
 Server-Sent Events, tenants by bearer token, and a web page.  :func:`create_app` builds
 the ASGI application on a client; ``parley gateway`` serves it with uvicorn."""
 

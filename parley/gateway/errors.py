@@ -1,6 +1,6 @@
-"""The gateway's one error form, ``{"error": {"type": NAME, "message": TEXT}}`` (SPEC §6),
-for every refusal: parley's errors by class, validation, auth, unknown routes, an
-oversized body, and anything unexpected (a 5xx names no internals)."""
+"""The gateway's one error form, ``{"error": {"type": NAME, "message": TEXT}}``
+(docs/http.md#5-requests-and-refusals), for every refusal: parley's errors by class, validation,
+auth, unknown routes, an oversized body, and anything unexpected (a 5xx names no internals)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from parley import errors
 
 log = logging.getLogger("parley.gateway")
 
-# parley's errors by the status SPEC §6 gives them; a subclass takes its base's.
+# parley's errors by the status docs/http.md#5-requests-and-refusals gives them; a subclass takes
+# its base's.
 STATUS_OF: dict[type[errors.ParleyError], int] = {
     errors.SessionNotFound: 404,
     errors.TurnNotFound: 404,

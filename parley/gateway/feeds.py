@@ -2,9 +2,9 @@
 subscriber of that turn.
 
 A :class:`TurnFeed` follows its turn once, on one thread, with the same reader as
-``TurnHandle.events`` (replay buffer, then the store, then live: SPEC §2.8), and keeps the
-turn's events in one list.  Subscribers are asynchronous: each holds an index into that
-list and waits on the feed's signal, so a thousand browsers on one turn cost one Redis
+``TurnHandle.events`` (replay buffer, then the store, then live: docs/guarantees.md#8-streaming),
+and keeps the turn's events in one list.  Subscribers are asynchronous: each holds an index into
+that list and waits on the feed's signal, so a thousand browsers on one turn cost one Redis
 reader, one list and a thousand small cursors.  Each event is encoded for the wire once
 per feed, and what a subscriber is behind by goes out in one chunk.  A slow subscriber
 only falls behind in the list (its socket's send blocks it alone); one more than

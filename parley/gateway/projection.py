@@ -1,4 +1,4 @@
-"""What every protocol view of a turn shares (SPEC §6 "Protocols for existing UIs"): a
+"""What every protocol view of a turn shares (docs/protocols.md): a
 *projection* is a small stateful object fed one turn's parley events in seq order that
 answers, for each, the protocol's own events; the route only wires one to the process's
 shared feed (``Feeds.subscribe``).  It never runs anything: one log, several views.

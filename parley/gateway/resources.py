@@ -1,4 +1,4 @@
-"""What crosses the gateway's wire (SPEC §6 "Resources"), declared with pydantic: request
+"""What crosses the gateway's wire (docs/http.md#3-resources), declared with pydantic: request
 bodies are validated against these (a field they do not name is refused, so a misspelt
 one is not silently ignored) and responses are built from them, which is also what the
 OpenAPI document says."""
@@ -154,7 +154,7 @@ class ApprovalDecision(Body):
 
 
 class Session(BaseModel):
-    """A session (SPEC §6)."""
+    """A session (docs/http.md#3-resources)."""
 
     id: str
     workspace: str
@@ -186,7 +186,8 @@ class Sessions(BaseModel):
 
 
 class Turn(BaseModel):
-    """A turn (SPEC §6): ``status`` is ``queued``, ``running``, ``waiting`` or its outcome."""
+    """A turn (docs/http.md#3-resources): ``status`` is ``queued``, ``running``, ``waiting`` or its
+    outcome."""
 
     turn_id: str
     session_id: str
@@ -226,7 +227,7 @@ class Usage(BaseModel):
 
 
 class Approval(BaseModel):
-    """A tool call that asked for a person's answer (SPEC §6a), and the answer once given
+    """A tool call that asked for a person's answer (docs/approvals.md), and the answer once given
     (``decision`` null while it waits)."""
 
     approval_id: str

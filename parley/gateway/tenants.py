@@ -1,4 +1,4 @@
-"""Bearer tokens and the tenants they name (SPEC §6 "Auth and tenants").
+"""Bearer tokens and the tenants they name (docs/http.md#1-tokens-and-tenants).
 
 A token is compared with every configured one in constant time (``hmac.compare_digest``
 on each, no early exit), so the time a refusal takes says nothing about how much of a

@@ -1,5 +1,5 @@
-"""Sessions named by a protocol's own conversation id (SPEC §6 "Protocols for existing
-UIs"): an AG-UI ``threadId``, an AI SDK chat ``id``.
+"""Sessions named by a protocol's own conversation id (docs/protocols.md): an AG-UI ``threadId``, an
+AI SDK chat ``id``.
 
 An id the tenant has not used opens a new session, the same id later continues it, and
 another tenant's same id is a session of its own.  No table maps one to the other: the
@@ -112,7 +112,7 @@ def open_thread(
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalAnswer:
-    """A protocol's answer to a call that waits for a person (SPEC §6a)."""
+    """A protocol's answer to a call that waits for a person (docs/approvals.md)."""
 
     approval_id: str
     approved: bool

@@ -1,4 +1,4 @@
-"""The scripted model (the README's "The scripted model"): answers from a JSON script
+"""The scripted model (docs/agents.md#the-scripted-model): answers from a JSON script
 instead of a network.
 
 Stateless and deterministic: the answer depends on the request alone, so any worker

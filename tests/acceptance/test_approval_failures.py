@@ -1,8 +1,8 @@
-"""Durable approvals (SPEC §2.15, §6a) on the fleet under failure, with real processes: a
-waiting turn holds no worker slot; it survives every worker SIGKILLed and Redis emptied;
-an approved call runs once per answer across a crash between the answer and its run, and
-is not run again by the next worker when its worker died while it ran; the sweeper times
-an unanswered call out with no worker alive; and after an interrupt while waiting, the
+"""Durable approvals (docs/guarantees.md#15-approvals, docs/approvals.md) on the fleet under
+failure, with real processes: a waiting turn holds no worker slot; it survives every worker
+SIGKILLed and Redis emptied; an approved call runs once per answer across a crash between the answer
+and its run, and is not run again by the next worker when its worker died while it ran; the sweeper
+times an unanswered call out with no worker alive; and after an interrupt while waiting, the
 next turn's request is one a strict OpenAI-compatible server on loopback accepts.
 
 Each test starts a fleet of its own (:mod:`tests.support.chaos`), on prefork and on the Procfile's

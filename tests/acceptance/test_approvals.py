@@ -1,6 +1,7 @@
-"""Durable approvals (SPEC §2.15, §6a), through the public client, on every back end: a
-call that asks waits for a person holding no driver, runs once per approval, and every
-waiting call ends with a result, so the replay never holds an orphan tool call."""
+"""Durable approvals (docs/guarantees.md#15-approvals, docs/approvals.md), through the public
+client, on every back end: a call that asks waits for a person holding no driver, runs once per
+approval, and every waiting call ends with a result, so the replay never holds an orphan tool
+call."""
 
 from __future__ import annotations
 

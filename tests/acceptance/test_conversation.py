@@ -1,4 +1,4 @@
-"""The conversation guarantees (the README's "What parley guarantees"), through the public
+"""The conversation guarantees (docs/guarantees.md), through the public
 client, on every back end.
 
 Each test would fail if the guarantee it names broke.  The client fixture is the seam the

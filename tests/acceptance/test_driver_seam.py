@@ -1,4 +1,4 @@
-"""The driver seam (SPEC §4 "Host seams"): a host's own loop, here the example
+"""The driver seam (docs/drivers.md): a host's own loop, here the example
 plan-then-act driver (``examples/plan_then_act``), runs its steps through parley's sink,
 tools, policy and commit path, so streaming, steering, interrupts, budgets, display-only
 partials and crash resume hold for it as for parley's own loop, embedded and on the fleet

@@ -1,4 +1,4 @@
-"""The HTTP gateway (SPEC §6) through a real ``parley gateway`` process, on every
+"""The HTTP gateway (docs/http.md) through a real ``parley gateway`` process, on every
 deployment: embedded on SQLite, embedded on PostgreSQL, and a fleet producer in front of
 real workers.  Route by route and status by status: the resources, the event stream, the
 error form, tenants, workspaces and tokens.
@@ -69,7 +69,7 @@ STATUSES = {
     "failed",
 }
 TERMINAL = STATUSES - {"queued", "running", "waiting"}
-# SPEC §6's routes but approvals and the protocols (tested with their features).
+# The routes of docs/http.md#4-routes but approvals and the protocols (tested with their features).
 ROUTES = [
     ("post", "/v1/sessions"),
     ("get", "/v1/sessions"),

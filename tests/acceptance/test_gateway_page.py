@@ -608,7 +608,7 @@ EVENT_SOURCE_READ = """async (token) => {
 def test_an_event_source_reads_a_stream_silent_for_longer_than_the_keep_alive(
     gateway: Gateway, page: Page
 ) -> None:
-    """The browser's own ``EventSource`` on the native stream (SPEC §6 "Event stream"),
+    """The browser's own ``EventSource`` on the native stream (docs/http.md#7-the-event-stream),
     across a turn quiet mid-text for several keep-alives: it reads to the end, once,
     without an error or a reconnect.  (An ``EventSource`` cannot send a token: the test's
     route adds the header its request lacks.)"""

@@ -1,4 +1,4 @@
-"""The host context of a turn (SPEC §4 "Host seams"): a JSON object the submission
+"""The host context of a turn (docs/host.md#1-host-context): a JSON object the submission
 carries, stored with the run, reaching the tools and the model request on whichever
 process runs the turn, never the conversation; a resume keeps it."""
 

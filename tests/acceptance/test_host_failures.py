@@ -1,8 +1,8 @@
-"""Injected failures at each phase of a turn (SPEC §2.14, §4 "Host seams"): the driver,
-each hook, the database's commit, a cancellation; embedded and on the fleet, each
-asserting what is durable and what every hook saw.  The host (``tests.support.hosts:failing_host``)
-records each hook call and fails where the turn's host context says; the database is
-made to refuse a step by a trigger the test adds."""
+"""Injected failures at each phase of a turn (docs/guarantees.md#14-hooks,
+docs/host.md#5-hooks-and-commit-receipts): the driver, each hook, the database's commit, a
+cancellation; embedded and on the fleet, each asserting what is durable and what every hook saw.
+The host (``tests.support.hosts:failing_host``) records each hook call and fails where the turn's
+host context says; the database is made to refuse a step by a trigger the test adds."""
 
 from __future__ import annotations
 

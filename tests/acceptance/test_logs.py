@@ -1,4 +1,4 @@
-"""``PARLEY_LOG_FORMAT=json`` (SPEC §8 "Logs"), with real processes: every line a worker,
+"""``PARLEY_LOG_FORMAT=json`` (docs/operations.md#logs), with real processes: every line a worker,
 the sweeper, a gateway or a command writes to its log is one JSON object, and the lines
 about a turn carry its session, turn and run ids."""
 

@@ -1,4 +1,4 @@
-"""The OpenAI Responses API (SPEC §6 "Protocols for existing UIs") through a real
+"""The OpenAI Responses API (docs/protocols.md) through a real
 ``parley gateway`` process, with the official ``openai`` client pointed at it
 (``OpenAI(base_url=<gateway>/v1, api_key=<token>)``), on every deployment: a blocking
 create, a background stream cut and resumed after ``N``, a stream silent for longer than

@@ -1,4 +1,4 @@
-"""SPEC §6 "Protocols for existing UIs", with the stock clients in Node: ``@ag-ui/client``'s
+"""docs/protocols.md, with the stock clients in Node: ``@ag-ui/client``'s
 ``HttpAgent`` against ``POST /v1/ag-ui``, and the ``ai`` package's
 ``DefaultChatTransport`` and ``readUIMessageStream`` against ``POST /v1/chat`` and
 ``GET /v1/chat/{id}/stream``.

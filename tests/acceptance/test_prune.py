@@ -1,4 +1,4 @@
-"""``parley prune`` as an operator runs it (SPEC §8 Retention): bad input is one clear
+"""``parley prune`` as an operator runs it (docs/operations.md#retention): bad input is one clear
 line and changes nothing; on a running fleet it deletes the ended sessions past the cut,
 their Redis keys with them, while a turn runs in a tool, another waits for an answer, one
 waits in line and a session takes turn after turn; those are kept whole, a submission

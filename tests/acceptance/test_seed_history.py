@@ -1,4 +1,4 @@
-"""``Session.seed_history`` (SPEC §4 "Host seams"): an existing conversation imported
+"""``Session.seed_history`` (docs/host.md#3-seeded-history): an existing conversation imported
 before the first turn replays like any other, is checked like any other, and keeps the
 host's raw rows beside it."""
 

@@ -1,5 +1,5 @@
-"""Webhooks (SPEC §8) against a real loopback receiver that hangs (the deliverer times
-out), fails (500) and then recovers: every turn's end is delivered at least once, signed,
+"""Webhooks (docs/operations.md#webhooks) against a real loopback receiver that hangs (the deliverer
+times out), fails (500) and then recovers: every turn's end is delivered at least once, signed,
 from the durable outbox, across a restart of the deliverer, and never holds up a turn or
 changes its outcome.  Embedded on SQLite and PostgreSQL (the host's URL, the client's
 thread restarted), and on a fleet (a session's URL, ``parley beat`` killed and started

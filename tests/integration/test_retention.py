@@ -1,6 +1,6 @@
-"""Retention (SPEC §8) on SQLite and PostgreSQL: pruning deletes an ended session whole,
-every table that refers to it included, and nothing of any other; never a session with a
-turn queued, running or waiting; counts idle time from the newest activity and honours
+"""Retention (docs/operations.md#retention) on SQLite and PostgreSQL: pruning deletes an ended
+session whole, every table that refers to it included, and nothing of any other; never a session
+with a turn queued, running or waiting; counts idle time from the newest activity and honours
 the sessions' and the host's times to live; and a submission racing a prune either lands
 first (the session is kept) or fails cleanly after (``SessionNotFound``)."""
 

@@ -25,7 +25,8 @@ DOCUMENT = Path(__file__).resolve().parents[1] / "schemas" / "openresponses.json
 URI = "urn:openresponses"
 OPENAI_ITEMS = frozenset({"mcp_approval_request"})
 """Output items parley sends that are OpenAI's and not the specification's: a call waiting
-for a person's answer, in the form the official client takes (docs/gateway.md)."""
+for a person's answer, in the form the official client takes
+(docs/protocols.md#3-openai-responses)."""
 
 
 @cache

@@ -1,4 +1,4 @@
-"""The store's side of approvals (SPEC §6a) for those who answer: list a turn's asked
+"""The store's side of approvals (docs/approvals.md) for those who answer: list a turn's asked
 calls, answer one exactly once, deny every pending one of an interrupted turn, and deny
 those whose time is up.
 

@@ -1,4 +1,4 @@
-"""The webhook outbox (SPEC §8 Webhooks): the store's side of at-least-once delivery.
+"""The webhook outbox (docs/operations.md#webhooks): the store's side of at-least-once delivery.
 
 A turn's end that has a URL to go to (its session's, else its host's) inserts a row in
 the transaction that commits the end (:func:`insert_delivery`, called by

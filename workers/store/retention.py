@@ -1,4 +1,4 @@
-"""Retention (SPEC §8): the store's side of pruning ended sessions.
+"""Retention (docs/operations.md#retention): the store's side of pruning ended sessions.
 
 An **ended session** is one none of whose turns is in flight (``queued``, ``running`` or
 ``waiting``: :data:`workers.store.statements.run_status.UNFINISHED`) and none of whose

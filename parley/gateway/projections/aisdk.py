@@ -41,7 +41,7 @@ The UI message stream cannot take text back, and a stock client keeps every text
 was sent: a restarted step's provisional text stays in the message as a part of its own,
 and the redone step streams into a new one.  Each text part carries its id in
 ``providerMetadata.parley.textId``, and the ``data-parley-step-restarted`` part lists
-the ids retracted, so a UI hides those parts (the README shows the filter).
+the ids retracted, so a UI hides those parts (docs/protocols.md shows the filter).
 """
 
 from __future__ import annotations

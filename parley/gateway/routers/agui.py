@@ -1,12 +1,12 @@
 """``POST /v1/ag-ui``: parley for AG-UI clients (``@ag-ui/client``'s ``HttpAgent``,
-CopilotKit), SPEC §6 "Protocols for existing UIs".
+CopilotKit), docs/protocols.md.
 
 The body is AG-UI's ``RunAgentInput``; the answer is the run's AG-UI events over SSE.
 The ``threadId`` names the session (``threads.py``), the newest user message is the
 turn's prompt, and the turn's events are projected by ``agui_projection.AgUiRun``: this
 module only validates, submits and wires the projection to the shared feed.
 
-A turn that waits for a person (SPEC §6a) ends the run with AG-UI's own ``interrupt``
+A turn that waits for a person (docs/approvals.md) ends the run with AG-UI's own ``interrupt``
 outcome, one interrupt per waiting call (its id the approval id); the next run's
 ``resume`` entries answer them (``resolved`` approves, ``cancelled`` denies) and that run
 streams the same turn on.

@@ -1,5 +1,5 @@
 """``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: parley for the AI SDK's ``useChat``
-(the ``ai`` package's ``DefaultChatTransport``), SPEC §6 "Protocols for existing UIs".
+(the ``ai`` package's ``DefaultChatTransport``), docs/protocols.md.
 
 The body is the one that transport sends (``id``: the chat, ``messages``: its
 ``UIMessage`` list, ``trigger``, ``messageId``, and whatever the app adds); the answer is
@@ -15,7 +15,7 @@ message's id, which is its turn id; else the head), so the new answer replaces i
 history rather than following it.  The first turn of a chat has nothing above it; there a
 regenerated answer follows the old one.
 
-A turn that waits for a person (SPEC §6a) shows each waiting call as a tool part with a
+A turn that waits for a person (docs/approvals.md) shows each waiting call as a tool part with a
 ``tool-approval-request`` and ends the message with ``finish`` (``tool-calls``), as the
 SDK does; the app answers with ``addToolApprovalResponse``, and the request that carries
 the answers (its last message that assistant message, its parts ``approval-responded``)

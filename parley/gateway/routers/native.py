@@ -1,4 +1,4 @@
-"""parley's own HTTP interface (SPEC §6 "Routes"): sessions and turns as JSON, a turn's
+"""parley's own HTTP interface (docs/http.md#4-routes): sessions and turns as JSON, a turn's
 events as Server-Sent Events.
 
 Routes that only touch the store are plain functions, which FastAPI runs on its thread
