@@ -1,6 +1,6 @@
 """parley's runtime core: what runs a turn, below the client and the gateway.
 
-Five layers, each a sub-package, each importing only those under it (an import contract
+Six layers, each a sub-package, each importing only those under it (an import contract
 in ``pyproject.toml``, checked by ``lint-imports`` in CI):
 
 - :mod:`workers.runtime`: a fleet process's part: the session drainer (holds a session's
@@ -10,8 +10,8 @@ in ``pyproject.toml``, checked by ``lint-imports`` in CI):
 - :mod:`workers.store`: all durable state, every SQL statement named in one catalogue;
 - :mod:`workers.coordination`: locks, fencing, deltas and steer lists in Redis (Lua
   scripts) and in process, every key and timing;
-- :mod:`workers.ports`: the contracts a host author and a back end implement;
-- :mod:`workers.telemetry`: metrics and the ids a log line is about.
+- :mod:`workers.telemetry`: metrics and the ids a log line is about;
+- :mod:`workers.ports`: the contracts a host author and a back end implement.
 
 Nothing here imports :mod:`parley`; the engine imports no Celery, Redis, SQLAlchemy or
 HTTP client.

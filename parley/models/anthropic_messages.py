@@ -36,6 +36,7 @@ from schemas.messages import (
     Message,
     Prefix,
     ToolCall,
+    ToolMessage,
     UserMessage,
 )
 from schemas.records import Usage
@@ -267,6 +268,8 @@ def _role_and_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
             for call in message.tool_calls
         )
         return "assistant", blocks
+    if not isinstance(message, ToolMessage):
+        raise TypeError(f"not a message parley sends: {message!r}")
     result: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": message.call_id,

@@ -13,12 +13,13 @@ the session: the answer is durable before anything is signalled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from schemas.errors import Conflict, InvalidRequest, TurnNotFound
 from schemas.events import ApprovalAnswered, Event
 from schemas.records import Approval, Decision
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.rows import approval_of, read_approvals, write_events
 
@@ -36,10 +37,6 @@ class Answered:
     approvals: tuple[Approval, ...]
     events: tuple[Event, ...]
     runnable: bool
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ApprovalStore(Transactions):
@@ -76,7 +73,7 @@ class ApprovalStore(Transactions):
         """Deny, as ``timed out``, every unanswered call whose ``expires_at`` has passed:
         one transaction per call (one answered meanwhile is left as answered)."""
         due = self._reading(
-            lambda db: db.execute(q.EXPIRED_APPROVALS, {"b_now": now or _now()}).all()
+            lambda db: db.execute(q.EXPIRED_APPROVALS, {"b_now": now or utc_now()}).all()
         )
         answered = []
         for row in due:
@@ -98,7 +95,7 @@ class ApprovalStore(Transactions):
         *,
         strict: bool,
     ) -> Answered:
-        now = _now()
+        now = utc_now()
         decided: list[Approval] = []
         for approval_id in approval_ids:
             changed = db.execute(

@@ -11,7 +11,7 @@ back the same claim."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from schemas.records import SessionRecord, Steer, TurnRecord
 from workers.coordination import constants as c
 from workers.ports.backend import Claim, ClaimedTurn, KnownTurns, PathTurn, SeqFloor
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.rows import (
     SessionRow,
@@ -33,10 +34,6 @@ from workers.store.rows import (
     turn_of_next_run,
     write_events,
 )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +106,7 @@ class Claims(Transactions):
         (``start_drive`` in DialectStatements).  Returns the fence and the claim, None
         when nothing is runnable, or False when the claim must be made in a transaction:
         a run that started before, or a snapshot that missed a submission."""
-        now = _now()
+        now = utc_now()
         self._count_transaction()
         with self._autocommit() as db:
             row = db.execute(
@@ -143,7 +140,7 @@ class Claims(Transactions):
     ) -> Claim | None:
         """Claim the next runnable turn of ``session`` (its row as read, updated by what
         ``head`` says when a turn's end in this transaction came after the read)."""
-        claimant = Claimant(worker=worker, known=known, head=head, now=_now())
+        claimant = Claimant(worker=worker, known=known, head=head, now=utc_now())
         run = self._next_run(db, session, claimant)
         if run is None or run.status == q.WAITING:
             return None  # a turn that waits for answers holds the session's line

@@ -15,11 +15,12 @@ Its statements are in the catalogue, :mod:`workers.store.statements.outbox`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from schemas.operations import WebhookDelivery
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.rows import aware
 
@@ -29,12 +30,8 @@ def insert_delivery(db: StoreConnection, *, delivery_id: str, run_id: str, url: 
     end to ``url``, due at once."""
     db.execute(
         q.INSERT_DELIVERY,
-        {"b_delivery_id": delivery_id, "b_url": url, "b_now": _now(), "b_run_id": run_id},
+        {"b_delivery_id": delivery_id, "b_url": url, "b_now": utc_now(), "b_run_id": run_id},
     )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def delivery_of(row: Any) -> WebhookDelivery:
@@ -75,7 +72,7 @@ class OutboxStore(Transactions):
         again at ``lease_until`` unless its outcome is recorded first."""
         with self._tx() as db:
             rows = db.execute(
-                q.CLAIM_DUE, {"b_now": _now(), "b_limit": limit, "b_lease_until": lease_until}
+                q.CLAIM_DUE, {"b_now": utc_now(), "b_limit": limit, "b_lease_until": lease_until}
             ).all()
         return sorted((delivery_of(r) for r in rows), key=lambda d: d.next_attempt_at)
 
@@ -84,7 +81,7 @@ class OutboxStore(Transactions):
         with self._tx() as db:
             db.execute(
                 q.RECORD_DELIVERED,
-                {"b_delivery_id": delivery_id, "b_now": _now(), "b_status": status},
+                {"b_delivery_id": delivery_id, "b_now": utc_now(), "b_status": status},
             )
 
     def record_failed(
@@ -107,7 +104,7 @@ class OutboxStore(Transactions):
                     "b_retry_at": retry_at,
                     "b_status": status,
                     "b_error": error,
-                    "b_given_up_at": _now() if give_up else None,
+                    "b_given_up_at": utc_now() if give_up else None,
                 },
             ).rowcount
         return bool(updated)

@@ -25,18 +25,14 @@ from the schema, so a table added later is covered or fails loudly at import).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from schemas.operations import PrunedSession
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import Transactions
 from workers.store.rows import aware
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
 
 # ------------------------------------------------------------------ which sessions expire
 
@@ -58,7 +54,7 @@ class Cut:
         default_retention: timedelta | None,
         now: datetime | None = None,
     ) -> Cut:
-        now = now or _now()
+        now = now or utc_now()
         return cls(
             older=None if older_than is None else now - older_than,
             default=None if default_retention is None else now - default_retention,

@@ -5,7 +5,7 @@ with the messages and raw rows it was imported from kept beside them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from schemas.errors import Conflict, SessionNotFound
@@ -13,13 +13,10 @@ from schemas.messages import StepPayload
 from schemas.records import TurnRecord, TurnStatus
 from workers.coordination import constants as c
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.ids import new_id
 from workers.store.rows import insert_step
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class SeedStore(Transactions):
@@ -37,7 +34,7 @@ class SeedStore(Transactions):
         and its committed steps, ended ``finished``), the last one the head, and keep
         ``messages`` and ``raw_rows`` beside them; one transaction.  :class:`Conflict`
         once the session has a turn (or a seeded history) already."""
-        now = _now()
+        now = utc_now()
         with self._tx() as db:
             # Counting locks the session row: a submission racing this one waits, then
             # counts a turn after the seeded ones.

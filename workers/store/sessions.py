@@ -3,19 +3,16 @@ its head (branch), and read its history (the path root → head) and its whole t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from schemas.errors import Conflict, ForeignTurn, SessionNotFound, TurnNotFound
 from schemas.records import SessionRecord, TurnRecord
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.connection import IntegrityConflict, StoreConnection, Transactions
 from workers.store.ids import new_id
 from workers.store.rows import read_path, read_session, session_record, turn_record
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class SessionStore(Transactions):
@@ -36,7 +33,7 @@ class SessionStore(Transactions):
         """Insert a new session with an empty tree (its id ``session_id``, else a fresh
         one; :class:`Conflict` if that id is taken).  Without a ``title`` it takes its
         first prompt's."""
-        now = _now()
+        now = utc_now()
         record = SessionRecord(
             session_id=session_id or new_id(),
             root=root,

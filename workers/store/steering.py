@@ -6,18 +6,15 @@ past a cursor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from schemas.errors import TurnEnded, TurnNotFound
 from schemas.records import Steer, SteerKind
 from workers.store import statements as q
 from workers.store.approvals import INTERRUPTED, Answered, ApprovalStore
+from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection
 from workers.store.rows import read_pending
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +41,7 @@ class SteerStore(ApprovalStore):
             run_id = db.execute(q.RUN_ID_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
-            steer = self._add_steer(db, run_id, kind, text, _now())
+            steer = self._add_steer(db, run_id, kind, text, utc_now())
             denied = None
             if kind is SteerKind.INTERRUPT:
                 denied = self.deny_pending(db, run_id, INTERRUPTED)

@@ -9,7 +9,7 @@ producer (or a slow Redis or broker behind it) cannot hold up a running turn."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from schemas.errors import Conflict, SessionBusy, SessionNotFound, TurnEnded, TurnNotFound
@@ -17,15 +17,12 @@ from schemas.events import Event, Queued
 from schemas.records import IfBusy, Steer, SteerKind, TaskContract, TurnRecord, TurnStatus
 from workers.store import statements as q
 from workers.store.approvals import INTERRUPTED, Answered
+from workers.store.clock import utc_now
 from workers.store.connection import IntegrityConflict, StoreConnection
 from workers.store.ids import new_id
 from workers.store.rows import read_session, read_turn, turn_record, write_events
 from workers.store.session_titles import title_of_prompt
 from workers.store.steering import SteerStore
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +92,7 @@ class SubmissionStore(SteerStore):
             return _existing(existing, prompt)
 
     def _submit(self, asked: _Submission) -> SubmitReceipt:
-        now = _now()
+        now = utc_now()
         session_id = asked.session_id
         with self._tx() as db:
             ordinal = self._count_turn(db, session_id, asked.prompt)
@@ -187,7 +184,7 @@ class SubmissionStore(SteerStore):
     def resume_turn(self, turn_id: str, seq_floor: int) -> tuple[TurnRecord, Event | None]:
         """Queue a cancelled or failed turn again (same turn, same run).  A turn that is
         still queued or running is left as it is: resuming it only needs a driver."""
-        now = _now()
+        now = utc_now()
         with self._tx() as db:
             session_id = db.execute(q.SESSION_OF_TURN, {"b_turn_id": turn_id}).scalar_one_or_none()
             if session_id is None:

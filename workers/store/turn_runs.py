@@ -10,7 +10,6 @@ twice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from schemas.errors import Fenced
@@ -19,12 +18,9 @@ from schemas.messages import StepPayload
 from schemas.records import Approval, Steer
 from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
 from workers.store import statements as q
+from workers.store.clock import utc_now
 from workers.store.rows import approval_of, insert_step, read_pending, write_events
 from workers.store.turn_ends import RunCommit, StepNotFinal, TurnEnds
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class TurnRunStore(TurnEnds):
@@ -57,7 +53,7 @@ class TurnRunStore(TurnEnds):
             fence=fence,
             cursor=steer_cursor,
             events=events,
-            now=_now(),
+            now=utc_now(),
         )
         if end is not None:
             try:
@@ -119,7 +115,7 @@ class TurnRunStore(TurnEnds):
         """The step waits for answers: the run becomes ``waiting`` holding ``held_step``,
         each asked call gets its approval row, and ``events`` are stored, in one
         transaction under the session's fence.  The driver then lets the session go."""
-        now = _now()
+        now = utc_now()
         with self._tx() as db:
             self._check_fence(db, session_id, fence)
             held = db.execute(
@@ -148,7 +144,7 @@ class TurnRunStore(TurnEnds):
         with self._tx() as db:
             self._check_fence(db, session_id, fence)
             marked = db.execute(
-                q.CONSUME_APPROVAL, {"b_approval_id": approval_id, "b_now": _now()}
+                q.CONSUME_APPROVAL, {"b_approval_id": approval_id, "b_now": utc_now()}
             ).rowcount
         return bool(marked)
 
@@ -183,7 +179,7 @@ class TurnRunStore(TurnEnds):
             fence=fence,
             cursor=cursor,
             events=events,
-            now=_now(),
+            now=utc_now(),
         )
         with self._tx() as db:
             return self._end_turn(db, commit, end)
