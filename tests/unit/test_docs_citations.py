@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Not a path in a string (a test's workspace has files called docs/guide.md).
+# Not a path inside a string: a test's workspace has files such as "docs/guide.md".
 CITATION = re.compile(r"(?<![\"'/\w])docs/([a-z0-9_-]+\.md)(?:#([a-z0-9_-]+))?")
 OUTSIDE_SPEC = re.compile(r"\bSPEC\s*§")
 
