@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from schemas.errors import InvalidRequest
 from schemas.messages import Message, Prefix, ToolCall, ToolDeclaration
 from schemas.records import SessionRecord, TaskContract, TurnRecord, Usage
+from workers.ports.admission import Limits
 from workers.ports.budget import ContextBudget
 from workers.ports.driver import SessionDriver
 
@@ -76,6 +77,9 @@ class ModelReply:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    limits: Limits | None = None
+    """The model's limits as its provider reported them with this answer (rate-limit
+    headers), learned by admission for the whole fleet (docs/admission.md)."""
 
 
 class DeltaSink(Protocol):
@@ -102,6 +106,21 @@ class DeltaSink(Protocol):
 
 class StreamAborted(Exception):
     """Raised through a model's stream when an interrupt arrives mid-stream."""
+
+
+class ModelThrottled(Exception):
+    """Raised by a model whose provider refused the call for its rate (a 429 that is not
+    about an exhausted quota), before anything streamed.  Admission slows the model
+    fleet-wide and the call is asked again after ``retry_after`` seconds (the provider's,
+    capped by ``PARLEY_MAX_RETRY_AFTER``; None: the provider named none).  ``limits`` are
+    the model's limits if the refusal reported them."""
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, limits: Limits | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.limits = limits
 
 
 class Model(Protocol):
