@@ -28,24 +28,38 @@ max(1, RESERVE_FRACTION * r_burst)``) and ``t_level >= tokens + T_RESERVE`` (``T
 its reserve would otherwise never admit a batch call: with ``rpm`` under 127 the request
 burst is below 2), and no interactive call waiting.
 
-Tenants.  A denied batch call gets a ticket on its tenant's virtual clock, so that the
-waiters of each tenant come back at that tenant's share of the rate: ``share = weight /
-(sum of the weights of the tenants waiting, its own included)`` (a tenant waits while
-its clock is later than ``now - TENANT_IDLE_SECONDS``), ``spacing = max(1/r_rate,
-tokens/t_rate) / share`` (a limit not in force counts 0), ``ticket = max(clock, now +
-wait)``, ``clock = ticket + spacing``, and the call waits ``ticket - now``.  A batch call
-granted while every bucket is full (capacity was going unused) sets its tenant's clock to
-now: the tickets of waiters that gave up must not push later ones out.  So a tenant that
-arrives late with ten calls starts its clock at now, not behind another's backlog, and two
-tenants 3:1 that both wait come back, and are granted, 3:1.
+Tenants.  Two rules share what interactive calls leave among the tenants with batch
+calls waiting (a tenant waits while its ticket clock is later than ``now -
+TENANT_IDLE_SECONDS``), in proportion to their weights:
+
+- who is granted: each waiting tenant has a virtual service, ``served += cost / weight``
+  per grant, where ``cost = max(1/r_rate, tokens/t_rate)`` is the capacity the call took
+  in seconds of the rate (a limit not in force counts 0); a tenant whose service is
+  ahead of the least served other waiting tenant is out of its turn and waits, unless
+  every bucket is full (capacity would go unused).  A tenant that starts waiting starts
+  at that least service: it banks no credit for the time it did not ask;
+- when a denied call comes back: a ticket on its tenant's clock, ``share = weight / (sum
+  of the weights of the tenants waiting, its own included)``, ``spacing = cost / share``,
+  ``ticket = max(clock, now + wait)`` (``wait`` at least one spacing for a call out of
+  its turn), ``clock = ticket + spacing``, and the call waits ``ticket - now``.  A batch
+  call granted while every bucket is full sets its tenant's clock to now: the tickets of
+  waiters that gave up must not push later ones out.
+
+The tickets alone are not enough: a tenant that waited alone was given tickets at the
+whole rate, and until they are used its waiters would take every unit of capacity the
+moment it refills, before a tenant that arrived after them (whose first ten calls then
+waited some 25 s behind a backlog of 1,000 at 1,200 rpm, in the unit tests' simulation).
+The turn rule keeps a late tenant's share from its first call; the tickets keep the
+waiters of each tenant coming back at about its share, so that few calls are refused
+twice.  Two tenants 3:1 that both wait are granted 3:1, whenever each arrived.
 
 Settling.  ``settle`` adds ``reserved - used`` to the token level (capped at the burst; a
 debt may take it below zero).  A request, once sent, counts: nothing is given back.
 
 429s.  ``penalise`` halves the model's rate (never below MIN_SLOW of it), blocks every
 call of both lanes until ``now + retry_after`` (reason ``penalty``) and empties both
-buckets (``level = min(level, 0)``).  The rate recovers linearly: ``slow = min(1, slow +
-(now - slowed_at) / RECOVERY_SECONDS)``.
+buckets (``level = min(level, 0)``), which refill only from the block's end.  The rate
+recovers linearly: ``slow = min(1, slow + (now - slowed_at) / RECOVERY_SECONDS)``.
 
 The over-admission bound
 ------------------------
@@ -53,7 +67,8 @@ Over any window ``[a, b]`` of ``W = b - a`` seconds, with fixed limits:
 
 - the requests granted are at most ``r_burst + rpm/60 * HEADROOM * W``: every grant takes
   one request from a level that is at least 1, the level never exceeds its burst, and it
-  refills at no more than the unslowed rate (a penalty only lowers it);
+  refills at no more than the unslowed rate (a penalty only lowers it).  (Plus the rate
+  times SLACK_SECONDS, a microsecond: a millionth of a request at 60 a second);
 - the tokens charged up to the window's last grant ``g`` (the reservations of the grants
   in ``[a, g]``, plus the excess of the settles in ``[a, g)`` over their reservations,
   minus the refunds they credited) are at most ``t_burst + tpm/60 * HEADROOM * W + max(0,
@@ -101,6 +116,9 @@ SLOW_FACTOR = 0.5
 """Each 429 multiplies the model's admitted rate by this (multiplicative decrease)."""
 RECOVERY_SECONDS = 30.0
 """A slowed model's rate climbs back by the whole rate in this long (linear recovery)."""
+SLACK_SECONDS = 1e-6
+"""A bucket this close to what a call needs counts as ready: a caller that waited the
+wait it was told is not refused by the last bits of a float."""
 
 
 @dataclass
@@ -126,6 +144,9 @@ class ModelState:
     tickets: dict[str, float] = field(default_factory=dict)
     """Each tenant's ticket clock (absolute time): its next batch waiter's turn."""
     weights: dict[str, float] = field(default_factory=dict)
+    served: dict[str, float] = field(default_factory=dict)
+    """Each waiting tenant's virtual service: the capacity (in seconds of the rate) its
+    batch calls were granted, divided by its weight."""
 
 
 @dataclass(frozen=True)
@@ -289,6 +310,7 @@ def prune_tickets(state: ModelState, now: float) -> None:
     for tenant in [t for t, clock in state.tickets.items() if clock <= now - TENANT_IDLE_SECONDS]:
         del state.tickets[tenant]
         state.weights.pop(tenant, None)
+        state.served.pop(tenant, None)
 
 
 def acquire(state: ModelState, demand: Demand, configured: Limits | None, now: float) -> Answer:
@@ -311,7 +333,7 @@ def acquire(state: ModelState, demand: Demand, configured: Limits | None, now: f
 def _interactive(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Answer:
     """An interactive call: the whole bucket is its to take (Lua: interactive)."""
     r_wait, t_wait = _bucket_waits(state, shape, demand)
-    if r_wait <= 0 and t_wait <= 0:
+    if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS:
         return _take(state, shape, demand)
     wait = max(r_wait, t_wait)
     state.interactive_until = max(state.interactive_until, now + wait + INTERACTIVE_GRACE_SECONDS)
@@ -319,31 +341,56 @@ def _interactive(state: ModelState, shape: Buckets, demand: Demand, now: float) 
 
 
 def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Answer:
-    """A batch call: above the interactive reserve, behind waiting interactive calls, at
-    its tenant's share when it must wait (Lua: batch)."""
+    """A batch call: above the interactive reserve, behind waiting interactive calls, in
+    its tenant's turn, at its tenant's share when it must wait (Lua: batch)."""
     prune_tickets(state, now)
     r_wait, t_wait = _bucket_waits(state, shape, demand)
     aside = max(0.0, state.interactive_until - now)
     tenant = demand.tenant
     state.weights[tenant] = float(demand.weight)
-    if r_wait <= 0 and t_wait <= 0 and aside <= 0:
-        if _full(state, shape):
-            state.tickets[tenant] = now
-        return _take(state, shape, demand)
-    waiting = [t for t, clock in state.tickets.items() if clock > now - TENANT_IDLE_SECONDS]
-    total = sum(state.weights.get(t, 1.0) for t in waiting if t != tenant) + demand.weight
-    share = demand.weight / total
-    spacing = max(
+    cost = max(
         1 / shape.r_rate if shape.r_rate is not None else 0.0,
         demand.tokens / shape.t_rate if shape.t_rate is not None else 0.0,
     )
-    ticket = max(state.tickets.get(tenant, -math.inf), now + max(r_wait, t_wait, aside))
-    state.tickets[tenant] = ticket + spacing / share
+    floor = _served_floor(state, tenant, now)
+    served = state.served.get(tenant, floor if floor is not None else 0.0)
+    full = _full(state, shape)
+    in_turn = floor is None or served <= floor or full
+    if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS and aside <= 0 and in_turn:
+        if full:
+            state.tickets[tenant] = now
+        if tenant in state.tickets:
+            state.served[tenant] = served + cost / demand.weight
+        return _take(state, shape, demand)
+    state.served[tenant] = served
+    waiting = [t for t, clock in state.tickets.items() if clock > now - TENANT_IDLE_SECONDS]
+    total = sum(state.weights.get(t, 1.0) for t in waiting if t != tenant) + demand.weight
+    spacing = cost / (demand.weight / total)
+    after = max(r_wait, t_wait, aside, 0.0 if in_turn else spacing)
+    ticket = max(state.tickets.get(tenant, -math.inf), now + after)
+    state.tickets[tenant] = ticket + spacing
+    return Answer(granted=False, wait=ticket - now, reason=_why(shape, r_wait, t_wait, aside))
+
+
+def _served_floor(state: ModelState, tenant: str, now: float) -> float | None:
+    """The least virtual service of the other tenants with batch calls waiting (None:
+    none waits): a tenant ahead of it waits its turn (Lua: served_floor)."""
+    others = [
+        state.served.get(t, 0.0)
+        for t, clock in state.tickets.items()
+        if t != tenant and clock > now - TENANT_IDLE_SECONDS
+    ]
+    return min(others) if others else None
+
+
+def _why(shape: Buckets, r_wait: float, t_wait: float, aside: float) -> Reason:
+    """The reason a batch call waits: what it waits for longest (Lua: why).  A call
+    out of its tenant's turn is named after the bucket that limits the spacing."""
     if aside > max(r_wait, t_wait):
-        reason: Reason = "interactive"
-    else:
-        reason = "requests" if r_wait >= t_wait else "tokens"
-    return Answer(granted=False, wait=ticket - now, reason=reason)
+        return "interactive"
+    if r_wait > t_wait or (r_wait == t_wait and shape.r_rate is not None):
+        return "requests"
+    return "tokens"
 
 
 def settle(state: ModelState, reserved: int, used: int, now: float) -> None:
@@ -362,10 +409,12 @@ def penalise(state: ModelState, retry_after: float, now: float) -> None:
     state.slow = max(MIN_SLOW, slowness(state, now) * SLOW_FACTOR)
     state.slowed_at = now
     state.blocked_until = max(state.blocked_until, now + retry_after)
-    if state.r_level is not None:
-        state.r_level = min(state.r_level, 0.0)
-    if state.t_level is not None:
-        state.t_level = min(state.t_level, 0.0)
+    # (A model with no limit in force yet is emptied too: its first limits find it so.)
+    state.r_level = min(state.r_level if state.r_level is not None else 0.0, 0.0)
+    state.t_level = min(state.t_level if state.t_level is not None else 0.0, 0.0)
+    # Empty until the block ends: a bucket refilled meanwhile would let every waiter of
+    # the fleet through at once the moment it ends, the storm that earned the 429.
+    state.at = max(state.at or now, state.blocked_until)
 
 
 def learn(state: ModelState, reported: Limits) -> None:

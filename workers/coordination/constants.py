@@ -157,3 +157,9 @@ def admission_tickets_key(model: str) -> str:
 def admission_weights_key(model: str) -> str:
     """The weight of each tenant in the tickets zset (a hash: tenant -> weight)."""
     return f"{admission_key(model)}:weights"
+
+
+def admission_served_key(model: str) -> str:
+    """The virtual service of each tenant in the tickets zset (a hash: tenant -> the
+    capacity its batch calls were granted, over its weight)."""
+    return f"{admission_key(model)}:served"

@@ -139,13 +139,14 @@ class RedisAdmission(Admission):
                 pipe.hgetall(c.admission_key(model))
                 pipe.zrange(c.admission_tickets_key(model), 0, -1, withscores=True)
                 pipe.hgetall(c.admission_weights_key(model))
+                pipe.hgetall(c.admission_served_key(model))
             replies = pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise AdmissionUnreachable(f"admission could not read Redis: {exc}") from exc
         seconds, micros = replies[0]
         now = seconds + micros / 1_000_000
         return [
-            am.model_use(model, _state(*replies[1 + 3 * i : 4 + 3 * i]), now)
+            am.model_use(model, _state(*replies[1 + 4 * i : 5 + 4 * i]), now)
             for i, model in enumerate(models)
         ]
 
@@ -156,6 +157,7 @@ class RedisAdmission(Admission):
             c.admission_key(model),
             c.admission_tickets_key(model),
             c.admission_weights_key(model),
+            c.admission_served_key(model),
         ]
         try:
             return self._script(keys=keys, args=[*args, c.ADMISSION_STATE_SECONDS])
@@ -172,7 +174,12 @@ class RedisAdmission(Admission):
         return known
 
 
-def _state(fields: dict[Any, Any], tickets: list[Any], weights: dict[Any, Any]) -> am.ModelState:
+def _state(
+    fields: dict[Any, Any],
+    tickets: list[Any],
+    weights: dict[Any, Any],
+    served: dict[Any, Any],
+) -> am.ModelState:
     """A model's state as its keys hold it (what the script's ``load`` reads)."""
     raw = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
     state = am.ModelState(
@@ -194,4 +201,7 @@ def _state(fields: dict[Any, Any], tickets: list[Any], weights: dict[Any, Any]) 
     for tenant, weight in weights.items():
         name = tenant.decode() if isinstance(tenant, bytes) else tenant
         state.weights[name] = _number(weight) or 1.0
+    for tenant, service in served.items():
+        name = tenant.decode() if isinstance(tenant, bytes) else tenant
+        state.served[name] = _number(service) or 0.0
     return state

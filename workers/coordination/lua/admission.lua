@@ -4,7 +4,8 @@
 -- its Python twin); read the docstring there for what it does and why.
 -- The only clock is this server's TIME: one clock for the whole fleet.
 -- KEYS: the model's state hash, its tickets zset (tenant -> ticket clock), its weights
--- hash (tenant -> weight); all three in the model's hash slot.
+-- hash (tenant -> weight), its served hash (tenant -> virtual service); all four in the
+-- model's hash slot.
 -- ARGV: the operation, then its arguments, then the keys' time to live in seconds:
 --   acquire  priority tokens tenant weight configured_rpm configured_tpm
 --            fallback_rpm fallback_tpm ttl   (limits: '' when none; fallback: the
@@ -23,8 +24,9 @@ local TENANT_IDLE_SECONDS = 1.0
 local MIN_SLOW = 0.25
 local SLOW_FACTOR = 0.5
 local RECOVERY_SECONDS = 30.0
+local SLACK_SECONDS = 1e-6
 
-local STATE, TICKETS, WEIGHTS = KEYS[1], KEYS[2], KEYS[3]
+local STATE, TICKETS, WEIGHTS, SERVED = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local FIELDS = {'r_level', 't_level', 'at', 'rpm', 'tpm', 'learned_rpm', 'learned_tpm',
   'slow', 'slowed_at', 'blocked_until', 'interactive_until'}
 
@@ -67,7 +69,7 @@ local function save(state, ttl)
   end
   redis.call('HSET', STATE, unpack(set))
   if #gone > 0 then redis.call('HDEL', STATE, unpack(gone)) end
-  for _, key in ipairs({STATE, TICKETS, WEIGHTS}) do redis.call('EXPIRE', key, ttl) end
+  for _, key in ipairs({STATE, TICKETS, WEIGHTS, SERVED}) do redis.call('EXPIRE', key, ttl) end
 end
 
 -- in_force
@@ -164,17 +166,38 @@ local function prune_tickets(now)
   if #idle > 0 then
     redis.call('ZREM', TICKETS, unpack(idle))
     redis.call('HDEL', WEIGHTS, unpack(idle))
+    redis.call('HDEL', SERVED, unpack(idle))
   end
 end
 
 -- _interactive
 local function interactive(state, shape, tokens, now)
   local r_wait, t_wait = bucket_waits(state, shape, 'interactive', tokens)
-  if r_wait <= 0 and t_wait <= 0 then return take(state, shape, tokens) end
+  if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS then return take(state, shape, tokens) end
   local wait = math.max(r_wait, t_wait)
   state.interactive_until = math.max(state.interactive_until, now + wait + INTERACTIVE_GRACE_SECONDS)
   if r_wait >= t_wait then return denied(wait, 'requests') end
   return denied(wait, 'tokens')
+end
+
+-- _served_floor
+local function served_floor(tenant, now)
+  local waiting = redis.call('ZRANGEBYSCORE', TICKETS, '(' .. text(now - TENANT_IDLE_SECONDS), '+inf')
+  local floor = nil
+  for _, other in ipairs(waiting) do
+    if other ~= tenant then
+      local served = number(redis.call('HGET', SERVED, other)) or 0.0
+      if floor == nil or served < floor then floor = served end
+    end
+  end
+  return floor, waiting
+end
+
+-- _why
+local function why(shape, r_wait, t_wait, aside)
+  if aside > math.max(r_wait, t_wait) then return 'interactive' end
+  if r_wait > t_wait or (r_wait == t_wait and shape.r_rate ~= nil) then return 'requests' end
+  return 'tokens'
 end
 
 -- _batch
@@ -183,25 +206,33 @@ local function batch(state, shape, tokens, tenant, weight, now)
   local r_wait, t_wait = bucket_waits(state, shape, 'batch', tokens)
   local aside = math.max(0.0, state.interactive_until - now)
   redis.call('HSET', WEIGHTS, tenant, text(weight))
-  if r_wait <= 0 and t_wait <= 0 and aside <= 0 then
-    if full(state, shape) then redis.call('ZADD', TICKETS, text(now), tenant) end
+  local cost = 0.0
+  if shape.r_rate ~= nil then cost = 1 / shape.r_rate end
+  if shape.t_rate ~= nil then cost = math.max(cost, tokens / shape.t_rate) end
+  local floor, waiting = served_floor(tenant, now)
+  local served = number(redis.call('HGET', SERVED, tenant)) or floor or 0.0
+  local is_full = full(state, shape)
+  local in_turn = floor == nil or served <= floor or is_full
+  local own = number(redis.call('ZSCORE', TICKETS, tenant))
+  if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS and aside <= 0 and in_turn then
+    if is_full then
+      redis.call('ZADD', TICKETS, text(now), tenant)
+      own = now
+    end
+    if own ~= nil then redis.call('HSET', SERVED, tenant, text(served + cost / weight)) end
     return take(state, shape, tokens)
   end
-  local waiting = redis.call('ZRANGEBYSCORE', TICKETS, '(' .. text(now - TENANT_IDLE_SECONDS), '+inf')
+  redis.call('HSET', SERVED, tenant, text(served))
   local total = weight
   for _, other in ipairs(waiting) do
     if other ~= tenant then total = total + (number(redis.call('HGET', WEIGHTS, other)) or 1.0) end
   end
-  local share = weight / total
-  local spacing = 0.0
-  if shape.r_rate ~= nil then spacing = 1 / shape.r_rate end
-  if shape.t_rate ~= nil then spacing = math.max(spacing, tokens / shape.t_rate) end
-  local own = number(redis.call('ZSCORE', TICKETS, tenant)) or -math.huge
-  local ticket = math.max(own, now + math.max(r_wait, t_wait, aside))
-  redis.call('ZADD', TICKETS, text(ticket + spacing / share), tenant)
-  if aside > math.max(r_wait, t_wait) then return denied(ticket - now, 'interactive') end
-  if r_wait >= t_wait then return denied(ticket - now, 'requests') end
-  return denied(ticket - now, 'tokens')
+  local spacing = cost / (weight / total)
+  local after = math.max(r_wait, t_wait, aside)
+  if not in_turn then after = math.max(after, spacing) end
+  local ticket = math.max(own or -math.huge, now + after)
+  redis.call('ZADD', TICKETS, text(ticket + spacing), tenant)
+  return denied(ticket - now, why(shape, r_wait, t_wait, aside))
 end
 
 -- acquire
@@ -255,8 +286,9 @@ local function penalise(now)
   state.slow = math.max(MIN_SLOW, slowness(state, now) * SLOW_FACTOR)
   state.slowed_at = now
   state.blocked_until = math.max(state.blocked_until, now + retry_after)
-  if state.r_level ~= nil then state.r_level = math.min(state.r_level, 0.0) end
-  if state.t_level ~= nil then state.t_level = math.min(state.t_level, 0.0) end
+  state.r_level = math.min(state.r_level or 0.0, 0.0)
+  state.t_level = math.min(state.t_level or 0.0, 0.0)
+  state.at = math.max(state.at or now, state.blocked_until)
   save(state, ttl)
   return 1
 end
