@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from schemas.errors import InvalidRequest
 from workers.coordination import admission_math as am
 from workers.coordination.local_admission import LocalAdmission
-from workers.ports.admission import Demand, Grant, Limits, Priority
+from workers.ports.admission import PRIORITIES, Demand, Grant, Limits, Priority
 
 MODEL = "openai:gpt-4o-mini"
 
@@ -354,8 +354,8 @@ def test_a_penalty_blocks_both_lanes_then_the_rate_recovers() -> None:
     adm, clock = admission()
     limits = Limits(rpm=600)
     adm.penalise(MODEL, 5.0)
-    for priority in ("interactive", "batch"):
-        blocked = adm.acquire(demand(0, priority), limits)  # type: ignore[arg-type]
+    for priority in PRIORITIES:
+        blocked = adm.acquire(demand(0, priority), limits)
         assert not blocked.granted and blocked.reason == "penalty"
         assert blocked.wait == pytest.approx(5.0)
     assert adm.use([MODEL])[0].slowed == pytest.approx(0.5)
