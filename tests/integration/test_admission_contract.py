@@ -12,6 +12,7 @@ reach is told apart."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import uuid
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from schemas.errors import InvalidRequest
@@ -28,7 +31,7 @@ from workers.coordination import admission_math as am
 from workers.coordination import constants as c
 from workers.coordination.local_admission import LocalAdmission
 from workers.coordination.redis_admission import AdmissionUnreachable, RedisAdmission
-from workers.ports.admission import Admission, Demand, Limits, Priority
+from workers.ports.admission import Admission, Demand, Grant, Limits, Priority
 
 CLOCKS_APART = 0.05
 """How far apart two runs of the same script may answer in seconds: the time between
@@ -185,6 +188,114 @@ def test_bad_input_is_refused_alike(admission: Admission, bad: Demand) -> None:
 
 
 # ------------------------------------------------------------------ Redis only
+
+STEP = st.one_of(
+    st.tuples(
+        st.just("acquire"),
+        st.sampled_from(["interactive", "batch", "batch", "batch"]),  # batch: tenants' turns
+        st.sampled_from([("a", 1.0), ("b", 3.0), ("c", 0.5)]),
+        st.integers(0, 400),
+        st.sampled_from(
+            [None, Limits(rpm=600, tpm=60_000), Limits(rpm=6_000, tpm=600_000), Limits(rpm=60_000)]
+        ),
+    ),
+    st.tuples(st.just("settle"), st.integers(0, 20), st.integers(0, 800)),
+    st.tuples(st.just("penalise")),
+    st.tuples(st.just("learn"), st.sampled_from([Limits(rpm=20_000), Limits(tpm=500_000)])),
+    st.tuples(st.just("sleep"), st.floats(0, 0.03)),
+)
+
+
+def _replay(state: am.ModelState, step: tuple[Any, ...], stored: am.ModelState) -> am.Answer:
+    """Apply ``step`` to the Python state at the time the script used (which the stored
+    state tells: an acquire or settle leaves it as ``at``, a penalty as ``slowed_at``)."""
+    if step[0] == "acquire":
+        _, priority, (tenant, weight), tokens, configured = step
+        assert stored.at is not None
+        return am.acquire(state, ask("m", tokens, priority, tenant, weight), configured, stored.at)
+    if step[0] == "settle":
+        if stored.at is not None:
+            am.settle(state, step[1], step[2], stored.at)
+    elif step[0] == "penalise":
+        am.penalise(state, 0.0, stored.slowed_at)
+    else:
+        am.learn(state, step[1])
+    return am.Answer(granted=True)
+
+
+def _check_alike(redis_admission: RedisAdmission, steps: list[tuple[Any, ...]]) -> list[Grant]:
+    """Run ``steps`` on Redis and each on admission_math at the instant the script read
+    from TIME; assert the same answer and the same state, to the last bit.  Returns the
+    grants (and refusals) Redis gave."""
+    model = model_name()
+    mirror = am.ModelState()
+    outstanding: list[Grant] = []
+    answers: list[Grant] = []
+    for step in steps:
+        if step[0] == "acquire":
+            _, priority, (tenant, weight), tokens, configured = step
+            grant = redis_admission.acquire(
+                ask(model, tokens, priority, tenant, weight), configured
+            )
+            answers.append(grant)
+            if grant.granted:
+                outstanding.append(grant)
+        elif step[0] == "settle":
+            if not outstanding:
+                continue
+            grant = outstanding.pop(step[1] % len(outstanding))
+            redis_admission.settle(grant, step[2])
+            if not grant.tokens:
+                continue  # nothing sent: nothing to replay
+            step = ("settle", grant.tokens, step[2])
+        elif step[0] == "penalise":
+            redis_admission.penalise(model, 0.0)
+        elif step[0] == "sleep":
+            time.sleep(step[1])  # the buckets refill meanwhile, on Redis's clock
+            continue
+        else:
+            redis_admission.learn(model, step[1])
+        stored = redis_admission.state(model)
+        expected = copy.deepcopy(mirror)
+        answer = _replay(expected, step, stored)
+        if step[0] == "acquire":
+            assert (grant.granted, grant.wait, grant.tokens, grant.reason) == (
+                answer.granted,
+                answer.wait,
+                answer.tokens,
+                answer.reason,
+            ), step
+        assert stored == expected, step
+        mirror = expected
+    return answers
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(STEP, min_size=1, max_size=60))
+def test_the_script_computes_exactly_what_the_python_arithmetic_does(
+    redis_admission: RedisAdmission, steps: list[tuple[Any, ...]]
+) -> None:
+    """Random steps, each checked against the Python arithmetic.  (Low limits, for calls
+    to wait, and high ones, for the milliseconds between steps to refill the buckets.
+    Penalties without a block: a block's end would hide the script's time.)"""
+    _check_alike(redis_admission, steps)
+
+
+def test_the_script_takes_tenants_turns_exactly_as_the_python_arithmetic_does(
+    redis_admission: RedisAdmission,
+) -> None:
+    """A sequence random steps seldom reach: both tenants wait, capacity comes back, the
+    first tenant is granted, and its next call is out of its turn while the other's is
+    granted; then a tenant that never waited is granted."""
+    limits = Limits(rpm=600)  # a burst of 9.5; batch calls leave one request
+    a = ("acquire", "batch", ("a", 1.0), 0, limits)
+    b = ("acquire", "batch", ("b", 1.0), 0, limits)
+    c = ("acquire", "batch", ("c", 1.0), 0, limits)  # never waited: no service kept
+    steps = [a] * 9 + [b, ("sleep", 0.25), a, a, b, ("sleep", 0.3), c]
+    answers = _check_alike(redis_admission, steps)
+    assert [g.granted for g in answers] == [True] * 8 + [False, False, True, False, True, True]
 
 
 def test_a_flushed_database_rebuilds_full_buckets_and_its_learned_limits(

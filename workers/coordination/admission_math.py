@@ -363,8 +363,10 @@ def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Ans
             state.served[tenant] = served + cost / demand.weight
         return _take(state, shape, demand)
     state.served[tenant] = served
-    waiting = [t for t, clock in state.tickets.items() if clock > now - TENANT_IDLE_SECONDS]
-    total = sum(state.weights.get(t, 1.0) for t in waiting if t != tenant) + demand.weight
+    total = demand.weight
+    for other, clock in state.tickets.items():
+        if other != tenant and clock > now - TENANT_IDLE_SECONDS:
+            total += state.weights.get(other, 1.0)
     spacing = cost / (demand.weight / total)
     after = max(r_wait, t_wait, aside, 0.0 if in_turn else spacing)
     ticket = max(state.tickets.get(tenant, -math.inf), now + after)
