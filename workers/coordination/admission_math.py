@@ -347,7 +347,6 @@ def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Ans
     r_wait, t_wait = _bucket_waits(state, shape, demand)
     aside = max(0.0, state.interactive_until - now)
     tenant = demand.tenant
-    state.weights[tenant] = float(demand.weight)
     cost = max(
         1 / shape.r_rate if shape.r_rate is not None else 0.0,
         demand.tokens / shape.t_rate if shape.t_rate is not None else 0.0,
@@ -359,10 +358,12 @@ def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Ans
     if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS and aside <= 0 and in_turn:
         if full:
             state.tickets[tenant] = now
-        if tenant in state.tickets:
+        if tenant in state.tickets:  # (only a waiting tenant's share is kept)
             state.served[tenant] = served + cost / demand.weight
+            state.weights[tenant] = float(demand.weight)
         return _take(state, shape, demand)
     state.served[tenant] = served
+    state.weights[tenant] = float(demand.weight)
     total = demand.weight
     for other, clock in state.tickets.items():
         if other != tenant and clock > now - TENANT_IDLE_SECONDS:
