@@ -8,6 +8,9 @@ interrupt itself is stored in PostgreSQL) and kick throttles.
 from __future__ import annotations
 
 TURN_QUEUE = "parley.turns"
+BATCH_QUEUE_SUFFIX = ".batch"
+"""The batch lane's queue is the turn queue's name with this after it: every worker
+consumes the interactive queue first, then it (docs/admission.md#priority)."""
 DRIVE_TASK = "parley.drive_session"
 SWEEP_TASK = "parley.sweep"
 
