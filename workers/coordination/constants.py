@@ -136,3 +136,33 @@ pending at one boundary (a flood) are read from the store instead."""
 
 SEEDED = "seeded"
 """The ``worker`` of a run ``Session.seed_history`` stored (no driver ran it)."""
+
+
+ADMISSION_STATE_SECONDS = 3_600
+"""How long a model's admission keys live past their latest change: a model no call used
+for that long leaves nothing in Redis (its next call finds full buckets, as after a
+flush)."""
+
+
+def admission_key(model: str) -> str:
+    """A model's admission state (a hash: bucket levels, limits in force and learned, its
+    429 penalty).  Every admission key of one model carries the model as its hash tag, so
+    one script's keys stay in one slot of a Redis Cluster."""
+    return f"parley:adm:{{{model}}}"
+
+
+def admission_tickets_key(model: str) -> str:
+    """The ticket clock of each tenant with batch calls of the model waiting (a zset:
+    tenant -> absolute time)."""
+    return f"{admission_key(model)}:tickets"
+
+
+def admission_weights_key(model: str) -> str:
+    """The weight of each tenant in the tickets zset (a hash: tenant -> weight)."""
+    return f"{admission_key(model)}:weights"
+
+
+def admission_served_key(model: str) -> str:
+    """The virtual service of each tenant in the tickets zset (a hash: tenant -> the
+    capacity its batch calls were granted, over its weight)."""
+    return f"{admission_key(model)}:served"

@@ -1,4 +1,4 @@
-"""The Redis coordinator's Lua scripts: their sources, read once at import from
+"""The Redis coordinator's and admission's Lua scripts: their sources, read once at import from
 ``workers/coordination/lua/`` (each file says what its KEYS and ARGV are), and their
 registration with a client."""
 
@@ -18,7 +18,8 @@ APPEND_AND_PUBLISH = lua_source("append_and_publish")
 EXTEND_LOCK = lua_source("extend_lock")
 ADOPT_TURN = lua_source("adopt_turn")
 RELEASE_LOCK = lua_source("release_lock")
-LUA_SCRIPTS = ("append_and_publish", "extend_lock", "adopt_turn", "release_lock")
+ADMISSION = lua_source("admission")
+LUA_SCRIPTS = ("append_and_publish", "extend_lock", "adopt_turn", "release_lock", "admission")
 """The files in ``workers/coordination/lua/`` this module reads (the package data a wheel
 must ship)."""
 
