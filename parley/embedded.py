@@ -9,11 +9,11 @@ import threading
 import weakref
 
 from sqlalchemy import Engine
-from workers.coordination.local_admission import LocalAdmission
 
 from parley.host import Host, host_from_environment
 from parley.housekeeping import EmbeddedHousekeeping
 from parley.kickers import EmbeddedKicker
+from workers.coordination.local_admission import LocalAdmission
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.runtime.session_leases import ProcessLeases

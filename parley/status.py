@@ -20,12 +20,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
-from workers.coordination.redis_admission import AdmissionUnreachable, RedisAdmission
 
 from broker_config.app import BROKER_ERRORS, create_app
 from broker_config.settings import FleetSettings
 from parley.deployment import fleet_redis_url
 from schemas.records import TurnStatus
+from workers.coordination.redis_admission import AdmissionUnreachable, RedisAdmission
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.call_admission import AdmissionSettings
 from workers.ports.admission import ModelUse
@@ -273,7 +273,7 @@ def _model_uses(redis_url: str, env: Mapping[str, str]) -> tuple[ModelUse, ...]:
     try:
         models = sorted({*configured, *admission.models()})
         uses = admission.use(models)
-    except (AdmissionUnreachable, *BROKER_ERRORS):
+    except AdmissionUnreachable:
         return ()
     finally:
         admission.close()

@@ -19,17 +19,27 @@ from tests.support.waiting import wait_until
 
 # 30 requests a minute at parley's headroom: one call about every 2.1 s, a burst of one.
 SLOW = parley.Limits(rpm=30)
-MODEL = "scripted:admission"
+
+
+def _model(tmp_path: Path) -> str:
+    """A model name of the test's own: the process's admission outlives a client."""
+    return f"scripted:{tmp_path.name}"
 
 
 def _client(tmp_path: Path, *, limits: parley.Limits | None = SLOW, **host: Any) -> parley.Client:
+    name = _model(tmp_path)
     model = parley.models.ScriptedModel(
-        {"rules": [{"when": ".*", "steps": [{"text": "heard: {prompt}"}]}]}, name=MODEL
+        {"rules": [{"when": ".*", "steps": [{"text": "heard: {prompt}"}]}]}, name=name
     )
     return parley.connect(
         f"sqlite:///{tmp_path / 'runs.db'}",
-        host=parley.Host(model=model, limits={MODEL: limits} if limits else {}, **host),
+        host=parley.Host(model=model, limits={name: limits} if limits else {}, **host),
     )
+
+
+def _root(tmp_path: Path, name: str) -> str:
+    (tmp_path / name).mkdir()
+    return str(tmp_path / name)
 
 
 def _events(handle: parley.TurnHandle) -> list[Event]:
@@ -41,13 +51,13 @@ def test_a_call_over_the_limit_lets_its_session_go_and_goes_on_when_capacity_is_
 ) -> None:
     client = _client(tmp_path)
     try:
-        sessions = [client.open_session(root=str(tmp_path / f"w{n}")) for n in range(3)]
+        sessions = [client.open_session(root=_root(tmp_path, f"w{n}")) for n in range(3)]
         started = time.monotonic()
         handles = [s.submit(f"turn {n}") for n, s in enumerate(sessions)]
         results = [h.wait(timeout=30) for h in handles]
         took = time.monotonic() - started
         assert [r.outcome for r in results] == [TurnStatus.FINISHED] * 3
-        assert sorted(r.reply for r in results) == [f"heard: turn {n}" for n in range(3)]
+        assert [r.reply for r in results] == [f"heard: turn {n}" for n in range(3)]
         # One call every ~2.1 s: the third cannot have started before ~4 s.
         assert took > 3.5, took
         throttled = [[e for e in _events(h) if e.kind is EventKind.THROTTLED] for h in handles]
@@ -56,7 +66,7 @@ def test_a_call_over_the_limit_lets_its_session_go_and_goes_on_when_capacity_is_
             events = _events(handle)
             assert_once_in_order(events)
             for wait in waits:
-                assert wait.data["model"] == MODEL and wait.data["seconds"] > 1
+                assert wait.data["model"] == _model(tmp_path) and wait.data["seconds"] > 1
             # A wait is not a takeover: the turn's one step committed once.
             assert [e.kind for e in events].count(EventKind.STEP) == 1
             assert [e.kind for e in events].count(EventKind.STEP_RESTARTED) == 0
@@ -67,8 +77,8 @@ def test_a_call_over_the_limit_lets_its_session_go_and_goes_on_when_capacity_is_
 def test_a_waiting_turn_holds_its_sessions_line_and_no_runner(tmp_path: Path) -> None:
     client = _client(tmp_path)
     try:
-        first = client.open_session(root=str(tmp_path / "a"))
-        second = client.open_session(root=str(tmp_path / "b"))
+        first = client.open_session(root=_root(tmp_path, "a"))
+        second = client.open_session(root=_root(tmp_path, "b"))
         first.submit("takes the burst").wait(timeout=30)
         waiting = second.submit("must wait")
         later = second.submit("after it")  # the same session: behind the waiting turn
@@ -96,8 +106,8 @@ def _events_so_far(handle: parley.TurnHandle) -> list[Event]:
 def test_an_interrupt_does_not_wait_for_the_capacity_a_turn_waits_for(tmp_path: Path) -> None:
     client = _client(tmp_path, limits=parley.Limits(rpm=2))  # one call every ~32 s
     try:
-        a = client.open_session(root=str(tmp_path / "a"))
-        b = client.open_session(root=str(tmp_path / "b"))
+        a = client.open_session(root=_root(tmp_path, "a"))
+        b = client.open_session(root=_root(tmp_path, "b"))
         a.submit("takes the burst").wait(timeout=30)
         waiting = b.submit("waits half a minute")
         wait_until(
@@ -120,7 +130,7 @@ def test_a_priority_that_is_no_lane_is_refused_and_submits_nothing(
 ) -> None:
     client = _client(tmp_path, limits=None)
     try:
-        session = client.open_session(root=str(tmp_path / "a"))
+        session = client.open_session(root=_root(tmp_path, "a"))
         with pytest.raises(parley.errors.InvalidRequest, match="priority"):
             session.submit("no", priority=value)
         assert session.tree() == []
@@ -130,7 +140,7 @@ def test_a_priority_that_is_no_lane_is_refused_and_submits_nothing(
 
 def test_limits_must_name_models_and_be_limits(tmp_path: Path) -> None:
     model = parley.models.ScriptedModel({"rules": [{"when": ".*", "steps": [{"text": "x"}]}]})
-    with pytest.raises(parley.errors.InvalidRequest, match="Host.limits"):
+    with pytest.raises(parley.errors.InvalidRequest, match=r"Host\.limits"):
         parley.Host(model=model, limits={"scripted": 500})  # type: ignore[dict-item]
     with pytest.raises(parley.errors.InvalidRequest, match="rpm"):
         parley.Limits(rpm=0)
