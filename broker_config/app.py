@@ -62,6 +62,10 @@ def transport_options(broker_url: str) -> dict[str, Any]:
     if not is_redis(broker_url):
         return {}
     return {
+        # BRPOP on the queues in the order the worker consumes them (interactive, then
+        # batch), every time: kombu's default round robin would serve a batch kick
+        # before an interactive one as often as not.
+        "queue_order_strategy": "priority",
         "visibility_timeout": c.VISIBILITY_TIMEOUT_SECONDS,
         "socket_timeout": c.BROKER_SOCKET_SECONDS,
         "socket_connect_timeout": c.BROKER_SOCKET_SECONDS,
@@ -97,7 +101,11 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options=transport_options(settings.broker_url),
-        task_queues=[Queue(settings.queue)],  # type: ignore[no-untyped-call]
+        # Interactive first: a worker consumes them in this order (docs/admission.md).
+        task_queues=[
+            Queue(settings.queue),  # type: ignore[no-untyped-call]
+            Queue(settings.batch_queue),  # type: ignore[no-untyped-call]
+        ],
         task_default_queue=settings.queue,
         task_routes={
             c.DRIVE_TASK: {"queue": settings.queue},
@@ -113,6 +121,20 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
     return app
 
 
-def send_kick(app: Any, settings: FleetSettings, session_id: str) -> None:
-    """Ask the fleet to drive a session (a signal, not a job: duplicates are harmless)."""
-    app.send_task(c.DRIVE_TASK, args=[session_id], queue=settings.queue)
+def send_kick(
+    app: Any,
+    settings: FleetSettings,
+    session_id: str,
+    *,
+    priority: str = "interactive",
+    countdown: float | None = None,
+) -> None:
+    """Ask the fleet to drive a session (a signal, not a job: duplicates are harmless),
+    on the queue of its lane; with ``countdown``, not before that many seconds (a turn
+    that waits for provider capacity)."""
+    app.send_task(
+        c.DRIVE_TASK,
+        args=[session_id],
+        queue=settings.queue_of(priority),
+        countdown=countdown,
+    )

@@ -28,6 +28,16 @@ class FleetSettings:
     replay_seconds: int = c.ENDED_BUFFER_SECONDS
     database_pool_size: int = DATABASE_POOL_SIZE
 
+    @property
+    def batch_queue(self) -> str:
+        """The queue of batch turns' kicks, which every worker consumes after ``queue``
+        (docs/admission.md#priority)."""
+        return self.queue + c.BATCH_QUEUE_SUFFIX
+
+    def queue_of(self, priority: str) -> str:
+        """The queue a kick of a turn of ``priority`` goes to."""
+        return self.batch_queue if priority == "batch" else self.queue
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FleetSettings:
         """``PARLEY_DATABASE_URL``, ``PARLEY_REDIS_URL``, ``PARLEY_HOST``, and optionally

@@ -25,6 +25,7 @@ from schemas.records import (
     Usage,
 )
 from workers.engine.agent_loop import AgentLoop
+from workers.ports.admission import Limits
 from workers.ports.budget import ContextBudget, estimate_tokens
 from workers.ports.driver import DriverInput, DriverStep, DriverTurn, SessionDriver, TurnStopped
 from workers.ports.host import (
@@ -66,6 +67,7 @@ __all__ = [
     "EventKind",
     "Host",
     "IfBusy",
+    "Limits",
     "ModelReply",
     "ModelRequest",
     "Policy",

@@ -180,11 +180,23 @@ def hand_over(session_id: str) -> None:
         log.warning("could not hand session %s over; the sweeper will", session_id)
 
 
+def kick_later(session_id: str, seconds: float, priority: str) -> None:
+    """Kick a session in ``seconds`` (a turn waiting for provider capacity,
+    docs/admission.md), on its lane's queue.  The sweeper covers one that cannot be sent,
+    once the turn's capacity is due."""
+    try:
+        send_kick(app, settings, session_id, priority=priority, countdown=seconds)
+    except Exception:
+        log.warning("could not schedule session %s's kick; the sweeper will", session_id)
+
+
 @app.task(name=c.DRIVE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
 def drive(session_id: str) -> int:
     """Handle a kick for ``session_id``."""
     validate_ids(session_id)
-    return drive_session(runtime(), session_id, stopping=stopping, hand_over=hand_over)
+    return drive_session(
+        runtime(), session_id, stopping=stopping, hand_over=hand_over, defer=kick_later
+    )
 
 
 @app.task(name=c.SWEEP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
@@ -195,7 +207,10 @@ def sweeper() -> int:
 
 def sweep_once() -> list[str]:
     """Re-kick the sessions that have work and no live driver."""
-    return sweep(runtime(), lambda session_id: send_kick(app, settings, session_id))
+    return sweep(
+        runtime(),
+        lambda session_id, priority: send_kick(app, settings, session_id, priority=priority),
+    )
 
 
 #: What the sweeper meets while the broker, Redis or the database is down.

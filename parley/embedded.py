@@ -4,6 +4,7 @@ process (with leases in the database, should other processes share it)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -12,6 +13,7 @@ from sqlalchemy import Engine
 from parley.host import Host, host_from_environment
 from parley.housekeeping import EmbeddedHousekeeping
 from parley.kickers import EmbeddedKicker
+from workers.coordination.local_admission import LocalAdmission
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.runtime.session_leases import ProcessLeases
@@ -22,6 +24,13 @@ _LOCAL_COORDINATORS: weakref.WeakValueDictionary[str, LocalCoordinator] = (
     weakref.WeakValueDictionary()
 )
 _LOCAL_COORDINATORS_GUARD = threading.Lock()
+
+
+@functools.cache
+def process_admission() -> LocalAdmission:
+    """This process's admission (docs/admission.md): every embedded client of the process
+    shares each model's limits through it."""
+    return LocalAdmission()
 
 
 def local_coordinator(url: str, engine: Engine) -> LocalCoordinator:
@@ -50,7 +59,11 @@ def embedded_kicker(
         # Resolved at the first turn, not here: a client that only reads must not
         # fail on a model it will never call (PARLEY_MODEL without its key, say).
         chosen = host if host is not None else host_from_environment()
-        return TurnEngine(store=store, coordinator=coordinator, host=chosen) if chosen else None
+        if chosen is None:
+            return None
+        return TurnEngine(
+            store=store, coordinator=coordinator, host=chosen, admission=process_admission()
+        )
 
     housekeeping = EmbeddedHousekeeping(store, coordinator)
     if host is not None:

@@ -21,6 +21,7 @@ from parley.tools import WORKSPACE_TOOLS
 from parley.webhooks import check_webhook_url
 from schemas.records import TaskContract
 from workers.engine.agent_loop import AgentLoop
+from workers.ports.admission import Limits
 from workers.ports.budget import ContextBudget
 from workers.ports.driver import SessionDriver
 from workers.ports.host import (
@@ -79,6 +80,11 @@ class Host:
     driver: SessionDriver = field(default_factory=AgentLoop)
     """What runs each turn's steps: parley's own loop, or a host's (``parley.SessionDriver``,
     see ``docs/drivers.md``)."""
+    limits: Mapping[str, Limits] = field(default_factory=dict)
+    """Each model's provider limits by its name (``openai:gpt-4o-mini``: a
+    ``parley.Limits``), shared by the whole fleet; ``PARLEY_MODEL_LIMITS`` overrides a
+    model named in both.  A model named in neither takes the limits its provider reports
+    (docs/admission.md)."""
     _mcp_pool: McpPool | None = field(default=None, init=False, repr=False, compare=False)
     _hook_set: HookSet = field(default_factory=HookSet, init=False, repr=False, compare=False)
 
@@ -138,6 +144,14 @@ class Host:
             raise InvalidRequest("Host.context_budget must be a parley.ContextBudget")
         check_retention(self.retention, "Host.retention")
         check_webhook_url(self.webhook_url, "Host.webhook_url")
+        if not isinstance(self.limits, Mapping) or not all(
+            isinstance(k, str) and k and isinstance(v, Limits) for k, v in self.limits.items()
+        ):
+            raise InvalidRequest(
+                "Host.limits must map model names to parley.Limits, e.g. "
+                '{"openai:gpt-4o-mini": parley.Limits(rpm=500, tpm=200_000)}'
+            )
+        object.__setattr__(self, "limits", dict(self.limits))
         timeout = self.approval_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0

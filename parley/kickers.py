@@ -60,6 +60,7 @@ class EmbeddedKicker:
         self._closed = False
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        self._deferred: dict[str, threading.Timer] = {}
 
     def ready(self) -> None:
         """Raise unless this client can run turns."""
@@ -79,8 +80,10 @@ class EmbeddedKicker:
         if self._closed:
             raise InvalidRequest("the client is closed")
 
-    def kick(self, session_id: str) -> None:
-        """Make sure a driver thread is draining the session."""
+    def kick(self, session_id: str, priority: str = "interactive") -> None:
+        """Make sure a driver thread is draining the session.  (Every session has a
+        thread of its own here: ``priority`` matters to admission, not to the kick.)"""
+        del priority
         self.ready()
         with self._guard:
             if self._closed:
@@ -99,6 +102,26 @@ class EmbeddedKicker:
             self._errors.pop(session_id, None)
             thread.start()
             self._start_timer()
+
+    def kick_later(self, session_id: str, seconds: float, priority: str) -> None:
+        """Kick the session in ``seconds`` (a turn that waits for provider capacity,
+        docs/admission.md); the recovery thread is the backstop, as the fleet's sweeper."""
+        timer = threading.Timer(seconds, self._deferred_kick, args=(session_id, priority))
+        timer.daemon = True
+        with self._guard:
+            if self._closed:
+                return
+            earlier = self._deferred.pop(session_id, None)
+            self._deferred[session_id] = timer
+        if earlier is not None:
+            earlier.cancel()
+        timer.start()
+
+    def _deferred_kick(self, session_id: str, priority: str) -> None:
+        with self._guard:
+            self._deferred.pop(session_id, None)
+        with contextlib.suppress(InvalidRequest):  # closed meanwhile
+            self.kick(session_id, priority)
 
     def _start_recovery(self) -> None:
         """With an engine: a thread that drives the sessions nothing drives, at once and
@@ -166,7 +189,7 @@ class EmbeddedKicker:
 
     def _drive_session(self, session_id: str) -> None:
         assert self._engine is not None
-        driver = SessionDrainer(self._engine, leases=self._leases)
+        driver = SessionDrainer(self._engine, leases=self._leases, defer=self.kick_later)
         try:
             while True:
                 with self._guard:
@@ -215,6 +238,10 @@ class EmbeddedKicker:
         with self._guard:
             self._closed = True
             drivers = list(self._drivers.values())
+            deferred = list(self._deferred.values())
+            self._deferred.clear()
+        for timer in deferred:
+            timer.cancel()
         self._stop.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         if wait:
@@ -243,11 +270,12 @@ class FleetKicker:
     def housekeeping_wanted(self) -> None:
         """Nothing to start: the fleet's ``parley beat`` delivers and expires."""
 
-    def kick(self, session_id: str) -> None:
-        """Send a kick; a lost one is recovered by the sweeper, so failure only logs (on
-        one line naming the error, if the broker is out of reach)."""
+    def kick(self, session_id: str, priority: str = "interactive") -> None:
+        """Send a kick to the queue of ``priority``'s lane; a lost one is recovered by the
+        sweeper, so failure only logs (on one line naming the error, if the broker is out
+        of reach)."""
         try:
-            send_kick(self._app, self._settings, session_id)
+            send_kick(self._app, self._settings, session_id, priority=priority)
         except BROKER_ERRORS as exc:
             log.warning(
                 "could not kick session %s (%s: %s); the sweeper will",

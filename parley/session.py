@@ -20,6 +20,7 @@ from parley.validation import (
     check_id,
     check_if_busy,
     check_json_object,
+    check_priority,
     check_request_id,
     check_text,
     check_timeout,
@@ -29,6 +30,7 @@ from schemas.events import Event
 from schemas.operations import WebhookDelivery
 from schemas.records import IfBusy, SessionRecord, TaskContract, TurnRecord, TurnResult
 from workers.coordination.constants import SEEDED
+from workers.ports.admission import Priority
 from workers.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -112,6 +114,7 @@ class Session:
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
         timeout: float | None = None,
         context: dict[str, Any] | None = None,
+        priority: str = "interactive",
     ) -> TurnResult:
         """Run a turn and wait for its result; ``on_event`` sees every event as it happens.
         :class:`WaitTimeout` once ``timeout`` seconds have passed, events included."""
@@ -119,7 +122,12 @@ class Session:
             raise InvalidRequest("on_event must be a callable taking an Event")
         check_timeout(timeout)
         handle = self.submit(
-            prompt, contract=contract, request_id=request_id, if_busy=if_busy, context=context
+            prompt,
+            contract=contract,
+            request_id=request_id,
+            if_busy=if_busy,
+            context=context,
+            priority=priority,
         )
         deadline = None if timeout is None else time.monotonic() + timeout
         if on_event is not None:
@@ -146,8 +154,12 @@ class Session:
         request_id: str | None = None,
         if_busy: IfBusy | str = IfBusy.ENQUEUE,
         context: dict[str, Any] | None = None,
+        priority: str = "interactive",
     ) -> TurnHandle:
         """Queue a turn and return at once.  A repeated ``request_id`` returns the same turn.
+
+        ``priority`` is the turn's lane (docs/admission.md): ``interactive`` (someone
+        waits for it: its kick and its model calls go first) or ``batch``.
 
         ``context`` is the host context of this turn: a JSON object (at most
         ``MAX_CONTEXT_BYTES``) stored with its run, which reaches ``before_turn`` (in
@@ -158,6 +170,7 @@ class Session:
         if context is not None:
             check_json_object(context, "context", MAX_CONTEXT_BYTES)
         busy = check_if_busy(if_busy)
+        lane = check_priority(priority)
         if contract is not None and not isinstance(contract, TaskContract):
             raise InvalidRequest("contract must be a parley.TaskContract")
         if contract is not None:
@@ -175,6 +188,7 @@ class Session:
             contract=contract,
             if_busy=busy,
             host_context=dict(context) if context else None,
+            priority=lane,
         )
         for turn_id, steer in receipt.interrupted:
             client.coordinator.push_steer(turn_id, steer)
@@ -183,18 +197,18 @@ class Session:
         # Committed: now publish and kick.  (A repeated request kicks again, in case its
         # first kick was lost.)
         name_in_logs(receipt.turn)
-        self._announce(receipt.queued)
+        self._announce(receipt.queued, lane)
         if receipt.created:
             metrics.turn_submitted()
         return TurnHandle(client, receipt.turn, created=receipt.created)
 
-    def _announce(self, queued: Event | None) -> None:
+    def _announce(self, queued: Event | None, priority: Priority = "interactive") -> None:
         """Publish a committed turn's ``queued`` event and get a driver to the session:
         one kick, unless a kick sent earlier is still waiting for a driver, or a driver
         holds the session (either sees this turn: the submission committed first)."""
         client = self._client
         if queued is None or client.coordinator.mark_work(self.id, [queued]):
-            client._kicker.kick(self.id)
+            client._kicker.kick(self.id, priority)
 
     def seed_history(
         self, messages: list[dict[str, Any]], raw_rows: list[Any] | None = None

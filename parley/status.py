@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -25,10 +25,13 @@ from broker_config.app import BROKER_ERRORS, create_app
 from broker_config.settings import FleetSettings
 from parley.deployment import fleet_redis_url
 from schemas.records import TurnStatus
+from workers.coordination.redis_admission import AdmissionUnreachable, RedisAdmission
 from workers.coordination.redis_coordinator import RedisCoordinator
+from workers.engine.call_admission import AdmissionSettings
+from workers.ports.admission import ModelUse
 from workers.store.database import check_migrated, normalise_url
 from workers.store.sql_store import SqlStore
-from workers.store.status import UNFINISHED, UnfinishedTurn, UnfinishedWork
+from workers.store.status import UNFINISHED, LaneWork, UnfinishedTurn, UnfinishedWork
 
 DEFAULT_PING_SECONDS = 1.0
 LISTED = 20
@@ -52,6 +55,10 @@ class FleetStatus:
     """The workers that answered and consume the fleet's queue, by Celery node name
     (None: embedded)."""
     workers_error: str | None = None
+    lanes: tuple[LaneWork, ...] = ()
+    """Unfinished turns by tenant and priority, and those waiting for capacity."""
+    models: tuple[ModelUse, ...] = ()
+    """Each known model's use of its provider limits (docs/admission.md)."""
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON: every count, the listed turns, Redis and the workers."""
@@ -77,6 +84,16 @@ class FleetStatus:
             "workers": None
             if self.workers is None and self.workers_error is None
             else {"live": list(self.workers or ()), "error": self.workers_error},
+            "lanes": [
+                {
+                    "tenant": lane.tenant,
+                    "priority": lane.priority,
+                    "unfinished": lane.unfinished,
+                    "waiting_capacity": lane.waiting_capacity,
+                }
+                for lane in self.lanes
+            ],
+            "models": [_model_json(use) for use in self.models],
         }
 
     def lines(self) -> list[str]:
@@ -104,6 +121,8 @@ class FleetStatus:
         elif self.workers is not None:
             names = f": {', '.join(self.workers)}" if self.workers else ""
             lines.append(f"workers: {len(self.workers)} live{names}")
+        lines.extend(_lane_lines(self.lanes))
+        lines.extend(_model_line(use) for use in self.models)
         for status in UNFINISHED:
             listed = self.work.turns[status]
             if listed:
@@ -149,6 +168,54 @@ class FleetStatus:
         return line
 
 
+def _lane_lines(lanes: tuple[LaneWork, ...]) -> list[str]:
+    """One line per tenant and lane with unfinished turns."""
+    if not any(lane.priority == "batch" or lane.waiting_capacity for lane in lanes):
+        return []  # interactive only, nothing throttled: the counts above say it all
+    return ["by tenant and priority:"] + [
+        f"  {lane.tenant or '(no tenant)'} {lane.priority}: {lane.unfinished} unfinished, "
+        f"{lane.waiting_capacity} waiting for capacity"
+        for lane in lanes
+    ]
+
+
+def _model_line(use: ModelUse) -> str:
+    """A model's use of its limits, on one line."""
+    if use.limits is None:
+        head = f"model {use.model}: no limit known"
+    else:
+        parts = []
+        if use.limits.rpm and use.requests_available is not None:
+            parts.append(f"{use.requests_available:.0f} requests free of {use.limits.rpm} rpm")
+        if use.limits.tpm and use.tokens_available is not None:
+            parts.append(f"{use.tokens_available:.0f} tokens free of {use.limits.tpm} tpm")
+        source = "configured" if use.limits != use.learned else "learned from its provider"
+        head = f"model {use.model} ({source}): " + ", ".join(parts)
+    if use.slowed < 1:
+        head += f"; slowed to {use.slowed:.0%} after 429s"
+    if use.blocked_seconds > 0:
+        head += f"; blocked {use.blocked_seconds:.1f} s more by a retry-after"
+    if use.waiting_tenants:
+        head += "; batch waiting: " + ", ".join(
+            f"{tenant or '(no tenant)'} (next in {seconds:.1f} s)"
+            for tenant, seconds in sorted(use.waiting_tenants.items())
+        )
+    return head
+
+
+def _model_json(use: ModelUse) -> dict[str, Any]:
+    return {
+        "model": use.model,
+        "limits": None if use.limits is None else {"rpm": use.limits.rpm, "tpm": use.limits.tpm},
+        "learned": use.learned is not None and use.limits == use.learned,
+        "requests_available": use.requests_available,
+        "tokens_available": use.tokens_available,
+        "slowed": use.slowed,
+        "blocked_seconds": use.blocked_seconds,
+        "waiting_tenants": dict(use.waiting_tenants),
+    }
+
+
 def fleet_status(
     database_url: str,
     env: Mapping[str, str] = os.environ,
@@ -161,6 +228,7 @@ def fleet_status(
     try:
         check_migrated(store.engine)  # else the first read's SQL error, lines of it
         work = store.unfinished_work(LISTED)
+        lanes = tuple(store.work_by_lane())
         fleet = fleet_redis_url(store.engine.dialect.name, None, env) is not None
     finally:
         store.close()
@@ -176,6 +244,7 @@ def fleet_status(
             at=at,
             stranded=frozenset(),
             workers=None,
+            lanes=lanes,
         )
     settings = FleetSettings.from_env({**env, "PARLEY_DATABASE_URL": database_url})
     reachable, stranded = _drivers(settings.redis_url, work)
@@ -190,6 +259,27 @@ def fleet_status(
         stranded=stranded,
         workers=workers,
         workers_error=error,
+        lanes=lanes,
+        models=_model_uses(settings.redis_url, env),
+    )
+
+
+def _model_uses(redis_url: str, env: Mapping[str, str]) -> tuple[ModelUse, ...]:
+    """Each model's admission state: those ``PARLEY_MODEL_LIMITS`` names (their
+    configured limits in force) and those Redis holds state for; none if Redis does not
+    answer (said above)."""
+    configured = AdmissionSettings.from_env(env).model_limits
+    admission = RedisAdmission(redis_url)
+    try:
+        models = sorted({*configured, *admission.models()})
+        uses = admission.use(models)
+    except AdmissionUnreachable:
+        return ()
+    finally:
+        admission.close()
+    return tuple(
+        replace(use, limits=configured[use.model]) if use.model in configured else use
+        for use in uses
     )
 
 

@@ -91,6 +91,8 @@ class TurnHandle:
         client.coordinator.push_steer(self.turn_id, receipt.steer)
         if receipt.denied is not None:
             client._signal_answered(receipt.denied)
+        if receipt.woken is not None and client.coordinator.mark_work(receipt.woken):
+            client._kicker.kick(receipt.woken)
         return receipt.steer.position
 
     def approvals(self) -> list[Approval]:

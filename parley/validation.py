@@ -11,6 +11,7 @@ from typing import Any
 
 from parley.errors import InvalidRequest, ParleyError
 from schemas.records import IfBusy
+from workers.ports.admission import PRIORITIES, Priority
 from workers.store.ids import storable, validate_ids
 from workers.store.session_titles import title_problem
 
@@ -154,6 +155,13 @@ def check_request_id(request_id: Any) -> None:
             f"request_id must be a non-empty string of at most {MAX_REQUEST_ID} characters "
             "(UTF-8, no NUL)"
         )
+
+
+def check_priority(value: str) -> Priority:
+    """``value`` as a lane of admission (docs/admission.md), else :class:`InvalidRequest`."""
+    if value not in PRIORITIES:
+        raise InvalidRequest(f"priority must be one of {list(PRIORITIES)}, not {value!r}")
+    return value
 
 
 def check_if_busy(value: IfBusy | str) -> IfBusy:

@@ -41,6 +41,7 @@ class EventKind(StrEnum):
     STEP_RESTARTED = "step_restarted"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_ANSWERED = "approval_answered"
+    THROTTLED = "throttled"
     END = "end"
 
     @property
@@ -261,6 +262,22 @@ class ApprovalAnswered:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Throttled:
+    """The turn waits about ``seconds`` for capacity of ``model`` at its provider
+    (docs/admission.md): it holds no worker meanwhile, and goes on by itself, from its
+    last committed step, once the capacity is due (``reason``: ``requests``, ``tokens``,
+    ``interactive`` or ``penalty``, a 429's ``retry-after``)."""
+
+    KIND: ClassVar[EventKind] = EventKind.THROTTLED
+    model: str
+    seconds: float
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "seconds": self.seconds, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Ended:
     """The turn's outcome (a terminal :class:`TurnStatus`), its reply, why it failed, and the
     steers that were accepted but never reached the model."""
@@ -299,6 +316,7 @@ Payload = (
     | StepRestarted
     | ApprovalRequested
     | ApprovalAnswered
+    | Throttled
     | Ended
 )
 """Any event's payload: narrow it with ``isinstance`` or ``match``."""
@@ -318,6 +336,7 @@ PAYLOADS: dict[EventKind, type[Payload]] = {
         StepRestarted,
         ApprovalRequested,
         ApprovalAnswered,
+        Throttled,
         Ended,
     )
 }

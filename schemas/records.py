@@ -354,3 +354,5 @@ class RunState:
     ended_at: datetime | None = None
     # The JSON object the submission carried for the host (docs/host.md#1-host-context).
     host_context: dict[str, Any] = field(default_factory=dict)
+    # The run's lane for admission (docs/admission.md): "interactive" or "batch".
+    priority: str = "interactive"

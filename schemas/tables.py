@@ -151,6 +151,17 @@ runs = Table(
     # How many of the run's calls asked for an answer: readers look at ``approvals`` only
     # when there are some.
     Column("approval_count", Integer, nullable=False, default=0, server_default=text("0")),
+    # The run's lane (docs/admission.md): ``interactive`` or ``batch``.
+    Column(
+        "priority",
+        String(12),
+        nullable=False,
+        default="interactive",
+        server_default=text("'interactive'"),
+    ),
+    # A run that let its session go to wait for provider capacity: queued again, and not
+    # to be claimed before this time (None: any time).
+    Column("not_before", Timestamp, nullable=True),
     Index(None, "session_id", "status"),
     Index(
         "ix_runs_active",

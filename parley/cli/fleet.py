@@ -20,7 +20,9 @@ def worker(args: argparse.Namespace, console: Console) -> int:
 
     argv = [
         *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
-        *("worker", "--queues", settings.queue, "--loglevel", "INFO", *args.celery_args),
+        # Both lanes, interactive first (the order kombu asks the broker in).
+        *("worker", "--queues", f"{settings.queue},{settings.batch_queue}"),
+        *("--loglevel", "INFO", *args.celery_args),
     ]
     if not any(a in ("-n", "--hostname") or a.startswith("--hostname=") for a in argv):
         # A node name of its own: Celery's default (celery@HOST) is the same for every

@@ -115,6 +115,11 @@ class TurnCreate(Body):
     )
     # (strict=False: in strict mode an enum takes only its members, and JSON has strings)
     if_busy: IfBusy = Field(IfBusy.ENQUEUE, strict=False)
+    priority: Literal["interactive", "batch"] = Field(
+        "interactive",
+        description="The turn's lane: interactive (someone waits for it; its kick and its "
+        "model calls go first) or batch (docs/admission.md).",
+    )
     max_steps: Annotated[int, Field(ge=1, le=10_000, strict=False), JSON_NUMBER] | None = None
     max_tokens: Annotated[int, Field(ge=1, le=2**31 - 1, strict=False), JSON_NUMBER] | None = None
     context: dict[str, Any] | None = Field(

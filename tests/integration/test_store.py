@@ -414,7 +414,7 @@ def test_the_sweepers_question_is_answered_from_the_runs_in_flight(store: SqlSto
     sql = str(q.SESSIONS_WITH_WORK.compile(store.engine))
     with store.engine.connect() as db:
         db.exec_driver_sql("SET enable_seqscan = off")  # a tiny table is read whole
-        plan = db.exec_driver_sql(f"EXPLAIN {sql}").all()
+        plan = db.exec_driver_sql(f"EXPLAIN {sql}", {"b_now": datetime.now(UTC)}).all()
     assert "ix_runs_active" in " ".join(str(row) for row in plan)
 
 

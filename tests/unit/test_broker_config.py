@@ -83,7 +83,10 @@ def test_every_app_is_json_only_and_at_least_once() -> None:
     assert options["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
     # A kick is sent while its submission holds the session's row: never wait forever.
     assert options["socket_timeout"] == options["socket_connect_timeout"] == 5.0
-    assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE]
+    # Interactive first, then batch: the order a worker asks the broker in, every time
+    # (docs/admission.md#priority).
+    assert [q.name for q in conf.task_queues] == [c.TURN_QUEUE, c.TURN_QUEUE + ".batch"]
+    assert options["queue_order_strategy"] == "priority"
     assert conf.task_routes[c.DRIVE_TASK] == {"queue": c.TURN_QUEUE}
     app.close()
 

@@ -22,6 +22,7 @@ from schemas.events import (
     Steered,
     StepCommitted,
     StepRestarted,
+    Throttled,
     Token,
     ToolAnswered,
     ToolCalled,
@@ -106,6 +107,10 @@ EXAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (
         ApprovalAnswered(approval_id="a", decision="denied", reason="not today"),
         {"approval_id": "a", "decision": "denied", "reason": "not today"},
+    ),
+    (
+        Throttled(model="openai:gpt-4o-mini", seconds=4.5, reason="requests"),
+        {"model": "openai:gpt-4o-mini", "seconds": 4.5, "reason": "requests"},
     ),
     (
         Ended(outcome="cancelled", undelivered=("late",)),

@@ -9,6 +9,9 @@ full: :mod:`workers.coordination.admission_math` states what that costs).
 from __future__ import annotations
 
 TURN_QUEUE = "parley.turns"
+BATCH_QUEUE_SUFFIX = ".batch"
+"""The batch lane's queue is the turn queue's name with this after it: every worker
+consumes the interactive queue first, then it (docs/admission.md#priority)."""
 DRIVE_TASK = "parley.drive_session"
 SWEEP_TASK = "parley.sweep"
 

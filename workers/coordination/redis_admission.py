@@ -129,6 +129,18 @@ class RedisAdmission(Admission):
                 tpm=before.tpm if reported.tpm is None else reported.tpm,
             )
 
+    def models(self) -> list[str]:
+        """The models Redis holds admission state for (an operator's question, asked by
+        a scan: never on a call's path)."""
+        pattern = c.admission_key("*")
+        try:
+            keys = list(self.client.scan_iter(match=pattern, count=1000))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise AdmissionUnreachable(f"admission could not read Redis: {exc}") from exc
+        names = (k.decode() if isinstance(k, bytes) else k for k in keys)
+        # Only the state hashes: their companions' names go on past the closing brace.
+        return sorted(n[len("parley:adm:{") : -1] for n in names if n.endswith("}"))
+
     def use(self, models: Sequence[str]) -> list[ModelUse]:
         for model in models:
             am.check_model(model)

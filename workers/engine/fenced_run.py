@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from schemas.events import Event
@@ -86,6 +87,17 @@ class FencedStore:
             fence=run.fence,
             held_step=held_step,
             approvals=approvals,
+            events=events,
+        )
+
+    def defer_run(self, *, not_before: datetime, events: Sequence[Event]) -> None:
+        """Let the session go until ``not_before`` (see :meth:`Store.defer_run`)."""
+        run = self.run
+        self._store.defer_run(
+            run_id=run.run_id,
+            session_id=run.session_id,
+            fence=run.fence,
+            not_before=not_before,
             events=events,
         )
 

@@ -34,6 +34,7 @@ from schemas.errors import Fenced, ParleyError, StoreError
 from schemas.events import StepRestarted
 from schemas.records import TurnStatus
 from workers.engine.attempt import Attempt, options_of, tool_context_of
+from workers.engine.call_admission import AdmissionSettings, CallAdmission
 from workers.engine.contract_terms import ContractTerms
 from workers.engine.emitter import Emitter
 from workers.engine.fenced_run import FencedRun, FencedStore
@@ -46,8 +47,9 @@ from workers.engine.turn_finish import TurnFinisher
 from workers.engine.turn_history import TurnHistory
 from workers.engine.turn_loop import TurnLoop
 from workers.engine.turn_setup import PrefixChoice, TurnSetup
-from workers.engine.turn_state import Ending, TurnState
+from workers.engine.turn_state import Deferred, Ending, TurnState
 from workers.engine.turn_step import StepParts
+from workers.ports.admission import Admission
 from workers.ports.backend import (
     Claim,
     ClaimedTurn,
@@ -94,13 +96,23 @@ class TurnEngine:
         coordinator: Coordinator,
         host: HostPort,
         label: str | None = None,
+        admission: Admission | None = None,
+        admission_settings: AdmissionSettings | None = None,
     ) -> None:
-        """``label`` names this process on the runs it drives (default host:pid:thread)."""
+        """``label`` names this process on the runs it drives (default host:pid:thread).
+        ``admission`` shares each model's provider limits with every other caller
+        (docs/admission.md; None: every call goes at once), under ``admission_settings``
+        (default: from the environment)."""
         self.store = store
         self.coordinator = coordinator
         self.host = host
         self.label = label
         self.replay_cache = ReplayCache()
+        self.admission = CallAdmission(
+            admission,
+            admission_settings or AdmissionSettings.from_env(),
+            getattr(host, "limits", None) or {},
+        )
 
     # ------------------------------------------------------------------ entry
 
@@ -115,11 +127,13 @@ class TurnEngine:
         *,
         holding: Callable[[], bool] = _always,
         claim_next: Callable[[], bool] = _never,
-    ) -> tuple[TurnStatus, FinishReceipt | None]:
+    ) -> tuple[TurnStatus, FinishReceipt | Deferred | None]:
         """Run a claimed turn to its end; returns its outcome and what its final
         transaction committed (``waiting`` and None: a step waits for answers, and the
-        turn holds no driver until they are in).  Raises :class:`Fenced` if another driver took
-        over (nothing of this attempt after that point is committed).  ``holding`` says
+        turn holds no driver until they are in; ``queued`` and a :class:`Deferred`: it
+        waits for provider capacity, and its session wants a kick when that is due).
+        Raises :class:`Fenced` if another driver took over (nothing of this attempt
+        after that point is committed).  ``holding`` says
         whether the session lock is still ours: checked at every step boundary, so a
         driver that lost it stops before paying for another model call.  While
         ``claim_next`` says so (asked when the turn ends), the turn's final transaction
@@ -173,7 +187,7 @@ class _TurnRun:
         # A step that waited for answers, to run and commit before anything else.
         self.held: HeldStep | None = HeldStep.from_json(held) if held else None
 
-    def run(self) -> tuple[TurnStatus, FinishReceipt | None]:
+    def run(self) -> tuple[TurnStatus, FinishReceipt | Deferred | None]:
         claimed = self.attempt.claimed
         state = TurnState(
             steps=list(claimed.steps),
@@ -261,4 +275,5 @@ def _step_parts(
         committer=committer,
         approvals=approvals,
         finisher=finisher,
+        admission=engine.admission,
     )

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from schemas.events import Throttled
 from schemas.records import TurnStatus
 from workers.engine.attempt import Attempt
+from workers.engine.call_admission import Throttle
 from workers.engine.context import turn_replay
 from workers.engine.replay_cache import ReplayCache
 from workers.engine.transcript import rows as transcript_rows
 from workers.engine.turn_approvals import approvals_summary
 from workers.engine.turn_setup import PrefixChoice
-from workers.engine.turn_state import Ending, TurnState
+from workers.engine.turn_state import Deferred, Ending, TurnState
 from workers.ports.backend import FinishReceipt, SeqFloor, TurnEnd
 from workers.ports.host import CommitReceipt, TurnOutcome
 
@@ -44,12 +46,14 @@ class TurnFinisher:
 
     def finish(
         self, state: TurnState, ending: Ending, choice: PrefixChoice
-    ) -> tuple[TurnStatus, FinishReceipt | None]:
+    ) -> tuple[TurnStatus, FinishReceipt | Deferred | None]:
         """End the turn as ``ending`` says (committing the end, unless its last step did)."""
         if ending.status is TurnStatus.WAITING:
             # Held, not ended: no end, no hooks, no receipt; the driver lets the session
             # go (the turn holds its session's line, so nothing after it is claimed).
             return ending.status, None
+        if ending.throttle is not None:
+            return ending.status, self._defer(state, ending.throttle)
         attempt = self._attempt
         outcome = self.outcome(state, ending)
         completed = ending.status not in (TurnStatus.CANCELLED, TurnStatus.FAILED)
@@ -72,6 +76,23 @@ class TurnFinisher:
             _observe(attempt.hooks.after_commit, self._commit_receipt(state, outcome, receipt))
         _observe(attempt.hooks.on_terminal, outcome)
         return ending.status, receipt
+
+    def _defer(self, state: TurnState, throttle: Throttle) -> Deferred:
+        """The turn waits for capacity, holding no worker: its run is queued again until
+        the capacity is due, with a ``throttled`` event for its readers; the driver lets
+        the session go and kicks it again then (docs/admission.md)."""
+        attempt = self._attempt
+        seconds = round(throttle.seconds, 3)
+        event = attempt.emitter.allocate(
+            Throttled(model=throttle.model, seconds=seconds, reason=throttle.reason)
+        )
+        attempt.store.defer_run(
+            not_before=datetime.now(UTC) + timedelta(seconds=seconds),
+            events=[*attempt.emitter.take_unstored(), event],
+        )
+        state.streaming = None
+        attempt.emitter.publish(event)
+        return Deferred(seconds=seconds, priority=attempt.claimed.run.priority)
 
     def vetoed(self, outcome: TurnOutcome, choice: PrefixChoice) -> Ending | None:
         """The failure ``before_commit`` makes of ``outcome``, if it rejects it."""

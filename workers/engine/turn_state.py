@@ -10,6 +10,7 @@ from typing import Any
 
 from schemas.messages import StepInput
 from schemas.records import Steer, SteerKind, TurnStatus, Usage
+from workers.engine.call_admission import Throttle
 from workers.engine.contract_check import CheckResult
 from workers.engine.emitter import StreamingSink
 from workers.ports.backend import CommittedStep, FinishReceipt
@@ -27,6 +28,17 @@ class Ending:
     """Set when the turn's end was committed with its last step."""
     discarded: Usage = field(default_factory=Usage)
     """What a step thrown away at the end cost (a vetoed answer): charged with the end."""
+    throttle: Throttle | None = None
+    """Set when the attempt lets go to wait for provider capacity (status ``queued``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deferred:
+    """What an attempt that let go to wait for capacity asks of its driver: a kick of
+    its session in ``seconds``, on the queue of ``priority``."""
+
+    seconds: float
+    priority: str
 
 
 @dataclass(kw_only=True)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, replace
+from typing import cast
 
 from schemas.errors import Fenced, StoreError
 from schemas.messages import Message, Prefix, StepInput, StepPayload, request_digest
 from schemas.records import Steer, TurnStatus
 from workers.engine.attempt import Attempt
+from workers.engine.call_admission import SHORT_WAIT_SECONDS, CallAdmission, Throttle
 from workers.engine.context import assemble_request, turn_messages
 from workers.engine.contract_check import CheckResult
 from workers.engine.contract_terms import ContractTerms, failed_check_feedback
@@ -32,8 +34,10 @@ from workers.engine.turn_finish import TurnFinisher
 from workers.engine.turn_history import TurnHistory
 from workers.engine.turn_setup import PreparedTurn
 from workers.engine.turn_state import Ending, TurnState
+from workers.ports.admission import Demand, Priority
 from workers.ports.backend import CommittedStep
-from workers.ports.host import ModelReply, ModelRequest, StreamAborted
+from workers.ports.host import ModelReply, ModelRequest, ModelThrottled, StreamAborted
+from workers.telemetry import metrics
 
 log = logging.getLogger("parley.engine")
 
@@ -48,6 +52,7 @@ class StepParts:
     committer: StepCommitter
     approvals: Approvals
     finisher: TurnFinisher
+    admission: CallAdmission
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,15 +152,55 @@ class StepRunner:
     # ------------------------------------------------------------------ stream
 
     def _stream(self, step: _Assembled, sink: StreamingSink) -> ModelReply | Ending:
-        """The model's answer to the step's request, streamed through ``sink``; or how
-        the turn ends instead (interrupted while it streamed, or the model failed)."""
+        """The model's answer to the step's request, streamed through ``sink`` once
+        admission lets the call go (docs/admission.md); or how the attempt ends instead
+        (interrupted, the model failed, or the turn lets go to wait for capacity)."""
         attempt = self._attempt
         request = ModelRequest(prefix=step.prefix, messages=step.messages, context=attempt.context)
+        gate = self._parts.admission
+        demand = gate.demand(
+            attempt.host.model,
+            request,
+            priority=cast(Priority, attempt.claimed.run.priority),
+            tenant=attempt.claimed.session.tenant or "",
+        )
+        try:
+            while True:
+                grant = gate.admit(demand, sink.raise_if_interrupted)
+                if isinstance(grant, Throttle):
+                    return _deferred(grant, demand)
+                try:
+                    reply = self._call(step, request, sink)
+                except ModelThrottled as exc:
+                    wait = gate.refused(grant, exc)
+                    if wait > SHORT_WAIT_SECONDS:
+                        return _deferred(
+                            Throttle(model=demand.model, seconds=wait, reason="penalty"), demand
+                        )
+                    gate.pause(wait, sink.raise_if_interrupted)
+                    continue
+                except BaseException:
+                    gate.unused(grant, demand)
+                    raise
+                if isinstance(reply, ModelReply):
+                    gate.settle(grant, reply)
+                else:
+                    gate.unused(grant, demand)
+                return reply
+        except StreamAborted:  # interrupted while it waited for capacity
+            return Ending(status=TurnStatus.CANCELLED)
+
+    def _call(
+        self, step: _Assembled, request: ModelRequest, sink: StreamingSink
+    ) -> ModelReply | Ending:
+        """One admitted call of the model, or how it ended the attempt; a 429 that is
+        about rate (:class:`ModelThrottled`) propagates, for admission to handle."""
+        attempt = self._attempt
         try:
             return attempt.host.model.stream(request, sink)
         except StreamAborted:
             return Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
-        except (Fenced, StoreError):
+        except (Fenced, StoreError, ModelThrottled):
             raise
         except Exception as exc:
             turn_id = attempt.turn.turn_id
@@ -273,3 +318,10 @@ class StepRunner:
             ending.receipt = receipt.finished
             return ending
         return None
+
+
+def _deferred(throttle: Throttle, demand: Demand) -> Ending:
+    """The attempt ends to wait for capacity: the turn lets its session go, queued again
+    until ``throttle.seconds`` from now (docs/admission.md)."""
+    metrics.admission_waited(demand.model, demand.priority, throttle.seconds, let_go=True)
+    return Ending(status=TurnStatus.QUEUED, throttle=throttle)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from schemas.events import Event
@@ -186,6 +187,19 @@ class Store(Protocol):
     ) -> None:
         """The step waits for answers: the run becomes ``waiting`` with ``held_step``,
         each asked call gets its approval row, and ``events`` are stored; fenced."""
+        ...
+
+    def defer_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        not_before: datetime,
+        events: Sequence[Event],
+    ) -> None:
+        """The turn waits for provider capacity: its run is queued again in its place,
+        not to be claimed before ``not_before``, and ``events`` are stored; fenced."""
         ...
 
     def approvals_of_run(self, run_id: str) -> dict[str, Approval]:

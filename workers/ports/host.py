@@ -428,6 +428,11 @@ class HostPort(Protocol):
         """What runs each turn's steps (parley's own loop unless the host brings one)."""
         ...
 
+    @property
+    def limits(self) -> Mapping[str, Limits]:
+        """Each model's provider limits by its name (docs/admission.md)."""
+        ...
+
     def toolset(self, contract: TaskContract | None, context: ToolContext) -> Toolset:
         """The tools of one turn (opening MCP servers as needed); closed at its end."""
         ...

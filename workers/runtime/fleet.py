@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.coordination import constants as c
+from workers.coordination.redis_admission import RedisAdmission
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.ports.host import HostPort
@@ -53,7 +54,13 @@ class FleetRuntime:
         coordinator = RedisCoordinator(
             redis_url, replay_seconds=replay_seconds, max_connections=budget.redis
         )
-        engine = TurnEngine(store=store, coordinator=coordinator, host=host) if host else None
+        engine = None
+        if host is not None:
+            # The fleet's admission shares the coordinator's Redis connections.
+            admission = RedisAdmission(coordinator.redis)
+            engine = TurnEngine(
+                store=store, coordinator=coordinator, host=host, admission=admission
+            )
         return cls(store=store, coordinator=coordinator, engine=engine, pid=os.getpid())
 
     def close(self) -> None:
@@ -68,11 +75,12 @@ def drive_session(
     *,
     stopping: Callable[[], bool] = lambda: False,
     hand_over: Callable[[str], None] = lambda _session_id: None,
+    defer: Callable[[str, float, str], None] | None = None,
 ) -> int:
     """Handle a kick: run the session's runnable turns if nobody else is.  Returns how
     many turns ran here; a duplicate kick returns 0 at once.  Once ``stopping``, or past
     ``DRIVE_SLICE_SECONDS``, the driver finishes its turn and passes the session to
-    ``hand_over``."""
+    ``hand_over``.  ``defer`` kicks a session later (a turn waiting for capacity)."""
     if runtime.engine is None:
         raise RuntimeError("this worker has no host (set PARLEY_HOST)")
     coordinator, store = runtime.coordinator, runtime.store
@@ -81,6 +89,7 @@ def drive_session(
         stopping=stopping,
         slice_seconds=c.DRIVE_SLICE_SECONDS,
         hand_over=hand_over,
+        defer=defer,
     )
     # This driver's own costs: on a threads pool the process's counters hold every
     # driver's.  (The driver's transactions all run on this thread.)
@@ -106,19 +115,23 @@ def drive_session(
     return ran
 
 
-def sweep(runtime: FleetRuntime, kick: Callable[[str], None]) -> list[str]:
+def sweep(runtime: FleetRuntime, kick: Callable[[str, str], None]) -> list[str]:
     """Deny the waiting calls whose time is up, then re-kick every session that has a
-    queued or running turn, no live lock and no kick sent moments ago: lost kicks, dead
-    workers and an emptied Redis are all recovered here."""
+    queued or running turn, no live lock and no kick sent moments ago, on the queue of
+    its most urgent lane: lost kicks, dead workers and an emptied Redis are all
+    recovered here.  (A turn waiting for provider capacity is left alone until its
+    capacity is due.)  Also counts the turns waiting for capacity, for the metrics."""
     # Calls whose answer did not come in time are denied first: a turn whose last call
     # that makes runnable is among the sessions with work below.
     for answered in runtime.store.expire_approvals():
         runtime.coordinator.publish(list(answered.events))
     kicked = []
-    for session_id in runtime.coordinator.unattended(runtime.store.sessions_with_work()):
+    lanes = dict(runtime.store.sessions_with_work_lanes())
+    for session_id in runtime.coordinator.unattended(list(lanes)):
         if runtime.coordinator.claim_kick(session_id):
-            kick(session_id)
+            kick(session_id, lanes[session_id])
             kicked.append(session_id)
+    metrics.turns_waiting_capacity(runtime.store.waiting_for_capacity())
     if kicked:
         log.info("sweeper kicked %d session(s)", len(kicked))
         metrics.sweeper_kicked(len(kicked))

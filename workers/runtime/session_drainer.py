@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from schemas.errors import Fenced
 from schemas.records import TurnStatus
 from workers.engine.turn_engine import TurnEngine
+from workers.engine.turn_state import Deferred
 from workers.ports.backend import Claim, ClaimedTurn, FinishReceipt, SessionLock
 from workers.runtime.session_leases import ProcessLeases
 from workers.telemetry import metrics
@@ -41,7 +42,9 @@ class SessionDrainer:
     session has turns left, hands it over with ``hand_over`` (a kick, so that another
     worker, or this one after the kicks queued before it, goes on with it).  With
     ``leases`` (embedded, on a database other processes may share) a session's lock is
-    also its lease there."""
+    also its lease there.  ``defer`` kicks a session again after some seconds, on the
+    queue of a lane: a turn that let go to wait for provider capacity is kicked by it
+    when its capacity is due (without it, the sweeper finds the turn then)."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class SessionDrainer:
         slice_seconds: float | None = None,
         hand_over: Callable[[str], None] = lambda _session_id: None,
         leases: ProcessLeases | None = None,
+        defer: Callable[[str, float, str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.leases = leases
@@ -59,6 +63,7 @@ class SessionDrainer:
         self.stopping = stopping
         self.slice_seconds = slice_seconds
         self.hand_over = hand_over
+        self.defer = defer
 
     def drive(self, session_id: str) -> int:
         """Run every runnable turn of the session (at least one, unless stopping, and
@@ -99,6 +104,7 @@ class SessionDrainer:
                 # is as good as pending already.
                 after = lock.release(handing_over=drained.handing_over and drained.later_turns)
             ran += drained.ran
+            self._kick_deferred(session_id, drained)
             if drained.handing_over:
                 # Turns counted after the last one that ran, or submitted while we held
                 # the lock (their kick was left to us): the session goes on after a
@@ -109,6 +115,12 @@ class SessionDrainer:
                 return ran
             if after == mark:
                 return ran
+
+    def _kick_deferred(self, session_id: str, drained: _Drained) -> None:
+        """A turn let go to wait for capacity: its session's kick when that is due (sent
+        once the lock is let go, so that it finds the session free)."""
+        if drained.deferred is not None and self.defer is not None:
+            self.defer(session_id, drained.deferred.seconds, drained.deferred.priority)
 
     def _drain(
         self, session_id: str, lock: SessionLock, going_on: Callable[[], bool], drained: _Drained
@@ -124,17 +136,20 @@ class SessionDrainer:
             drained.running = claim[0]
             receipt = self._run(claim, fence, lock, going_on)
             drained.running = None
-            if receipt is None:
-                # The turn waits for answers and holds its session's line: nothing
-                # after it is runnable until they are in (their kick drives it).
+            if receipt is None or isinstance(receipt, Deferred):
+                # The turn waits for answers, or for provider capacity, and holds its
+                # session's line: nothing after it is runnable until they are in (their
+                # kick drives it) or its capacity is due (the deferred kick).
                 claim, drained.later_turns = None, False
+                if receipt is not None:
+                    drained.deferred = receipt
             else:
                 claim, drained.later_turns = receipt.next_claim, receipt.later_turns
             drained.ran += 1
 
     def _run(
         self, claim: Claim, fence: int, lock: SessionLock, going_on: Callable[[], bool]
-    ) -> FinishReceipt | None:
+    ) -> FinishReceipt | Deferred | None:
         running = claim[0]
         # A turn claimed before the stop or the slice's end is run: left claimed, it
         # would cost its next driver an attempt.
@@ -157,6 +172,7 @@ class _Drained:
     running: ClaimedTurn | None = None
     later_turns: bool = False
     handing_over: bool = False
+    deferred: Deferred | None = None
 
 
 def _about(claimed: ClaimedTurn | None) -> AbstractContextManager[None]:
@@ -173,4 +189,6 @@ def _about(claimed: ClaimedTurn | None) -> AbstractContextManager[None]:
 def _ended(status: TurnStatus) -> str:
     if status is TurnStatus.WAITING:
         return "waits for answers (it holds no worker meanwhile)"
+    if status is TurnStatus.QUEUED:
+        return "waits for provider capacity (it holds no worker meanwhile)"
     return f"ended: {status.value}"

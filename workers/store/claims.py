@@ -26,6 +26,7 @@ from workers.store.clock import utc_now
 from workers.store.connection import StoreConnection, Transactions
 from workers.store.rows import (
     SessionRow,
+    aware,
     read_path,
     read_pending,
     read_steps,
@@ -144,6 +145,9 @@ class Claims(Transactions):
         run = self._next_run(db, session, claimant)
         if run is None or run.status == q.WAITING:
             return None  # a turn that waits for answers holds the session's line
+        not_before = getattr(run, "not_before", None)
+        if not_before is not None and aware(not_before) > claimant.now:
+            return None  # so does one that waits for provider capacity (its kick is due)
         # A first attempt needs no adoption: no driver ever published for it, and the
         # buffer can hold nothing above the stored ``queued`` event.
         floor = seq_floor(run.turn_id, fence) if run.attempts else 0

@@ -122,6 +122,7 @@ def run_state_of(run: Any) -> RunState:
         approval_count=getattr(run, "approval_count", 0),
         ended_at=aware(run.ended_at) if run.ended_at is not None else None,
         host_context=dict(getattr(run, "host_context", None) or {}),
+        priority=getattr(run, "priority", None) or "interactive",
     )
 
 

@@ -42,8 +42,39 @@ class UnfinishedWork:
     turns: dict[TurnStatus, tuple[UnfinishedTurn, ...]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class LaneWork:
+    """A tenant's unfinished turns in one lane, and how many of them wait for provider
+    capacity."""
+
+    tenant: str
+    priority: str
+    unfinished: int
+    waiting_capacity: int
+
+
 class StatusStore(Transactions):
     """Reads for an operator (see the module docstring)."""
+
+    def work_by_lane(self) -> list[LaneWork]:
+        """Unfinished turns by tenant and lane (docs/admission.md)."""
+        rows = self._reading(lambda db: db.execute(q.WORK_BY_LANE, {}).all())
+        return sorted(
+            (
+                LaneWork(
+                    tenant=row.tenant,
+                    priority=row.priority,
+                    unfinished=int(row.runs),
+                    waiting_capacity=int(row.deferred),
+                )
+                for row in rows
+            ),
+            key=lambda lane: (lane.priority != "interactive", lane.tenant),
+        )
+
+    def waiting_for_capacity(self) -> dict[tuple[str, str], int]:
+        """Turns waiting for provider capacity now, by (tenant, priority)."""
+        return {(lane.tenant, lane.priority): lane.waiting_capacity for lane in self.work_by_lane()}
 
     def unfinished_work(self, limit: int = 20) -> UnfinishedWork:
         """Every session's unfinished turns: counted, and up to ``limit`` of each status

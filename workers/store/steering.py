@@ -25,6 +25,9 @@ class SteerReceipt:
 
     steer: Steer
     denied: Answered | None = None
+    woken: str | None = None
+    """For an interrupt of a turn that waited for provider capacity: its session, which
+    needs a kick now (the turn is runnable at once, to stop at its boundary)."""
 
 
 class SteerStore(ApprovalStore):
@@ -42,10 +45,11 @@ class SteerStore(ApprovalStore):
             if run_id is None:
                 raise TurnNotFound(f"no turn {turn_id!r}")
             steer = self._add_steer(db, run_id, kind, text, utc_now())
-            denied = None
+            denied = woken = None
             if kind is SteerKind.INTERRUPT:
                 denied = self.deny_pending(db, run_id, INTERRUPTED)
-            return SteerReceipt(steer=steer, denied=denied)
+                woken = db.execute(q.WAKE_DEFERRED, {"b_run_id": run_id}).scalar_one_or_none()
+            return SteerReceipt(steer=steer, denied=denied, woken=woken)
 
     def _add_steer(
         self, db: StoreConnection, run_id: str, kind: SteerKind, text: str, now: datetime

@@ -50,6 +50,7 @@ class _Submission:
     contract: TaskContract | None
     if_busy: IfBusy
     host_context: dict[str, Any] | None
+    priority: str
 
 
 class SubmissionStore(SteerStore):
@@ -64,6 +65,7 @@ class SubmissionStore(SteerStore):
         contract: TaskContract | None,
         if_busy: IfBusy,
         host_context: dict[str, Any] | None = None,
+        priority: str = "interactive",
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
 
@@ -78,6 +80,7 @@ class SubmissionStore(SteerStore):
             contract=contract,
             if_busy=if_busy,
             host_context=host_context,
+            priority=priority,
         )
         try:
             return self._submit(asked)
@@ -220,6 +223,7 @@ def _submission_binds(
         "b_request_id": asked.request_id,
         "b_contract": asked.contract.to_json() if asked.contract else None,
         "b_host_context": asked.host_context,
+        "b_priority": asked.priority,
         "b_data": queued.data,
         "b_now": record.created_at,
     }

@@ -10,12 +10,14 @@ twice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from schemas.errors import Fenced
 from schemas.events import Event
 from schemas.messages import StepPayload
 from schemas.records import Approval, Steer
+from workers.ports.admission import Priority
 from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
 from workers.store import statements as q
 from workers.store.clock import utc_now
@@ -28,7 +30,42 @@ class TurnRunStore(TurnEnds):
 
     def sessions_with_work(self) -> list[str]:
         """Sessions that have a queued or running turn (for sweepers and startup)."""
-        return self._reading(lambda db: list(db.execute(q.SESSIONS_WITH_WORK).scalars()))
+        return [session_id for session_id, _lane in self.sessions_with_work_lanes()]
+
+    def sessions_with_work_lanes(self) -> list[tuple[str, Priority]]:
+        """Sessions that have a queued or running turn (none waiting for answers or for
+        capacity still to come), each with its most urgent lane."""
+        rows = self._reading(
+            lambda db: db.execute(q.SESSIONS_WITH_WORK, {"b_now": utc_now()}).all()
+        )
+        return [(row.session_id, row.priority) for row in rows]
+
+    def defer_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        fence: int,
+        not_before: datetime,
+        events: Sequence[Event],
+    ) -> None:
+        """The turn waits for provider capacity (docs/admission.md): its run is queued
+        again in its place in the session's line, not to be claimed before
+        ``not_before``, and ``events`` (its ``throttled``) are stored, in one transaction
+        under the session's fence.  The driver then lets the session go."""
+        with self._tx() as db:
+            self._check_fence(db, session_id, fence)
+            deferred = db.execute(
+                q.DEFER_RUN,
+                {
+                    "b_run_id": run_id,
+                    "b_not_before": not_before,
+                    "b_last_seq": max((e.seq for e in events), default=0),
+                },
+            ).rowcount
+            if deferred != 1:
+                raise Fenced(f"run {run_id} moved on; it was not deferred")
+            write_events(db, self._q, events, utc_now())
 
     def commit_step(
         self,

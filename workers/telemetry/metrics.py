@@ -147,6 +147,55 @@ METRICS: tuple[MetricSpec, ...] = (
         kind="counter",
         help="Event streams this gateway has opened.",
     ),
+    MetricSpec(
+        name="parley_model_calls_total",
+        kind="counter",
+        help="Model calls admitted and answered, by model and priority: the requests of "
+        "each model's capacity used.",
+        labels=("model", "priority"),
+    ),
+    MetricSpec(
+        name="parley_model_call_tokens_total",
+        kind="counter",
+        help="Tokens (input and output) the answered calls used, by model: the tokens of "
+        "each model's capacity used.",
+        labels=("model",),
+    ),
+    MetricSpec(
+        name="parley_model_limit",
+        kind="gauge",
+        help="Each model's limit in force (configured or learned from its provider), by "
+        "unit: rpm or tpm.",
+        labels=("model", "unit"),
+    ),
+    MetricSpec(
+        name="parley_admission_waits_total",
+        kind="counter",
+        help="Model calls that waited for capacity, by model, priority and how: slot (a "
+        "short wait holding the worker slot) or let_go (the turn let its session go).",
+        labels=("model", "priority", "how"),
+    ),
+    MetricSpec(
+        name="parley_admission_wait_seconds",
+        kind="histogram",
+        help="Seconds a model call was told to wait for capacity, by model and priority.",
+        labels=("model", "priority"),
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        name="parley_provider_rate_limited_total",
+        kind="counter",
+        help="429s that still came from a model's provider (each slows that model's "
+        "admission fleet-wide for a while).",
+        labels=("model",),
+    ),
+    MetricSpec(
+        name="parley_turns_waiting_capacity",
+        kind="gauge",
+        help="Turns waiting for provider capacity now, by tenant and priority (counted "
+        "by the sweeper from the store).",
+        labels=("tenant", "priority"),
+    ),
 )
 
 
@@ -343,3 +392,52 @@ def sse_connected() -> None:
 def sse_disconnected() -> None:
     """An event stream the gateway served has closed."""
     instruments()["parley_sse_connections"].dec()
+
+
+@_never_fails
+def model_call_admitted(model: str, priority: str, tokens: int) -> None:
+    """An admitted model call answered, using ``tokens``."""
+    m = instruments()
+    m["parley_model_calls_total"].labels(model=model, priority=priority).inc()
+    if tokens:
+        m["parley_model_call_tokens_total"].labels(model=model).inc(tokens)
+
+
+@_never_fails
+def model_limits(model: str, rpm: int | None, tpm: int | None) -> None:
+    """``model``'s limits in force, as this process knows them."""
+    gauge = instruments()["parley_model_limit"]
+    for unit, value in (("rpm", rpm), ("tpm", tpm)):
+        if value is not None:
+            gauge.labels(model=model, unit=unit).set(value)
+
+
+@_never_fails
+def admission_waited(model: str, priority: str, seconds: float, *, let_go: bool = False) -> None:
+    """A model call was told to wait ``seconds`` for capacity: in its slot, or with
+    its turn letting go."""
+    m = instruments()
+    how = "let_go" if let_go else "slot"
+    m["parley_admission_waits_total"].labels(model=model, priority=priority, how=how).inc()
+    m["parley_admission_wait_seconds"].labels(model=model, priority=priority).observe(seconds)
+
+
+@_never_fails
+def provider_refused(model: str) -> None:
+    """A 429 came from ``model``'s provider."""
+    instruments()["parley_provider_rate_limited_total"].labels(model=model).inc()
+
+
+_waiting_labels: set[tuple[str, str]] = set()
+
+
+@_never_fails
+def turns_waiting_capacity(counts: dict[tuple[str, str], int]) -> None:
+    """The turns waiting for capacity now, by (tenant, priority): a pair no longer
+    waiting reads 0."""
+    gauge = instruments()["parley_turns_waiting_capacity"]
+    for tenant, priority in _waiting_labels - set(counts):
+        gauge.labels(tenant=tenant, priority=priority).set(0)
+    for (tenant, priority), count in counts.items():
+        gauge.labels(tenant=tenant, priority=priority).set(count)
+    _waiting_labels.update(counts)

@@ -22,6 +22,8 @@ first event of step *k*       ``STEP_STARTED`` (``stepName`` ``"step k"``)
 ``steer``                     ``CUSTOM`` ``parley.steer``
 ``refusal``                   ``CUSTOM`` ``parley.refusal``
 ``check``                     ``CUSTOM`` ``parley.check``
+``throttled``                 ``CUSTOM`` ``parley.throttled`` (``model``, ``seconds``): the
+                              turn waits for provider capacity, holding no worker
 ``approval_requested``        ``TOOL_CALL_START``/``ARGS``/``END`` for the waiting call (once:
                               not again when it runs), ``CUSTOM``
                               ``parley.approval_requested``; once every call the turn waits
@@ -61,6 +63,7 @@ from parley.gateway.projections.agui_events import (
     CUSTOM_APPROVAL_REQUESTED,
     CUSTOM_REFUSAL,
     CUSTOM_STEP_RESTARTED,
+    CUSTOM_THROTTLED,
     approval_interrupt,
     custom_event,
     notice_event,
@@ -76,6 +79,7 @@ from schemas.events import (
     Steered,
     StepCommitted,
     StepRestarted,
+    Throttled,
     Token,
     ToolAnswered,
     ToolCalled,
@@ -179,7 +183,7 @@ class AgUiRun:
                 self._restarted(out, payload.step, payload.reason)
             case ApprovalRequested():
                 self._asked(out, payload)
-            case Steered() | Refused() | Checked() | ApprovalAnswered():
+            case Steered() | Refused() | Checked() | ApprovalAnswered() | Throttled():
                 out.append(self._notice(payload))
             case Ended():
                 # Not the run's end yet: a resumed turn goes on in the same feed.  What is
@@ -188,11 +192,17 @@ class AgUiRun:
                 self._end = payload
         return out  # (queued, started: nothing a client renders)
 
-    def _notice(self, payload: Steered | Refused | Checked | ApprovalAnswered) -> dict[str, Any]:
+    def _notice(
+        self, payload: Steered | Refused | Checked | ApprovalAnswered | Throttled
+    ) -> dict[str, Any]:
         """The custom event of what a client shows beside the messages."""
         match payload:
             case Steered() | Checked():
                 return notice_event(payload)
+            case Throttled():
+                # Waiting for provider capacity, holding no worker: not hung.
+                waited = {"model": payload.model, "seconds": payload.seconds}
+                return custom_event(CUSTOM_THROTTLED, waited)
             case Refused():
                 value: dict[str, Any] = {
                     "toolCallId": self._tool_call_id(payload.call_id),

@@ -14,6 +14,7 @@ CUSTOM_CHECK = "parley.check"
 CUSTOM_STEP_RESTARTED = "parley.step_restarted"
 CUSTOM_APPROVAL_REQUESTED = "parley.approval_requested"
 CUSTOM_APPROVAL_ANSWERED = "parley.approval_answered"
+CUSTOM_THROTTLED = "parley.throttled"
 APPROVAL_RESPONSE_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},

@@ -22,6 +22,8 @@ first event of step *k*       ``start-step``
 ``steer``                     a ``data-parley-steer`` part
 ``refusal``                   a ``data-parley-refusal`` part
 ``check``                     a ``data-parley-check`` part
+``throttled``                 a ``data-parley-throttled`` part (``model``, ``seconds``):
+                              the turn waits for provider capacity, holding no worker
 ``approval_requested``        ``tool-input-available`` (once: not again when the call
                               runs), ``tool-approval-request``; once every call the turn
                               waits on is shown, the route ends the message:
@@ -61,6 +63,7 @@ from schemas.events import (
     Steered,
     StepCommitted,
     StepRestarted,
+    Throttled,
     Token,
     ToolAnswered,
     ToolCalled,
@@ -71,6 +74,7 @@ DATA_STEER = "data-parley-steer"
 DATA_REFUSAL = "data-parley-refusal"
 DATA_CHECK = "data-parley-check"
 DATA_STEP_RESTARTED = "data-parley-step-restarted"
+DATA_THROTTLED = "data-parley-throttled"
 
 FINISH_REASONS = {
     TurnStatus.FINISHED: "stop",
@@ -154,7 +158,7 @@ class UiMessageStream:
                 self._committed(out, payload)
             case StepRestarted():
                 self._restarted(out, payload.step, payload.reason)
-            case Steered() | Refused() | Checked():
+            case Steered() | Refused() | Checked() | Throttled():
                 out.append(_notice(payload, event.seq))
             case Ended():
                 # Not the message's end yet: a resumed turn goes on in the same feed.
@@ -369,15 +373,20 @@ __all__ = [
     "DATA_REFUSAL",
     "DATA_STEER",
     "DATA_STEP_RESTARTED",
+    "DATA_THROTTLED",
     "UiMessageStream",
 ]
 
 
-def _notice(payload: Steered | Refused | Checked, seq: int) -> dict[str, Any]:
+def _notice(payload: Steered | Refused | Checked | Throttled, seq: int) -> dict[str, Any]:
     """The data part of what a UI shows beside the message's text and tools."""
     match payload:
+        case Throttled():
+            # Waiting for provider capacity, holding no worker: not hung.
+            data: dict[str, Any] = {"model": payload.model, "seconds": payload.seconds}
+            return _data(DATA_THROTTLED, f"throttled:{seq}", data)
         case Steered():
-            data: dict[str, Any] = {"position": payload.position, "text": payload.text}
+            data = {"position": payload.position, "text": payload.text}
             return _data(DATA_STEER, f"steer:{payload.position}", data)
         case Refused():
             data = {

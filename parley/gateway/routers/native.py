@@ -150,6 +150,7 @@ def submit_turn(
         request_id=request_id,
         if_busy=body.if_busy,
         context=body.context,
+        priority=body.priority,
     )
     if not handle.created:
         response.status_code = 200

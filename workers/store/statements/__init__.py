@@ -96,6 +96,9 @@ from workers.store.statements.fleet_state import (
 from workers.store.statements.fleet_state import (
     UNFINISHED_OF_STATUS as UNFINISHED_OF_STATUS,
 )
+from workers.store.statements.fleet_state import (
+    WORK_BY_LANE as WORK_BY_LANE,
+)
 from workers.store.statements.leases import (
     LEASE_HOLDER as LEASE_HOLDER,
 )
@@ -211,6 +214,9 @@ from workers.store.statements.runs import (
     CLOSE_RUNNING as CLOSE_RUNNING,
 )
 from workers.store.statements.runs import (
+    DEFER_RUN as DEFER_RUN,
+)
+from workers.store.statements.runs import (
     END_RUN as END_RUN,
 )
 from workers.store.statements.runs import (
@@ -245,6 +251,9 @@ from workers.store.statements.runs import (
 )
 from workers.store.statements.runs import (
     SESSION_OF_TURN as SESSION_OF_TURN,
+)
+from workers.store.statements.runs import (
+    WAKE_DEFERRED as WAKE_DEFERRED,
 )
 from workers.store.statements.seeds import (
     INSERT_SEED as INSERT_SEED,

@@ -43,6 +43,20 @@ UNFINISHED_OF_STATUS = (
     .limit(b("limit"))
 )
 
+# The unfinished runs by tenant and lane, and how many of them wait for provider
+# capacity (deferred: docs/admission.md): what an operator sees queued for each.
+WORK_BY_LANE = (
+    select(
+        func.coalesce(t.sessions.c.tenant, "").label("tenant"),
+        t.runs.c.priority,
+        func.count().label("runs"),
+        func.count(t.runs.c.not_before).label("deferred"),
+    )
+    .join(t.sessions, t.sessions.c.id == t.runs.c.session_id)
+    .where(IS_UNFINISHED)
+    .group_by(func.coalesce(t.sessions.c.tenant, ""), t.runs.c.priority)
+)
+
 # Whether the database answers now (readiness checks).
 PING = select(1)
 

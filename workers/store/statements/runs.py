@@ -64,6 +64,8 @@ INSERT_RUN = insert(t.runs).values(
     last_seq=1,
     queued_at=b("now"),
     queue_position=b("position"),
+    priority=b("priority"),
+    not_before=null(),
 )
 
 # What a turn spent on a step it threw away (nothing of the step is stored).
@@ -88,6 +90,7 @@ CLAIM_RUN = (
         started_at=func.coalesce(t.runs.c.started_at, b("now")),
         inbox_open=True,
         last_seq=b("seq"),
+        not_before=null(),
     )
 )
 
@@ -125,6 +128,32 @@ ADVANCE_RUN = (
         ),
     )
     .returning(t.runs.c.steer_count)
+)
+
+# A turn that waits for provider capacity lets its session go (docs/admission.md): its
+# run is queued again in its place, not to be claimed before ``not_before``, and the
+# claim that took it does not count towards giving up (it made no progress, nor failed).
+DEFER_RUN = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.status == RUNNING)
+    .values(
+        status=QUEUED,
+        not_before=b("not_before"),
+        worker=None,
+        stalled_attempts=case(
+            (t.runs.c.stalled_attempts > 0, t.runs.c.stalled_attempts - 1), else_=0
+        ),
+        last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
+    )
+)
+
+# An interrupt must not wait for the capacity a deferred turn waits for: it is runnable
+# at once (its next claim stops it at the boundary).
+WAKE_DEFERRED = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.not_before.is_not(None))
+    .values(not_before=null())
+    .returning(t.runs.c.session_id)
 )
 
 CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)

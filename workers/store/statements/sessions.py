@@ -3,7 +3,7 @@ lock of submissions, the check of every commit), its prefix generations."""
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, case, literal_column, select, text, tuple_, update
+from sqlalchemy import Boolean, case, func, literal_column, select, text, tuple_, update
 
 from schemas import tables as t
 from workers.store.statements.binds import b
@@ -90,19 +90,28 @@ INSERT_SESSION = t.sessions.insert()
 # In the words of the partial index ix_runs_active, so PostgreSQL reads it instead of
 # the runs.  (Only the fleet's sweeper asks; SQLite, without statistics, may not.)
 _waiting = t.runs.alias("waiting")
+_deferred = t.runs.alias("deferred")
 # Sessions a driver has something to do for: a queued or running turn, and no turn
-# waiting for answers (which the turns after it wait behind: a kick would find nothing).
+# waiting for answers or for provider capacity still to come (which the turns after it
+# wait behind: a kick would find nothing).  With each, its most urgent lane
+# ("interactive" sorts after "batch"), for the queue its kick goes to.
 SESSIONS_WITH_WORK = (
-    select(t.runs.c.session_id)
+    select(t.runs.c.session_id, func.max(t.runs.c.priority).label("priority"))
     .where(
         text(t.ACTIVE_RUN),
         ~select(_waiting.c.id)
         .where(
             _waiting.c.session_id == t.runs.c.session_id,
-            # Spelt out, as ACTIVE_RUN is: the sweeper's statement has no binds at all.
+            # Spelt out, as ACTIVE_RUN is, the one bind aside.
             _waiting.c.status == literal_column(f"'{WAITING}'"),
         )
         .exists(),
+        ~select(_deferred.c.id)
+        .where(
+            _deferred.c.session_id == t.runs.c.session_id,
+            _deferred.c.not_before > b("now"),
+        )
+        .exists(),
     )
-    .distinct()
+    .group_by(t.runs.c.session_id)
 )

@@ -9,6 +9,7 @@ export const STATUS_LABEL = {
   queued: "queued",
   running: "running",
   waiting: "waiting for approval",
+  throttled: "waiting for capacity",
   finished: "finished",
   succeeded: "succeeded",
   check_failed: "check failed",

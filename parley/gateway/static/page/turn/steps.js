@@ -13,13 +13,23 @@ export function onQueued(view, d) {
 }
 
 export function onStarted(view, d) {
-  // A later attempt after a resume is the resume itself; otherwise another worker
-  // took the turn over (its driver died).
-  if (d.attempt > 1 && !view.resuming) {
+  // A later attempt after a resume is the resume itself, and after a wait for capacity
+  // the same turn going on; otherwise another worker took the turn over (its driver
+  // died).
+  if (d.attempt > 1 && !view.resuming && view.status !== "throttled") {
     view.divider(`another worker took over (attempt ${d.attempt})`, "resume");
   }
   view.resuming = false;
+  view.setNote("");
   view.setStatus("running");
+}
+
+// The turn waits for its model's provider capacity, holding no worker: it goes on by
+// itself when the capacity is due, so it is shown waiting, not hung.
+export function onThrottled(view, d) {
+  const seconds = Math.max(1, Math.round(d.seconds || 0));
+  view.setStatus("throttled");
+  view.setNote(`waiting for ${d.model || "the model"}'s capacity, about ${seconds} s`);
 }
 
 export function onToken(view, d) {

@@ -11,7 +11,9 @@ import { onApprovalRequested, showApproval } from "./approvals.js";
 import { renderFoot } from "./foot.js";
 import { onEnd, renderSummary } from "./reply.js";
 import { addPendingSteer, onSteer } from "./steers.js";
-import { onCheck, onQueued, onStarted, onStep, onStepRestarted, onToken } from "./steps.js";
+import {
+  onCheck, onQueued, onStarted, onStep, onStepRestarted, onThrottled, onToken,
+} from "./steps.js";
 import { onRefusal, onToolCall, onToolResult } from "./tools.js";
 
 // Elements that hold nothing: the streaming caret never goes into one.
@@ -30,6 +32,7 @@ const SHOW = {
   step: onStep,
   step_restarted: onStepRestarted,
   approval_requested: onApprovalRequested,
+  throttled: onThrottled,
   end: onEnd,
 };
 
@@ -191,7 +194,7 @@ export class TurnView {
   refreshLive() {
     const running = this.live && this.running;
     this.el.classList.toggle("live", running);
-    if (!running || this.status === "waiting") {
+    if (!running || this.status === "waiting" || this.status === "throttled") {
       this.caret.remove();
       this.typing.remove();
       return;

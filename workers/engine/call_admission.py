@@ -1,0 +1,280 @@
+"""Admission of the engine's model calls (docs/admission.md): before each call, capacity
+from the fleet-wide :class:`~workers.ports.admission.Admission`; after it, the grant
+settled with the usage the provider reported and the limits it stated learned; a 429
+that still came penalises the model for every caller.
+
+A wait of up to ``SHORT_WAIT_SECONDS`` is spent in the worker slot (in slices that let an
+interrupt through); a longer one is a :class:`Throttle`: the turn lets its session and
+its slot go and is kicked again when its capacity is due.
+
+Admission never fails a turn: when Redis cannot be asked, the call goes ahead (a lost
+Redis costs the fleet its locks and kicks too, and is recovered as they are).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from schemas.errors import InvalidRequest
+from schemas.messages import message_bytes
+from workers.ports.admission import (
+    Admission,
+    Demand,
+    Grant,
+    Limits,
+    Priority,
+    parse_model_limits,
+    parse_tenant_weights,
+)
+from workers.ports.host import Model, ModelReply, ModelRequest, ModelThrottled
+from workers.telemetry import metrics
+
+log = logging.getLogger("parley.admission")
+
+SHORT_WAIT_SECONDS = 1.0
+"""Waits up to this long are spent holding the worker slot; longer ones let it go."""
+WAIT_SLICE_SECONDS = 0.1
+"""How long a wait in the slot goes without asking whether the turn was interrupted."""
+DEFAULT_OUTPUT_CEILING = 1024
+"""The output tokens reserved for a call whose model names no ceiling of its own (the
+settle gives back what it did not use)."""
+UNLIMITED_RECHECK_SECONDS = 5.0
+"""A model with no limit configured or learned anywhere is admitted without asking Redis;
+this often it asks again, to see limits or a penalty another worker learned."""
+DEFAULT_MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionSettings:
+    """The deployment's admission settings, from the environment."""
+
+    enabled: bool = True
+    model_limits: Mapping[str, Limits] = field(default_factory=dict)
+    tenant_weights: Mapping[str, float] = field(default_factory=dict)
+    max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
+        """``PARLEY_MODEL_LIMITS``, ``PARLEY_TENANT_WEIGHTS``, ``PARLEY_MAX_RETRY_AFTER``
+        (seconds, default 60) and ``PARLEY_ADMISSION`` (``on``, the default, or ``off``:
+        every call goes at once, as before admission; for measuring it)."""
+        env = os.environ if env is None else env
+        switch = (env.get("PARLEY_ADMISSION") or "on").strip().lower()
+        if switch not in ("on", "off"):
+            raise InvalidRequest(f"PARLEY_ADMISSION must be on or off, not {switch!r}")
+        text = env.get("PARLEY_MAX_RETRY_AFTER") or ""
+        try:
+            cap = float(text) if text else DEFAULT_MAX_RETRY_AFTER
+        except ValueError:
+            cap = -1.0
+        if not 0 < cap < math.inf:
+            raise InvalidRequest(
+                f"PARLEY_MAX_RETRY_AFTER must be a positive number of seconds, not {text!r}"
+            )
+        return cls(
+            enabled=switch == "on",
+            model_limits=parse_model_limits(env.get("PARLEY_MODEL_LIMITS") or ""),
+            tenant_weights=parse_tenant_weights(env.get("PARLEY_TENANT_WEIGHTS") or ""),
+            max_retry_after=cap,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throttle:
+    """A call that must wait longer than the slot should: the turn lets go for
+    ``seconds`` (``reason``: as :class:`~workers.ports.admission.Grant`'s)."""
+
+    model: str
+    seconds: float
+    reason: str
+
+
+_FREE = Grant(demand=Demand(model="", tokens=0), granted=True)
+"""The grant of a call admitted without asking (admission off, no limit known)."""
+
+
+class CallAdmission:
+    """Admission for one engine's model calls (one per process and host)."""
+
+    def __init__(
+        self,
+        admission: Admission | None,
+        settings: AdmissionSettings,
+        host_limits: Mapping[str, Limits],
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._admission = admission if settings.enabled else None
+        self._settings = settings
+        # The operator's word wins over the code's for a model named in both.
+        self._configured = {**host_limits, **settings.model_limits}
+        self._sleep = sleep
+        self._clock = clock
+        self._guard = threading.Lock()
+        self._learned: dict[str, Limits] = {}
+        """Limits learned here or seen in the admission's store."""
+        self._unlimited_until: dict[str, float] = {}
+        self._failing = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._admission is not None
+
+    @property
+    def max_retry_after(self) -> float:
+        return self._settings.max_retry_after
+
+    def weight_of(self, tenant: str) -> float:
+        return self._settings.tenant_weights.get(tenant, 1.0)
+
+    def limits_of(self, model: str) -> Limits | None:
+        """The limits in force for ``model`` as this process knows them."""
+        with self._guard:
+            return self._configured.get(model) or self._learned.get(model)
+
+    def configured(self) -> Mapping[str, Limits]:
+        return dict(self._configured)
+
+    # ------------------------------------------------------------------ a call
+
+    def demand(
+        self, model: Model, request: ModelRequest, *, priority: Priority, tenant: str
+    ) -> Demand:
+        """What a call of ``request`` asks for: its input estimated (about four
+        characters a token) plus the model's output ceiling."""
+        size = len(request.prefix.canonical_bytes()) + sum(
+            len(message_bytes(m)) for m in request.messages
+        )
+        ceiling = getattr(model, "output_ceiling", None) or DEFAULT_OUTPUT_CEILING
+        return Demand(
+            model=model.name,
+            tokens=(size + 3) // 4 + int(ceiling),
+            priority=priority,
+            tenant=tenant,
+            weight=self.weight_of(tenant),
+        )
+
+    def admit(self, demand: Demand, interrupted: Callable[[], None]) -> Grant | Throttle:
+        """Capacity for one call: a grant (waiting in the slot for up to
+        ``SHORT_WAIT_SECONDS`` at a time), or how long the turn must let go for.
+        ``interrupted`` raises if the turn was interrupted meanwhile."""
+        while True:
+            grant = self._acquire(demand)
+            if grant.granted:
+                return grant
+            if grant.wait > SHORT_WAIT_SECONDS:
+                return Throttle(model=demand.model, seconds=grant.wait, reason=grant.reason)
+            metrics.admission_waited(demand.model, demand.priority, grant.wait)
+            self.pause(grant.wait, interrupted)
+
+    def settle(self, grant: Grant, reply: ModelReply) -> None:
+        """The call answered: settle its grant with the tokens it used, and learn the
+        limits its provider stated."""
+        if reply.limits is not None:
+            self._learn(grant.demand.model or reply.model, reply.limits)
+        used = reply.usage.input_tokens + reply.usage.output_tokens
+        metrics.model_call_admitted(grant.demand.model, grant.demand.priority, used)
+        if grant.tokens:
+            self._call(lambda a: a.settle(grant, used))
+
+    def unused(self, grant: Grant, demand: Demand) -> None:
+        """The call failed or was cut off: what it reserved beyond its input goes back
+        (the provider may have counted the input)."""
+        if grant.tokens:
+            ceiling = max(0, demand.tokens - grant.tokens)
+            self._call(lambda a: a.settle(grant, max(0, grant.tokens - ceiling)))
+
+    def refused(self, grant: Grant, exc: ModelThrottled) -> float:
+        """A 429 came anyway: penalise the model for the whole fleet, learn what the
+        refusal reported, give the grant's tokens back; returns the seconds to wait
+        before asking again (the provider's ``retry-after``, capped)."""
+        model = grant.demand.model
+        if exc.limits is not None:
+            self._learn(model, exc.limits)
+        wait = min(
+            self._settings.max_retry_after,
+            exc.retry_after if exc.retry_after is not None else 1.0,
+        )
+        wait = max(wait, 0.0)
+        metrics.provider_refused(model)
+        with self._guard:
+            self._unlimited_until.pop(model, None)
+        self._call(lambda a: a.penalise(model, wait))
+        if grant.tokens:
+            self._call(lambda a: a.settle(grant, 0))
+        return wait
+
+    def pause(self, seconds: float, interrupted: Callable[[], None]) -> None:
+        """Wait ``seconds`` in the slot, letting an interrupt through within a slice."""
+        ends = self._clock() + seconds
+        while True:
+            left = ends - self._clock()
+            if left <= 0:
+                return
+            self._sleep(min(left, WAIT_SLICE_SECONDS))
+            interrupted()
+
+    # ------------------------------------------------------------------ admission
+
+    def _acquire(self, demand: Demand) -> Grant:
+        admission = self._admission
+        if admission is None:
+            return _FREE
+        model = demand.model
+        known = self.limits_of(model)
+        with self._guard:
+            if known is None and self._unlimited_until.get(model, 0.0) > self._clock():
+                return _FREE
+        try:
+            grant = admission.acquire(demand, self._configured.get(model))
+        except Exception as exc:
+            self._unreachable(exc)
+            return _FREE
+        self._reachable()
+        with self._guard:
+            if grant.learned is not None:
+                self._learned[model] = grant.learned
+            if known is None and grant.learned is None and grant.granted and not grant.tokens:
+                self._unlimited_until[model] = self._clock() + UNLIMITED_RECHECK_SECONDS
+        return grant
+
+    def _learn(self, model: str, limits: Limits) -> None:
+        with self._guard:
+            if self._learned.get(model) == limits:
+                return
+            self._learned[model] = limits
+            self._unlimited_until.pop(model, None)
+        self._call(lambda a: a.learn(model, limits))
+
+    def _call(self, what: Callable[[Admission], None]) -> None:
+        admission = self._admission
+        if admission is None:
+            return
+        try:
+            what(admission)
+        except Exception as exc:
+            self._unreachable(exc)
+        else:
+            self._reachable()
+
+    def _unreachable(self, exc: Exception) -> None:
+        if not self._failing:
+            log.warning(
+                "admission cannot reach its store (%s: %s); calls go ahead unadmitted "
+                "until it answers",
+                type(exc).__name__,
+                exc,
+            )
+        self._failing = True
+
+    def _reachable(self) -> None:
+        if self._failing:
+            log.info("admission reaches its store again")
+        self._failing = False
