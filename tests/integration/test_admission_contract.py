@@ -346,6 +346,7 @@ def test_every_key_of_a_model_is_in_its_hash_slot_and_expires(
             ]
         )
         assert all(key.startswith("parley:adm:{openai:gpt-4o-mini}") for key in keys)
+        assert redis_admission.models() == [model]  # the companions are not models
         assert len({key_slot(key.encode()) for key in keys}) == 1
         for key in keys:
             assert 0 < client.ttl(key) <= c.ADMISSION_STATE_SECONDS
