@@ -473,3 +473,16 @@ def test_bad_penalties_and_settles_are_refused() -> None:
     grant = adm.acquire(demand(10), Limits(tpm=60_000))
     with pytest.raises(InvalidRequest, match="used_tokens"):
         adm.settle(grant, -5)
+
+
+def test_tenants_that_never_wait_leave_nothing_behind() -> None:
+    """Only waiting tenants are kept (a tenant granted at a full bucket waits for a
+    second): a model's state does not grow with every tenant that ever called it."""
+    state, now = am.ModelState(), 1_000.0
+    limits = Limits(rpm=60_000)
+    for number in range(100):
+        assert am.acquire(state, demand(0, "batch", f"t{number}"), limits, now).granted
+    assert set(state.tickets) == set(state.weights) == set(state.served) == {"t0"}
+    am.acquire(state, demand(0, "batch", "late"), limits, now + am.TENANT_IDLE_SECONDS + 0.1)
+    assert state.tickets == {"late": now + am.TENANT_IDLE_SECONDS + 0.1}  # full again
+    assert set(state.weights) == set(state.served) == {"late"}

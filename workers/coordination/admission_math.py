@@ -51,7 +51,10 @@ moment it refills, before a tenant that arrived after them (whose first ten call
 waited some 25 s behind a backlog of 1,000 at 1,200 rpm, in the unit tests' simulation).
 The turn rule keeps a late tenant's share from its first call; the tickets keep the
 waiters of each tenant coming back at about its share, so that few calls are refused
-twice.  Two tenants 3:1 that both wait are granted 3:1, whenever each arrived.
+twice.  Two tenants 3:1 that both wait are granted 3:1, whenever each arrived.  A
+tenant whose waiters all gave up (a cancelled batch) counts as waiting until its clock
+passes: meanwhile the others are granted only when the buckets are full, which still
+admits about the whole rate.
 
 Settling.  ``settle`` adds ``reserved - used`` to the token level (capped at the burst; a
 debt may take it below zero).  A request, once sent, counts: nothing is given back.
@@ -72,8 +75,12 @@ Over any window ``[a, b]`` of ``W = b - a`` seconds, with fixed limits:
 - the tokens charged up to the window's last grant ``g`` (the reservations of the grants
   in ``[a, g]``, plus the excess of the settles in ``[a, g)`` over their reservations,
   minus the refunds they credited) are at most ``t_burst + tpm/60 * HEADROOM * W + max(0,
-  tokens_g - t_burst)``: the same argument, where only a demand larger than the burst may
-  leave the level below zero.
+  tokens_g - t_burst)`` (plus the rate times SLACK_SECONDS): the same argument, where only
+  a demand larger than the burst may leave the level below zero.
+
+Both are checked, for any interleaving of acquires, settles, penalties and time, by
+tests/unit/test_admission_math.py.  A change of the limits in force resizes the buckets
+(the bound holds with the largest).
 
 A FLUSHALL (or a Redis that restarts empty) forgets every model's state: the next call
 finds full buckets, so the bound above gains at most one burst of each bucket per flush
@@ -347,7 +354,6 @@ def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Ans
     r_wait, t_wait = _bucket_waits(state, shape, demand)
     aside = max(0.0, state.interactive_until - now)
     tenant = demand.tenant
-    state.weights[tenant] = float(demand.weight)
     cost = max(
         1 / shape.r_rate if shape.r_rate is not None else 0.0,
         demand.tokens / shape.t_rate if shape.t_rate is not None else 0.0,
@@ -359,12 +365,16 @@ def _batch(state: ModelState, shape: Buckets, demand: Demand, now: float) -> Ans
     if r_wait <= SLACK_SECONDS and t_wait <= SLACK_SECONDS and aside <= 0 and in_turn:
         if full:
             state.tickets[tenant] = now
-        if tenant in state.tickets:
+        if tenant in state.tickets:  # (only a waiting tenant's share is kept)
             state.served[tenant] = served + cost / demand.weight
+            state.weights[tenant] = float(demand.weight)
         return _take(state, shape, demand)
     state.served[tenant] = served
-    waiting = [t for t, clock in state.tickets.items() if clock > now - TENANT_IDLE_SECONDS]
-    total = sum(state.weights.get(t, 1.0) for t in waiting if t != tenant) + demand.weight
+    state.weights[tenant] = float(demand.weight)
+    total = demand.weight
+    for other, clock in state.tickets.items():
+        if other != tenant and clock > now - TENANT_IDLE_SECONDS:
+            total += state.weights.get(other, 1.0)
     spacing = cost / (demand.weight / total)
     after = max(r_wait, t_wait, aside, 0.0 if in_turn else spacing)
     ticket = max(state.tickets.get(tenant, -math.inf), now + after)

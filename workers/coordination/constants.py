@@ -2,7 +2,8 @@
 
 Redis holds only signals and caches that can be rebuilt: locks (rebuilt by whoever takes
 them next), replay buffers (PostgreSQL holds every durable event), interrupt flags (the
-interrupt itself is stored in PostgreSQL) and kick throttles.
+interrupt itself is stored in PostgreSQL), kick throttles and admission's buckets (rebuilt
+full: :mod:`workers.coordination.admission_math` states what that costs).
 """
 
 from __future__ import annotations

@@ -148,10 +148,7 @@ class RedisAdmission(Admission):
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
             for model in models:
-                pipe.hgetall(c.admission_key(model))
-                pipe.zrange(c.admission_tickets_key(model), 0, -1, withscores=True)
-                pipe.hgetall(c.admission_weights_key(model))
-                pipe.hgetall(c.admission_served_key(model))
+                self._queue_reads(pipe, model)
             replies = pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise AdmissionUnreachable(f"admission could not read Redis: {exc}") from exc
@@ -161,6 +158,24 @@ class RedisAdmission(Admission):
             am.model_use(model, _state(*replies[1 + 4 * i : 5 + 4 * i]), now)
             for i, model in enumerate(models)
         ]
+
+    def state(self, model: str) -> am.ModelState:
+        """The model's state as its keys hold it now (for tests, and a curious operator)."""
+        am.check_model(model)
+        pipe = self.client.pipeline(transaction=False)
+        self._queue_reads(pipe, model)
+        try:
+            return _state(*pipe.execute())
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise AdmissionUnreachable(f"admission could not read Redis: {exc}") from exc
+
+    @staticmethod
+    def _queue_reads(pipe: Any, model: str) -> None:
+        """Queue the reads of every key of the model's state (what ``_state`` parses)."""
+        pipe.hgetall(c.admission_key(model))
+        pipe.zrange(c.admission_tickets_key(model), 0, -1, withscores=True)
+        pipe.hgetall(c.admission_weights_key(model))
+        pipe.hgetall(c.admission_served_key(model))
 
     def _run(self, model: str, *args: Any) -> Any:
         """One call of the script on the model's keys (NOSCRIPT reloads it and calls

@@ -205,7 +205,6 @@ local function batch(state, shape, tokens, tenant, weight, now)
   prune_tickets(now)
   local r_wait, t_wait = bucket_waits(state, shape, 'batch', tokens)
   local aside = math.max(0.0, state.interactive_until - now)
-  redis.call('HSET', WEIGHTS, tenant, text(weight))
   local cost = 0.0
   if shape.r_rate ~= nil then cost = 1 / shape.r_rate end
   if shape.t_rate ~= nil then cost = math.max(cost, tokens / shape.t_rate) end
@@ -219,10 +218,14 @@ local function batch(state, shape, tokens, tenant, weight, now)
       redis.call('ZADD', TICKETS, text(now), tenant)
       own = now
     end
-    if own ~= nil then redis.call('HSET', SERVED, tenant, text(served + cost / weight)) end
+    if own ~= nil then
+      redis.call('HSET', SERVED, tenant, text(served + cost / weight))
+      redis.call('HSET', WEIGHTS, tenant, text(weight))
+    end
     return take(state, shape, tokens)
   end
   redis.call('HSET', SERVED, tenant, text(served))
+  redis.call('HSET', WEIGHTS, tenant, text(weight))
   local total = weight
   for _, other in ipairs(waiting) do
     if other ~= tenant then total = total + (number(redis.call('HGET', WEIGHTS, other)) or 1.0) end
