@@ -254,3 +254,19 @@ class InjectingLoop(parley.AgentLoop):
 def failing_host() -> parley.Host:
     """``workspace_host`` with recording hooks and a driver that fail on demand."""
     return workspace_host(hooks=RecordingHooks(), driver=InjectingLoop())
+
+
+def provider_host() -> parley.Host:
+    """A host whose model is the OpenAI-compatible server at ``PARLEY_TEST_PROVIDER_URL``
+    (the rate-limited provider of the admission tests, tests/providers/), named
+    ``openai:gpt-test``, with the client's own retries as shipped: admission must keep
+    them from fighting its own."""
+    from parley.models.openai_chat import OpenAIChatModel
+
+    model = OpenAIChatModel(
+        "gpt-test",
+        base_url=os.environ["PARLEY_TEST_PROVIDER_URL"],
+        api_key="sk-test-placeholder",
+        timeout=30,
+    )
+    return parley.Host(model=model, tools=WORKSPACE_TOOLS)

@@ -7,6 +7,13 @@ A wait of up to ``SHORT_WAIT_SECONDS`` is spent in the worker slot (in slices th
 interrupt through); a longer one is a :class:`Throttle`: the turn lets its session and
 its slot go and is kicked again when its capacity is due.
 
+A model whose limits nobody knows yet (none configured, none learned) is probed first:
+one call of it at a time in each process, for up to ``PROBE_SECONDS``, until an answer
+says what the provider allows (its rate-limit headers) or that it states nothing (then
+the model goes unadmitted).  Without the probe, a fleet that starts a backlog against a
+provider it has not heard from yet would send its whole concurrency at once, into the
+very storm of 429s admission is for.
+
 Admission never fails a turn: when Redis cannot be asked, the call goes ahead (a lost
 Redis costs the fleet its locks and kicks too, and is recovered as they are).
 """
@@ -47,6 +54,10 @@ settle gives back what it did not use)."""
 UNLIMITED_RECHECK_SECONDS = 5.0
 """A model with no limit configured or learned anywhere is admitted without asking Redis;
 this often it asks again, to see limits or a penalty another worker learned."""
+PROBE_SECONDS = 2.0
+"""How long a call waits for the probe of its model (the first call of a model whose
+limits are unknown) before going ahead anyway: a probe that takes long (a long answer)
+must not hold every other call of the model."""
 DEFAULT_MAX_RETRY_AFTER = 60.0
 
 
@@ -121,6 +132,10 @@ class CallAdmission:
         self._learned: dict[str, Limits] = {}
         """Limits learned here or seen in the admission's store."""
         self._unlimited_until: dict[str, float] = {}
+        self._silent: set[str] = set()
+        """Models whose provider answered without stating limits: not probed again."""
+        self._probes: dict[str, threading.Semaphore] = {}
+        self._holding = threading.local()  # .model: the probe this thread's call holds
         self._failing = False
 
     @property
@@ -165,20 +180,31 @@ class CallAdmission:
         """Capacity for one call: a grant (waiting in the slot for up to
         ``SHORT_WAIT_SECONDS`` at a time), or how long the turn must let go for.
         ``interrupted`` raises if the turn was interrupted meanwhile."""
-        while True:
-            grant = self._acquire(demand)
-            if grant.granted:
-                return grant
-            if grant.wait > SHORT_WAIT_SECONDS:
-                return Throttle(model=demand.model, seconds=grant.wait, reason=grant.reason)
-            metrics.admission_waited(demand.model, demand.priority, grant.wait)
-            self.pause(grant.wait, interrupted)
+        self._wait_for_probe(demand.model, interrupted)
+        try:
+            while True:
+                grant = self._acquire(demand)
+                if grant.granted:
+                    return grant
+                if grant.wait > SHORT_WAIT_SECONDS:
+                    self._end_probe(demand.model)  # no call follows now
+                    return Throttle(model=demand.model, seconds=grant.wait, reason=grant.reason)
+                metrics.admission_waited(demand.model, demand.priority, grant.wait)
+                self.pause(grant.wait, interrupted)
+        except BaseException:
+            self._end_probe(demand.model)
+            raise
 
     def settle(self, grant: Grant, reply: ModelReply) -> None:
         """The call answered: settle its grant with the tokens it used, and learn the
         limits its provider stated."""
+        model = grant.demand.model or reply.model
         if reply.limits is not None:
-            self._learn(grant.demand.model or reply.model, reply.limits)
+            self._learn(model, reply.limits)
+        else:
+            with self._guard:
+                self._silent.add(model)
+        self._end_probe(model)
         used = reply.usage.input_tokens + reply.usage.output_tokens
         metrics.model_call_admitted(grant.demand.model, grant.demand.priority, used)
         if grant.tokens:
@@ -187,6 +213,7 @@ class CallAdmission:
     def unused(self, grant: Grant, demand: Demand) -> None:
         """The call failed or was cut off: what it reserved beyond its input goes back
         (the provider may have counted the input)."""
+        self._end_probe(demand.model)
         if grant.tokens:
             ceiling = max(0, demand.tokens - grant.tokens)
             self._call(lambda a: a.settle(grant, max(0, grant.tokens - ceiling)))
@@ -198,6 +225,7 @@ class CallAdmission:
         model = grant.demand.model
         if exc.limits is not None:
             self._learn(model, exc.limits)
+        self._end_probe(model)
         wait = min(
             self._settings.max_retry_after,
             exc.retry_after if exc.retry_after is not None else 1.0,
@@ -206,9 +234,11 @@ class CallAdmission:
         metrics.provider_refused(model)
         with self._guard:
             self._unlimited_until.pop(model, None)
-        self._call(lambda a: a.penalise(model, wait))
+        # Settled first: the penalty empties the buckets, and a settle after it would
+        # put the reserved tokens back into one that must stay empty.
         if grant.tokens:
             self._call(lambda a: a.settle(grant, 0))
+        self._call(lambda a: a.penalise(model, wait))
         return wait
 
     def pause(self, seconds: float, interrupted: Callable[[], None]) -> None:
@@ -220,6 +250,41 @@ class CallAdmission:
                 return
             self._sleep(min(left, WAIT_SLICE_SECONDS))
             interrupted()
+
+    # ------------------------------------------------------------------ the probe
+
+    def _wait_for_probe(self, model: str, interrupted: Callable[[], None]) -> None:
+        """While nothing says what ``model``'s provider allows, its calls in this process
+        go one at a time (each waits up to ``PROBE_SECONDS`` for the one before)."""
+        if self._admission is None:
+            return
+        with self._guard:
+            if model in self._configured or model in self._learned or model in self._silent:
+                return
+            probe = self._probes.setdefault(model, threading.Semaphore(1))
+        ends = self._clock() + PROBE_SECONDS
+        while not probe.acquire(timeout=WAIT_SLICE_SECONDS):
+            interrupted()
+            if self._clock() >= ends or not self._probing(model):
+                return
+        self._holding.model = model
+
+    def _probing(self, model: str) -> bool:
+        with self._guard:
+            return model in self._probes
+
+    def _end_probe(self, model: str) -> None:
+        """A call of ``model`` answered (or failed): the next one in line may go; once
+        the model's limits are known (or known to be stated nowhere), all may."""
+        if getattr(self._holding, "model", None) != model:
+            return
+        self._holding.model = None
+        with self._guard:
+            probe = self._probes.get(model)
+            if probe is not None and (model in self._learned or model in self._silent):
+                del self._probes[model]
+        if probe is not None:
+            probe.release()
 
     # ------------------------------------------------------------------ admission
 
