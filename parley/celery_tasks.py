@@ -52,6 +52,9 @@ _runtime: FleetRuntime | None = None
 # What one process drives at once, and the connections it takes: one turn until the
 # worker has told its pool and concurrency (the sweeper, a producer: one thread).
 _budget = ConnectionBudget.for_drivers(1, database_pool_size=settings.database_pool_size)
+# What this process is to PostgreSQL (its connections' application_name, with its pid):
+# a worker's unless it is the sweeper's.
+_role = "parley-worker"
 
 
 def runtime() -> FleetRuntime:
@@ -65,6 +68,7 @@ def runtime() -> FleetRuntime:
             host=host,
             replay_seconds=settings.replay_seconds,
             budget=_budget,
+            role=_role,
         )
     return _runtime
 
@@ -207,6 +211,8 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
 
     It sweeps in its own process rather than as a scheduled task, so recovery never
     waits for a worker slot that long-running drivers occupy."""
+    global _role
+    _role = "parley-beat"
     stop = stop or threading.Event()
     if metrics_bind is not None:
         metrics_export.serve_process(metrics_bind)

@@ -1,17 +1,22 @@
 """A fleet process's connection pools, sized for the turns it drives at once: a thread
 that finds every Redis connection of a pool in use waits for one instead of failing
 (redis-py's own pool raises "Too many connections" past its size, which a driver takes
-for Redis being down), and a runtime's pools have the sizes its budget says."""
+for Redis being down), a runtime's pools have the sizes its budget says, and a
+PostgreSQL connection the server drops never makes the process hold more than its pool's
+size: its connections name the process, so that can be counted."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 
+import psycopg
 import pytest
 import redis
 
+from tests.support.databases import PG_ADMIN_URL
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.waiting import wait_until
 from workers.coordination.redis_coordinator import RedisCoordinator
@@ -74,5 +79,28 @@ def test_a_runtime_sizes_its_pools_for_the_turns_it_drives(postgres_url: str) ->
         assert budget.redis > 300
         pool = runtime.store.engine.pool
         assert (pool.size(), pool._max_overflow) == (7, 7)  # type: ignore[attr-defined]
+    finally:
+        runtime.close()
+
+
+def held_by(application_name: str) -> int:
+    """How many connections the server holds for clients named ``application_name``."""
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.postgres
+def test_a_runtimes_connections_name_its_role_and_its_pid(postgres_url: str) -> None:
+    runtime = FleetRuntime.build(
+        database_url=postgres_url, redis_url=REDIS_TEST_URL, host=None, role="parley-beat"
+    )
+    try:
+        assert runtime.store.ping()
+        assert held_by(f"parley-beat:{os.getpid()}") == 1
     finally:
         runtime.close()
