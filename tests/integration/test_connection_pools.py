@@ -15,7 +15,9 @@ import uuid
 import psycopg
 import pytest
 import redis
+from sqlalchemy import text
 
+from schemas.errors import StoreError
 from tests.support.databases import PG_ADMIN_URL
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.waiting import wait_until
@@ -23,6 +25,8 @@ from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.emitter import Emitter
 from workers.runtime.concurrency import ConnectionBudget
 from workers.runtime.fleet import FleetRuntime
+from workers.store import statements as q
+from workers.store.sql_store import SqlStore
 
 
 def blocked_reads(admin: redis.Redis, db: int) -> int:
@@ -94,6 +98,12 @@ def held_by(application_name: str) -> int:
     return int(row[0])
 
 
+def terminate(backend: int) -> None:
+    """Terminate, on the server, the connection whose server process is ``backend``."""
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+
+
 @pytest.mark.postgres
 def test_a_runtimes_connections_name_its_role_and_its_pid(postgres_url: str) -> None:
     runtime = FleetRuntime.build(
@@ -104,3 +114,55 @@ def test_a_runtimes_connections_name_its_role_and_its_pid(postgres_url: str) -> 
         assert held_by(f"parley-beat:{os.getpid()}") == 1
     finally:
         runtime.close()
+
+
+@pytest.mark.postgres
+def test_a_dropped_connection_leaves_the_pool_no_larger_than_its_size(postgres_url: str) -> None:
+    # Two connections at most, both in use: one thread holds its transaction open while
+    # the server drops the other's, whose next statement finds it broken.  Discarding
+    # the whole pool then (engine.dispose()) left the held one open, in the old pool it
+    # went back to, while the new pool opened two more.
+    role = f"parley-test-{uuid.uuid4().hex[:8]}"
+    name = f"{role}:{os.getpid()}"
+    store = SqlStore.from_url(postgres_url, pool_size=2, max_overflow=0, role=role)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._tx() as db:
+            db.execute(q.PING)
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    seen: list[int] = []
+    try:
+        holder.start()
+        assert holding.wait(10)
+        with pytest.raises(StoreError), store._tx() as db:
+            terminate(db.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            wait_until(lambda: held_by(name) == 1, what="the connection dropped")
+            db.execute(q.PING)  # the direct path, on a broken connection
+        release.set()
+        holder.join(10)
+        # The next transactions, two at once, as busy threads run them: the pool opens
+        # a fresh connection in place of the broken one, never beside the others.
+        both = threading.Barrier(2)
+
+        def busy() -> None:
+            with store._tx() as db:
+                db.execute(q.PING)
+                both.wait(10)
+                seen.append(held_by(name))
+
+        pair = [threading.Thread(target=busy) for _ in range(2)]
+        for thread in pair:
+            thread.start()
+        for thread in pair:
+            thread.join(10)
+        assert len(seen) == 2
+        assert max(seen) <= 2, seen
+        assert store.ping()
+    finally:
+        release.set()
+        holder.join(10)
+        store.close()
