@@ -3,7 +3,8 @@
 
 Configuration comes from the environment (:class:`broker_config.settings.FleetSettings`).
 The tasks are thin: they name a session, and the engine does the rest.  Each worker
-process builds its runtime after the fork (``worker_process_init``), never before.
+process builds its runtime after the fork (``worker_process_init`` on prefork, the first
+kick on the threads pool), never before, and once, however many kicks ask at once.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from schemas.errors import StoreError
 from workers.coordination import constants as c
 from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
 from workers.runtime.fleet import FleetRuntime, drive_session, sweep
+from workers.runtime.per_process import PerProcess
 from workers.store.database import unmigrated
 from workers.store.ids import validate_ids
 
@@ -48,25 +50,34 @@ log = logging.getLogger("parley.worker")
 settings = FleetSettings.from_env()
 metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
-_runtime: FleetRuntime | None = None
 # What one process drives at once, and the connections it takes: one turn until the
 # worker has told its pool and concurrency (the sweeper, a producer: one thread).
 _budget = ConnectionBudget.for_drivers(1, database_pool_size=settings.database_pool_size)
+# What this process is to PostgreSQL (its connections' application_name, with its pid):
+# a worker's unless it is the sweeper's.
+_role = "parley-worker"
+
+
+def _build_runtime() -> FleetRuntime:
+    host = load_host(settings.host) if settings.host else host_from_environment()
+    return FleetRuntime.build(
+        database_url=settings.database_url,
+        redis_url=settings.redis_url,
+        host=host,
+        replay_seconds=settings.replay_seconds,
+        budget=_budget,
+        role=_role,
+    )
+
+
+# One per process, whatever the pool: on the threads pool the first kicks of a burst
+# all ask for it at once (workers/runtime/per_process.py).
+_runtime = PerProcess(_build_runtime)
 
 
 def runtime() -> FleetRuntime:
     """This process's runtime, built on first use in each process."""
-    global _runtime
-    if _runtime is None or _runtime.pid != os.getpid():
-        host = load_host(settings.host) if settings.host else host_from_environment()
-        _runtime = FleetRuntime.build(
-            database_url=settings.database_url,
-            redis_url=settings.redis_url,
-            host=host,
-            replay_seconds=settings.replay_seconds,
-            budget=_budget,
-        )
-    return _runtime
+    return _runtime.get()
 
 
 @celeryd_after_setup.connect  # type: ignore[untyped-decorator]
@@ -222,6 +233,8 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
 
     It sweeps in its own process rather than as a scheduled task, so recovery never
     waits for a worker slot that long-running drivers occupy."""
+    global _role
+    _role = "parley-beat"
     stop = stop or threading.Event()
     if metrics_bind is not None:
         metrics_export.serve_process(metrics_bind)

@@ -44,12 +44,17 @@ class FleetRuntime:
         host: HostPort | None,
         replay_seconds: int = c.ENDED_BUFFER_SECONDS,
         budget: ConnectionBudget | None = None,
+        role: str = "parley-worker",
     ) -> FleetRuntime:
         """Connect to PostgreSQL and Redis (call after the fork), with pools of the
-        ``budget``'s sizes (by default, those of a process driving one turn at once)."""
+        ``budget``'s sizes (by default, those of a process driving one turn at once);
+        ``role`` names the process to PostgreSQL (``application_name``, with its pid)."""
         budget = budget or ConnectionBudget.for_drivers(1)
         store = SqlStore.from_url(
-            database_url, pool_size=budget.database, max_overflow=budget.database_overflow
+            database_url,
+            pool_size=budget.database,
+            max_overflow=budget.database_overflow,
+            role=role,
         )
         coordinator = RedisCoordinator(
             redis_url, replay_seconds=replay_seconds, max_connections=budget.redis

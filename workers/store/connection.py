@@ -201,10 +201,15 @@ class StoreConnection:
         except psycopg.Error as exc:
             broken = raw.broken or raw.closed
             if broken:
-                # As SQLAlchemy does on a disconnect: this connection and every one pooled
-                # before it are discarded (a server that dropped one dropped them all).
+                # As SQLAlchemy does on a disconnect: this connection is discarded, and
+                # every one opened before it is replaced at its next checkout (a server
+                # that dropped one may have dropped them all).  The pool itself stays:
+                # engine.dispose() would put a new pool in its place while the
+                # connections other threads hold went back to the old one and stayed
+                # open there, each disconnect adding up to a pool's worth to what the
+                # process holds (docs/operations.md#concurrency).
+                connection.engine.pool._invalidate(connection.connection, exc)
                 connection.invalidate(exc)
-                connection.engine.dispose()
             raise DBAPIError.instance(
                 compiled.sql, bound, exc, psycopg.Error, connection_invalidated=bool(broken)
             ) from exc

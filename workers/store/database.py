@@ -8,6 +8,7 @@ threads of one process never see ``database is locked``.
 
 from __future__ import annotations
 
+import os
 import select
 import threading
 from pathlib import Path
@@ -35,6 +36,10 @@ POOL_TIMEOUT = 60.0
 """How long a thread waits for a pooled PostgreSQL connection when every one is in use
 (SQLAlchemy's default is 30 s): transactions are short, so a wait this long means the
 server is not answering, and the caller gets a ``StoreError``."""
+DEFAULT_ROLE = "parley"
+"""What a process is to PostgreSQL unless it says (a fleet worker says ``parley-worker``,
+the sweeper ``parley-beat``): its connections' ``application_name`` is the role and the
+pid, ``parley-worker:4242``, so ``pg_stat_activity`` shows who holds each connection."""
 
 
 def normalise_url(url: str) -> str:
@@ -46,12 +51,18 @@ def normalise_url(url: str) -> str:
 
 
 def create_database_engine(
-    url: str, *, pool_size: int = POOL_SIZE, max_overflow: int = MAX_OVERFLOW
+    url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    max_overflow: int = MAX_OVERFLOW,
+    role: str = DEFAULT_ROLE,
 ) -> Engine:
     """An engine for ``url``, configured for parley's transaction pattern.  On
     PostgreSQL it keeps up to ``pool_size`` connections and opens up to ``max_overflow``
     more in a burst; a thread that finds them all in use waits up to ``POOL_TIMEOUT``
-    seconds for one (a fleet worker sizes them: :mod:`workers.runtime.concurrency`)."""
+    seconds for one (a fleet worker sizes them: :mod:`workers.runtime.concurrency`).
+    Its connections name themselves ``<role>:<pid>`` (unless ``url`` names an
+    ``application_name`` of its own)."""
     url = normalise_url(url)
     try:
         parsed = make_url(url)
@@ -60,7 +71,7 @@ def create_database_engine(
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+        return _postgres_engine(url, pool_size=pool_size, max_overflow=max_overflow, role=role)
     raise InvalidRequest(
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
     )
@@ -87,7 +98,7 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _postgres_engine(url: str, *, pool_size: int, max_overflow: int) -> Engine:
+def _postgres_engine(url: str, *, pool_size: int, max_overflow: int, role: str) -> Engine:
     # READ COMMITTED, whatever the server's default: a claim waits for a submission that
     # holds its session's row, then reads the runs it committed in a fresh snapshot.
     engine = create_engine(
@@ -97,6 +108,12 @@ def _postgres_engine(url: str, *, pool_size: int, max_overflow: int) -> Engine:
         pool_timeout=POOL_TIMEOUT,
         isolation_level="READ COMMITTED",
     )
+
+    @event.listens_for(engine, "do_connect")
+    def _named(_dialect: Any, _record: Any, _args: Any, params: dict[str, Any]) -> None:
+        # The pid when the connection opens, not when the engine was made: the process
+        # that holds it.
+        params.setdefault("application_name", f"{role}:{os.getpid()}")
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

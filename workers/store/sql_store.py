@@ -20,7 +20,12 @@ from __future__ import annotations
 from schemas.errors import StoreError
 from workers.ports.backend import Store
 from workers.store import statements as q
-from workers.store.database import create_database_engine
+from workers.store.database import (
+    DEFAULT_ROLE,
+    MAX_OVERFLOW,
+    POOL_SIZE,
+    create_database_engine,
+)
 from workers.store.leases import LeaseStore
 from workers.store.outbox import OutboxStore
 from workers.store.retention import RetentionStore
@@ -48,10 +53,19 @@ class SqlStore(
     store port the engine talks to, and what clients read and write."""
 
     @classmethod
-    def from_url(cls, url: str, **pool: int) -> SqlStore:
-        """A store on a new engine for ``url`` (``pool``: ``pool_size``, ``max_overflow``
-        for :func:`~workers.store.database.create_database_engine`)."""
-        return cls(create_database_engine(url, **pool))
+    def from_url(
+        cls,
+        url: str,
+        *,
+        pool_size: int = POOL_SIZE,
+        max_overflow: int = MAX_OVERFLOW,
+        role: str = DEFAULT_ROLE,
+    ) -> SqlStore:
+        """A store on a new engine for ``url`` (the options: those of
+        :func:`~workers.store.database.create_database_engine`)."""
+        return cls(
+            create_database_engine(url, pool_size=pool_size, max_overflow=max_overflow, role=role)
+        )
 
     def ping(self) -> bool:
         """Whether the database answers now (readiness checks)."""
