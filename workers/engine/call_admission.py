@@ -303,6 +303,9 @@ class CallAdmission:
             self._unreachable(exc)
             return _FREE
         self._reachable()
+        in_force = self._configured.get(model) or grant.learned
+        if in_force is not None:
+            metrics.model_limits(model, in_force.rpm, in_force.tpm)
         with self._guard:
             if grant.learned is not None:
                 self._learned[model] = grant.learned
