@@ -18,8 +18,8 @@ from parley.models import (
     FunctionModel,
     OpenAIChatModel,
     ProviderError,
+    RateLimited,
 )
-from parley.models.errors import RateLimited
 from schemas.messages import Prefix, UserMessage
 from tests.providers.servers import (
     ProviderServer,
