@@ -30,6 +30,10 @@ Refusal = Literal["", "requests", "tokens", "quota", "too_large"]
 larger than the per-minute tokens limit."""
 
 
+ROUNDING = 1e-9
+"""Units a bucket may be short of by floating-point rounding alone, and still give."""
+
+
 class TokenBucket:
     """``rate`` units a second, holding at most ``capacity``; starts full."""
 
@@ -52,7 +56,8 @@ class TokenBucket:
         taken once the bucket is full."""
         needed = min(amount, self.capacity)
         missing = needed - self.level(now)
-        return max(0.0, missing / self.rate)
+        # Refilled to the last rounding error counts as refilled.
+        return missing / self.rate if missing > ROUNDING else 0.0
 
     def take(self, amount: float, now: float) -> None:
         self._level = self.level(now) - amount
