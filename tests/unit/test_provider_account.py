@@ -41,7 +41,7 @@ def test_a_call_refused_by_one_bucket_takes_nothing_from_the_other() -> None:
     assert big.tokens is not None and big.tokens.remaining == 0
     clock.now += 1.0  # the request is back; the tokens are 1 short (-1 + 100)
     waiting = account.admit(100)
-    assert (waiting.refused, waiting.retry_after) == ("tokens", pytest.approx(0.01))
+    assert waiting.refused == "tokens" and waiting.retry_after == pytest.approx(0.01)
     assert waiting.requests is not None and waiting.requests.remaining == 1  # not taken
     clock.now += 0.01
     assert account.admit(100).admitted
