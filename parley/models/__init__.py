@@ -1,6 +1,6 @@
 """Models a host can run: the offline scripted model, function-backed models, and the
 streaming network providers (OpenAI-compatible chat completions, Anthropic Messages) with
-retry and fallover.
+retry and fallover (a 429 is raised as :class:`RateLimited`, for admission to wait out).
 
 Any object with a ``name`` and ``stream(request, on_delta) -> ModelReply`` is a model.
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from parley.lazy import lazy_exports
 from parley.models.completion import CompletionModel
-from parley.models.errors import ProviderError
+from parley.models.errors import ProviderError, RateLimited
 from parley.models.fallover import Backoff, Fallover
 from parley.models.function import FunctionModel
 from parley.models.scripted import ScriptedModel
@@ -43,6 +43,7 @@ __all__ = [
     "OpenAIChatModel",
     "OpenAICompatible",
     "ProviderError",
+    "RateLimited",
     "ScriptedModel",
     "StreamAborted",
     "model_from_spec",

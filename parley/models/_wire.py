@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from parley.models.errors import ProviderError
+from parley.models.errors import ProviderError, RateLimited, quota_exhausted
+from parley.models.rate_headers import limits_of, retry_delay
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 Item = TypeVar("Item")
 Stream = TypeVar("Stream")
 
-CLIENT_RETRIED = frozenset({408, 409, 429})
-"""Statuses the official clients retry by themselves (besides 5xx) before giving up."""
+CLIENT_RETRIED = frozenset({408, 409})
+"""Statuses the official clients retry by themselves (besides 5xx) before giving up.  Not
+429: the clients are told to leave it to parley (see :mod:`parley.models.errors`)."""
+
+NO_CLIENT_RETRY = ("x-should-retry", "false")
+"""The response header both official clients obey over their own retry rules
+(``_should_retry`` in their ``_base_client``): set on every 429 as it arrives, so the client
+raises it at once instead of sleeping through its ``retry-after`` inside a worker's slot."""
 
 
 def cause_text(exc: BaseException) -> str:
@@ -61,6 +69,19 @@ def pump(
             on_delta(piece)
 
 
+class _Response(Protocol):
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class OpenedStream(AbstractContextManager[Iterable[Any]], Protocol):
+    """A client's open stream (``openai.Stream``, ``anthropic.Stream``): read in a
+    ``with``, and the HTTP response it came with."""
+
+    @property
+    def response(self) -> _Response: ...
+
+
 class Assembly(Protocol):
     """A provider's answer being put together from its stream."""
 
@@ -104,9 +125,15 @@ class ProviderModel:
         """The provider's own message in a status error."""
         raise NotImplementedError
 
+    def _is_quota(self, exc: Any) -> bool:
+        """Whether a status error says the account's quota or credit is spent (which no
+        wait will mend), as this provider says it."""
+        raise NotImplementedError
+
     def _start(self, create: Callable[[], Stream]) -> Stream:
         """Open the stream; a client failure becomes this provider's final
-        :class:`ProviderError` (the client has already retried it as far as it would)."""
+        :class:`ProviderError` (the client has already retried what it retries), a 429
+        :class:`RateLimited`."""
         failure: ProviderError | None = None
         try:
             return create()
@@ -120,13 +147,7 @@ class ProviderModel:
         _base, status_error, timeout_error, connection_error = self.client_errors
         retried = f"after the client's {self._max_retries} retries"
         if isinstance(exc, status_error):
-            status: int = exc.status_code  # type: ignore[attr-defined]
-            message = f"{self._name}: HTTP {status}: {self._redact(self._api_message(exc))}"
-            if status in CLIENT_RETRIED or status >= 500:
-                message += f" ({retried})"
-            return ProviderError(
-                message, provider=self._name, retriable=False, phase="request", status=status
-            )
+            return self._status_error(exc)
         if isinstance(exc, timeout_error):
             message = f"{self._name}: no response within {self._timeout}s ({retried})"
         elif isinstance(exc, connection_error):
@@ -135,19 +156,44 @@ class ProviderModel:
             message = f"{self._name}: {type(exc).__name__}: {self._redact(str(exc))}"
         return ProviderError(message, provider=self._name, retriable=False, phase="request")
 
+    def _status_error(self, exc: Any) -> ProviderError:
+        """An HTTP error status: a spent quota, a rate limit (:class:`RateLimited`, with
+        the delay and limits its headers give), or a failure final for this provider."""
+        status: int = exc.status_code
+        detail = self._redact(self._api_message(exc))
+        if self._is_quota(exc):
+            return quota_exhausted(self._name, status, detail)
+        if status == 429:
+            headers: Mapping[str, str] = exc.response.headers
+            delay = retry_delay(headers)
+            wait = f"retry after {delay:g}s" if delay is not None else "no retry delay given"
+            return RateLimited(
+                f"{self._name}: HTTP 429: {detail} (rate limited; {wait})",
+                provider=self._name,
+                retry_after=delay,
+                limits=limits_of(headers),
+            )
+        message = f"{self._name}: HTTP {status}: {detail}"
+        if status in CLIENT_RETRIED or status >= 500:
+            message += f" (after the client's {self._max_retries} retries)"
+        return ProviderError(
+            message, provider=self._name, retriable=False, phase="request", status=status
+        )
+
     def _stream_error(self, exc: Exception) -> ProviderError:
         """A failure once streaming had begun, as this provider reports it."""
         raise NotImplementedError
 
     def _read(
         self,
-        stream: AbstractContextManager[Iterable[Any]],
+        stream: OpenedStream,
         assembly: Assembly,
         request: ModelRequest,
         on_delta: DeltaSink,
     ) -> ModelReply:
         """Read an opened stream to its end into ``assembly``; a stream that ends without
-        the protocol's end marker is a retriable failure."""
+        the protocol's end marker is a retriable failure.  The reply carries the limits
+        the response's headers reported, for admission to learn."""
         with stream as items:
             pump(items, assembly.absorb, self.stream_failures, self._stream_error, on_delta)
         if not assembly.finished:
@@ -158,7 +204,8 @@ class ProviderModel:
                 retriable=True,
                 phase="stream",
             )
-        return assembly.reply(request, self._name)
+        reply = assembly.reply(request, self._name)
+        return replace(reply, limits=limits_of(stream.response.headers))
 
     @property
     def name(self) -> str:

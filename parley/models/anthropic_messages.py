@@ -14,7 +14,14 @@ requires.  With ``prompt_cache`` (the default) the system block and the newest m
 carry ``cache_control`` breakpoints, so the prefix (tools + system) and the conversation so
 far are read from Anthropic's prompt cache on the next step.
 
-Retries are split by phase as for every provider (see :mod:`parley.models.errors`).
+Retries are split by phase as for every provider (see :mod:`parley.models.errors`): the
+client retries 5xx (529 among them), 408, 409 and connection errors before the stream
+starts; a 429 is parley's (a client middleware marks it ``x-should-retry: false``) and is
+raised at once as :class:`~parley.models.errors.RateLimited`, unless it says a spend limit
+is reached.  What Anthropic sends for a spent account (:data:`QUOTA_ERROR_CODES`, a
+``billing_error``, a 402, or a 400 "Your credit balance is too low") becomes a final error
+that says the credit is exhausted.  Every reply carries the limits of the response's
+``anthropic-ratelimit-*`` headers.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ import anthropic
 import httpx2
 
 from parley.errors import InvalidRequest
-from parley.models._wire import ProviderModel, cause_text
+from parley.models._wire import NO_CLIENT_RETRY, ProviderModel, cause_text
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
+from parley.models.rate_headers import retry_delay
 from schemas.messages import (
     AssistantMessage,
     Message,
@@ -58,6 +66,24 @@ _STREAM_FAILURES = (
 )
 _TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
+QUOTA_ERROR_CODES = frozenset(
+    {
+        # 429s (RateLimitError) that are not about rate: a spend limit no wait mends.
+        "enforced_spend_limit_reached",
+        "contract_spend_limit_reached",
+        # 402s: the billed organization's limit or credit.
+        "linked_organization_spend_limit_reached",
+        "linked_organization_billing_unavailable",
+    }
+)
+"""``error.details.error_code`` values that say the account cannot be billed for more
+(the SDK's ``types.shared`` error classes).  ``ramp_limit_exceeded``, also a 429, is a rate
+(how fast usage may grow) and stays :class:`~parley.models.errors.RateLimited`."""
+
+CREDIT_TOO_LOW = "credit balance is too low"
+"""What Anthropic says, in a 400 ``invalid_request_error``, to an account without credit
+("Your credit balance is too low to access the Anthropic API ...")."""
+
 _EPHEMERAL = {"type": "ephemeral"}
 
 
@@ -66,7 +92,9 @@ class AnthropicModel(ProviderModel):
 
     ``timeout`` (seconds) bounds each HTTP attempt's connect and every read (the longest
     the server may stay silent, before the first byte or between events); ``max_retries``
-    is the client's own retry budget before the stream starts.  With no ``api_key`` the
+    is the client's own retry budget before the stream starts (429s excepted: they are
+    parley's).  ``max_tokens`` is every request's output ceiling (which the API requires,
+    and admission reserves).  With no ``api_key`` the
     client's own lookup applies (``ANTHROPIC_API_KEY`` …).  The key is held by the client
     only: never in this object's repr, redacted from every error text."""
 
@@ -115,7 +143,7 @@ class AnthropicModel(ProviderModel):
                 timeout=timeout,
                 max_retries=max_retries,
                 default_headers=dict(extra_headers) if extra_headers else None,
-                middleware=[_RetryAfterCap(self._name)],
+                middleware=[_ClientRetries(self._name)],
             )
         except (anthropic.AnthropicError, ValueError, TypeError) as exc:
             raise InvalidRequest(
@@ -127,6 +155,11 @@ class AnthropicModel(ProviderModel):
             raise InvalidRequest(
                 f"{self._name}: no credentials: pass api_key or set ANTHROPIC_API_KEY"
             )
+
+    @property
+    def output_ceiling(self) -> int:
+        """The most tokens an answer may have: the ``max_tokens`` every request sends."""
+        return self._max_tokens
 
     # ------------------------------------------------------------------ encoding
 
@@ -173,6 +206,18 @@ class AnthropicModel(ProviderModel):
 
     def _api_message(self, exc: Any) -> str:
         return str(exc.api_message or exc.message)
+
+    def _is_quota(self, exc: Any) -> bool:
+        if exc.error_code in QUOTA_ERROR_CODES or exc.type == "billing_error":
+            return True
+        if exc.status_code == 402:
+            return True
+        message = exc.api_message
+        return (
+            exc.status_code == 400
+            and isinstance(message, str)
+            and CREDIT_TOO_LOW in message.lower()
+        )
 
     def _stream_error(self, exc: Exception) -> ProviderError:
         """A failure once streaming had begun: the client cannot retry it; a new attempt
@@ -393,10 +438,12 @@ def _arguments(block: _Block) -> str:
 # ---------------------------------------------------------------------------- client
 
 
-class _RetryAfterCap(anthropic.Middleware):
-    """Refuses to let the client sleep through a ``Retry-After`` longer than
-    :data:`MAX_RETRY_AFTER`: the provider counts as failed instead, so a fallover moves on
-    (runs inside the client's retry loop, once per attempt)."""
+class _ClientRetries(anthropic.Middleware):
+    """Keeps the client's retries to what is the client's (runs inside its retry loop,
+    once per attempt).  A 429 is marked ``x-should-retry: false``, which the client obeys
+    over its own rules: parley's admission waits it out, holding no worker.  A retried
+    status whose ``Retry-After`` exceeds :data:`MAX_RETRY_AFTER` counts as failed rather
+    than put the client to sleep, so a fallover moves on."""
 
     def __init__(self, provider: str) -> None:
         self._provider = provider
@@ -406,8 +453,11 @@ class _RetryAfterCap(anthropic.Middleware):
     ) -> anthropic.APIResponse[Any]:
         response = call_next(request)
         status = response.status_code
-        if status in (408, 409, 429) or status >= 500:
-            delay = _retry_after(response.headers)
+        if status == 429:
+            name, value = NO_CLIENT_RETRY
+            response.http_response.headers[name] = value
+        elif status in (408, 409) or status >= 500:
+            delay = retry_delay(response.headers)
             if delay is not None and delay > MAX_RETRY_AFTER:
                 response.http_response.close()
                 raise ProviderError(
@@ -419,15 +469,3 @@ class _RetryAfterCap(anthropic.Middleware):
                     status=status,
                 )
         return response
-
-
-def _retry_after(headers: httpx2.Headers) -> float | None:
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            return float(value) / divisor
-        except ValueError:
-            continue
-    return None

@@ -1,13 +1,19 @@
 """Retrying a cut stream, then falling over to the next provider.
 
 The retry work is split by phase (see :mod:`parley.models.errors`).  Failures before a
-stream starts are the official clients' business: they retry 408/409/429/5xx and
-connection errors with exponential backoff and jitter, honouring ``Retry-After``, up to
-their ``max_retries``.  What they give up on reaches :class:`Fallover` as a non-retriable
+stream starts are the official clients' business: they retry 408/409/5xx and connection
+errors with exponential backoff and jitter, honouring ``Retry-After``, up to their
+``max_retries``.  What they give up on reaches :class:`Fallover` as a non-retriable
 :class:`~parley.models.errors.ProviderError`, and so does a request the provider rejected
 (400, 401, 403, 404, 422 …): retrying the same provider would not help (or would multiply
 the client's own retries), so ``Fallover`` moves straight on to the next provider, which
 may well accept it (another key, a larger context, a model that exists there).
+
+A 429 is not the clients' to retry: it reaches ``Fallover`` at once as a
+:class:`~parley.models.errors.RateLimited` and moves on to the next provider like any other
+refusal.  When every provider failed and one of them was rate limited, the chain raises a
+:class:`~parley.models.errors.RateLimited` itself (with the longest delay any provider
+named), so the engine waits for capacity instead of failing the turn.
 
 Once a stream has started the clients cannot retry, so a stream cut mid-way, stalled past
 the timeout, or carrying a malformed chunk is ``retriable``: ``Fallover`` asks the same
@@ -31,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from parley.errors import InvalidRequest
-from parley.models.errors import ProviderError
+from parley.models.errors import ProviderError, RateLimited
 from workers.ports.host import DeltaSink, Model, ModelReply, ModelRequest
 
 log = logging.getLogger(__name__)
@@ -75,9 +81,10 @@ class Failure:
 class Fallover:
     """Tries ``models`` in order: each up to ``1 + retries_per_model`` times while its
     failures are retriable (stream cut, stalled, malformed), at once to the next on any
-    other provider failure.  The reply's ``model`` names the provider that answered.
-    When every provider failed, raises a :class:`ProviderError` naming each provider tried
-    and why."""
+    other provider failure.  The reply's ``model`` names the provider that answered, and
+    its ``limits`` are that provider's.  When every provider failed, raises a
+    :class:`ProviderError` naming each provider tried and why: a :class:`RateLimited` if
+    any of them was rate limited."""
 
     def __init__(
         self,
@@ -107,6 +114,13 @@ class Fallover:
     def models(self) -> tuple[Model, ...]:
         """The providers, in the order they are tried."""
         return self._models
+
+    @property
+    def output_ceiling(self) -> int | None:
+        """The largest output ceiling of the providers (any of them may answer); None when
+        none states one."""
+        ceilings = [getattr(model, "output_ceiling", None) for model in self._models]
+        return max((c for c in ceilings if isinstance(c, int)), default=None)
 
     def close(self) -> None:
         """Close every provider that has connections to close."""
@@ -163,12 +177,29 @@ def _exhausted(failures: list[Failure]) -> ProviderError:
         reason = str(tried[-1].error).removeprefix(f"{provider}: ")
         attempts = "1 attempt" if len(tried) == 1 else f"{len(tried)} attempts"
         parts.append(f"{provider} ({attempts}): {reason}")
+    message = "every model provider failed: " + "; ".join(parts)
+    limited = [f.error for f in failures if isinstance(f.error, RateLimited)]
+    if limited:
+        return _rate_limited(message, list(by_provider), limited)
     last_error = failures[-1].error
     return ProviderError(
-        "every model provider failed: " + "; ".join(parts),
+        message,
         provider=",".join(by_provider),
         # Transient if any provider failed transiently: trying later again may work.
         retriable=any(f.error.retriable for f in failures),
         phase=last_error.phase,
         status=last_error.status,
+    )
+
+
+def _rate_limited(message: str, providers: list[str], limited: list[RateLimited]) -> RateLimited:
+    """The chain's own 429: wait as long as the slowest rate-limited provider asked (by
+    then each has capacity again).  Its limits are reported only when one provider alone
+    was tried: the chain's name is then that provider's, and admission may learn them."""
+    delays = [error.retry_after for error in limited if error.retry_after is not None]
+    return RateLimited(
+        message,
+        provider=",".join(providers),
+        retry_after=max(delays) if delays else None,
+        limits=limited[-1].limits if len(providers) == 1 else None,
     )

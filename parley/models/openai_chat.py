@@ -6,11 +6,15 @@ Each text delta is published as its SSE chunk arrives; tool calls streamed in fr
 (keyed by ``index``) are assembled into whole calls; usage, including cached prompt
 tokens, is read from the final chunk (``stream_options.include_usage``).
 
-Retries are split by phase (see :mod:`parley.models.errors`): the client retries failures
-before the stream starts (``max_retries``, exponential backoff with jitter, honouring
-``Retry-After`` up to two minutes); a failure once streaming has begun is raised as a
-``retriable`` :class:`~parley.models.errors.ProviderError` for
-:class:`~parley.models.fallover.Fallover` to retry.
+Retries are split by phase (see :mod:`parley.models.errors`): the client retries 5xx,
+408, 409 and connection errors before the stream starts (``max_retries``, exponential
+backoff with jitter, honouring ``Retry-After`` up to two minutes); a failure once streaming
+has begun is raised as a ``retriable`` :class:`~parley.models.errors.ProviderError` for
+:class:`~parley.models.fallover.Fallover` to retry.  A 429 is never the client's: a
+response hook on its HTTP client marks it ``x-should-retry: false`` as it arrives, and it
+is raised at once as :class:`~parley.models.errors.RateLimited` (or, for
+``insufficient_quota``, as a final error that says the quota is spent).  Every reply
+carries the limits the response's ``x-ratelimit-*`` headers reported.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from parley.errors import InvalidRequest
-from parley.models._wire import ProviderModel, cause_text
+from parley.models._wire import NO_CLIENT_RETRY, ProviderModel, cause_text
 from parley.models.completion import estimate_usage
 from parley.models.errors import ProviderError, redact
 from schemas.messages import AssistantMessage, Prefix, ToolCall, ToolMessage, UserMessage
@@ -35,18 +39,28 @@ from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 # ValueError: not JSON; TypeError, AttributeError: JSON of the wrong shape.
 _STREAM_FAILURES = (openai.OpenAIError, httpx2.HTTPError, ValueError, TypeError, AttributeError)
 
+QUOTA_CODE = "insufficient_quota"
+"""OpenAI's error ``code`` (and ``type``) for an account out of quota or credit, sent
+with a 429 like a rate limit, though no wait mends it."""
+
+OUTPUT_CEILING_FIELDS = ("max_completion_tokens", "max_tokens")
+"""The request fields that bound an answer's tokens, newest first (OpenAI counts them
+against the tokens-per-minute limit when the call arrives)."""
+
 
 class OpenAIChatModel(ProviderModel):
     """A model served over chat completions.
 
     ``timeout`` (seconds) bounds each HTTP attempt's connect and every read: the longest
     the server may stay silent, before the first byte or between chunks.  ``max_retries``
-    is the client's own retry budget for failures before the stream starts.
-    ``extra_headers`` are sent with every request (e.g. OpenRouter's ``HTTP-Referer``);
-    ``extra_body`` adds request fields (``temperature``, ``max_tokens`` …).  With no
-    ``api_key`` the client reads ``OPENAI_API_KEY``; a local server that needs no key
-    accepts any placeholder.  The key is held by the client only: it is not an attribute
-    of this object, never in its repr, and redacted from every error text.
+    is the client's own retry budget for failures before the stream starts (429s
+    excepted: they are parley's).  ``extra_headers`` are sent with every request (e.g.
+    OpenRouter's ``HTTP-Referer``); ``extra_body`` adds request fields (``temperature``,
+    ``max_tokens`` …; ``max_completion_tokens`` or ``max_tokens`` there is the
+    :attr:`output_ceiling`).  With no ``api_key`` the client reads ``OPENAI_API_KEY``; a
+    local server that needs no key accepts any placeholder.  The key is held by the
+    client only: it is not an attribute of this object, never in its repr, and redacted
+    from every error text.
     """
 
     client_errors = (
@@ -79,6 +93,7 @@ class OpenAIChatModel(ProviderModel):
         self._timeout = timeout
         self._max_retries = max_retries
         self._extra_body = dict(extra_body) if extra_body else None
+        self._output_ceiling = _output_ceiling(self._name, self._extra_body or {})
         try:
             self._client = openai.OpenAI(
                 api_key=api_key,
@@ -86,12 +101,23 @@ class OpenAIChatModel(ProviderModel):
                 timeout=timeout,
                 max_retries=max_retries,
                 default_headers=dict(extra_headers) if extra_headers else None,
+                # The SDK's own defaults (connection limits, redirects), plus the hook.
+                http_client=openai.DefaultHttpxClient(
+                    event_hooks={"response": [_leave_429s_to_parley]}
+                ),
             )
         except openai.OpenAIError as exc:
             raise InvalidRequest(
                 f"{self._name}: {redact(str(exc), api_key)} "
                 "(a local server that needs no key accepts any placeholder)"
             ) from None
+
+    @property
+    def output_ceiling(self) -> int | None:
+        """The most tokens an answer may have, as the request sends it
+        (``max_completion_tokens`` or ``max_tokens`` in ``extra_body``); None when it sends
+        none (admission then assumes its default)."""
+        return self._output_ceiling
 
     # ------------------------------------------------------------------ encoding
 
@@ -138,6 +164,12 @@ class OpenAIChatModel(ProviderModel):
             if isinstance(error, Mapping) and isinstance(error.get("message"), str):
                 return str(error["message"])
         return str(exc.message)
+
+    def _is_quota(self, exc: Any) -> bool:
+        error = exc.body.get("error", exc.body) if isinstance(exc.body, Mapping) else None
+        if not isinstance(error, Mapping):
+            return False
+        return QUOTA_CODE in (error.get("code"), error.get("type"))
 
     def _stream_error(self, exc: Exception) -> ProviderError:
         """A failure once streaming had begun: the client cannot retry it, a new attempt
@@ -292,6 +324,28 @@ class _Assembly:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _leave_429s_to_parley(response: httpx2.Response) -> None:
+    """Tell the client not to retry a 429 (it obeys ``x-should-retry`` over its own rules):
+    parley's admission waits it out, holding no worker (see :mod:`parley.models.errors`)."""
+    if response.status_code == 429:
+        name, value = NO_CLIENT_RETRY
+        response.headers[name] = value
+
+
+def _output_ceiling(name: str, extra_body: Mapping[str, Any]) -> int | None:
+    for field_name in OUTPUT_CEILING_FIELDS:
+        value = extra_body.get(field_name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidRequest(
+                f"{name}: extra_body[{field_name!r}] must be a positive whole number of "
+                f"tokens, not {value!r}"
+            )
+        return value
+    return None
 
 
 OpenAICompatible = OpenAIChatModel

@@ -4,6 +4,7 @@ host's raw rows beside it."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,11 @@ def test_a_seeded_tool_round_replays_to_a_real_provider_protocol(
         model = parley.models.AnthropicModel(
             "claude-test", base_url=server.base_url, api_key="sk-test", max_retries=0
         )
+    # The model is closed with the test: its client's sockets left to the garbage collector
+    # would be reported unclosed whenever a collection happens to find them.
     with (
         server,
+        closing(model),
         parley.connect(f"sqlite:///{tmp_path / 'p.db'}", host=parley.Host(model=model)) as client,
     ):
         session = client.open_session(workspace)

@@ -1,12 +1,14 @@
 """AnthropicModel against a real Anthropic Messages HTTP server on loopback: streaming,
-tool_use assembly, usage with cache reads, the client's own retries, mid-stream failures
-and the native encoding."""
+tool_use assembly, usage with cache reads, the client's own retries (never of a 429: those
+are parley's), rate limits and exhausted credit, mid-stream failures and the native
+encoding."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from parley.models import AnthropicModel, Backoff, Fallover, ProviderError
+from parley.models.errors import RateLimited
 from schemas.events import Event, EventKind
 from schemas.messages import (
     AssistantMessage,
@@ -28,7 +31,8 @@ from schemas.messages import (
 from schemas.records import Usage
 from tests.providers.servers import ProviderServer, Reply, anthropic_message, anthropic_server, sse
 from tests.providers.sink import RecordingSink
-from workers.ports.host import ModelRequest, StreamAborted
+from workers.ports.admission import Limits
+from workers.ports.host import ModelRequest, ModelThrottled, StreamAborted
 
 KEY = "sk-ant-test-0123456789abcdef"
 
@@ -137,22 +141,139 @@ def test_tool_uses_split_across_deltas_are_assembled(
 # ---------------------------------------------------------------------------- the client's retries
 
 
-def test_a_429_is_retried_by_the_client_honouring_retry_after(
+# Anthropic's headers, as a 200 from api.anthropic.com carries them (the tokens limit is
+# input and output together: 80000 + 16000).
+RESET = (datetime.now(UTC) + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+RATE_HEADERS = {
+    "anthropic-ratelimit-requests-limit": "1000",
+    "anthropic-ratelimit-requests-remaining": "999",
+    "anthropic-ratelimit-requests-reset": RESET,
+    "anthropic-ratelimit-tokens-limit": "96000",
+    "anthropic-ratelimit-tokens-remaining": "0",
+    "anthropic-ratelimit-tokens-reset": RESET,
+    "anthropic-ratelimit-input-tokens-limit": "80000",
+    "anthropic-ratelimit-input-tokens-remaining": "0",
+    "anthropic-ratelimit-input-tokens-reset": RESET,
+    "anthropic-ratelimit-output-tokens-limit": "16000",
+    "anthropic-ratelimit-output-tokens-remaining": "16000",
+    "anthropic-ratelimit-output-tokens-reset": RESET,
+}
+
+
+def error_body(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        error["details"] = {"error_code": code}
+    return {"type": "error", "error": error, "request_id": "req_011"}
+
+
+def test_a_429_reaches_the_server_once_and_is_raised_with_its_delay_and_limits(
     server: ProviderServer, make_model: ModelFactory
 ) -> None:
     server.plan(
         Reply(
             status=429,
-            headers={"Retry-After": "1"},
-            body={"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}},
+            headers={"retry-after": "7", "x-should-retry": "true", **RATE_HEADERS},
+            body=error_body("rate_limit_error", "Number of request tokens has exceeded"),
+        ),
+        Reply(frames=anthropic_message("never asked for")),
+    )
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    assert time.monotonic() - started < 2.0
+    error = caught.value
+    assert isinstance(error, ModelThrottled)
+    assert (error.status, error.retriable, error.retry_after) == (429, False, 7.0)
+    assert error.limits == Limits(rpm=1000, tpm=96_000)
+    assert len(server.received) == 1 and server.pending() == 1
+
+
+def test_a_429_without_retry_after_waits_for_the_reset_of_its_exhausted_bucket(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(
+            status=429,
+            headers=RATE_HEADERS,
+            body=error_body("rate_limit_error", "ramping", code="ramp_limit_exceeded"),
+        )
+    )
+    with pytest.raises(RateLimited) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    assert caught.value.retry_after is not None and 25 < caught.value.retry_after <= 30
+    assert len(server.received) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            400,
+            error_body(
+                "invalid_request_error",
+                "Your credit balance is too low to access the Anthropic API. "
+                "Please go to Plans & Billing to upgrade or purchase credits.",
+            ),
+        ),
+        (402, error_body("billing_error", "There is an issue with your billing.")),
+        (
+            429,
+            error_body(
+                "rate_limit_error",
+                "Monthly usage threshold reached.",
+                code="enforced_spend_limit_reached",
+            ),
+        ),
+    ],
+    ids=["credit-too-low", "billing-error", "spend-limit"],
+)
+def test_an_exhausted_credit_fails_at_once_saying_so(
+    server: ProviderServer, make_model: ModelFactory, status: int, body: dict[str, Any]
+) -> None:
+    server.plan(Reply(status=status, headers={"retry-after": "1"}, body=body))
+    with pytest.raises(ProviderError) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    error = caught.value
+    assert not isinstance(error, ModelThrottled)
+    assert (error.status, error.retriable) == (status, False)
+    assert "quota (credit) is exhausted" in str(error) and "retrying will not help" in str(error)
+    assert body["error"]["message"] in str(error)
+    assert len(server.received) == 1
+
+
+def test_an_overloaded_server_is_still_retried_by_the_client(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(
+            status=529,
+            headers={"retry-after-ms": "10"},
+            body=error_body("overloaded_error", "Overloaded"),
         ),
         Reply(frames=anthropic_message("fine")),
     )
-    started = time.monotonic()
-    reply = make_model(max_retries=2).stream(request(), RecordingSink())
-    assert reply.text == "fine"
-    assert time.monotonic() - started >= 1.0
+    assert make_model(max_retries=2).stream(request(), RecordingSink()).text == "fine"
     assert len(server.received) == 2
+
+
+def test_a_reply_carries_the_limits_its_headers_reported(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    only_split = {
+        name: value for name, value in RATE_HEADERS.items() if "-ratelimit-tokens-" not in name
+    }
+    server.plan(
+        Reply(frames=anthropic_message("ok"), headers=RATE_HEADERS),
+        Reply(frames=anthropic_message("ok"), headers=only_split),
+        Reply(frames=anthropic_message("ok")),
+    )
+    model = make_model(max_tokens=900)
+    assert model.output_ceiling == 900
+    assert model.stream(request(), RecordingSink()).limits == Limits(rpm=1000, tpm=96_000)
+    # Without the combined figure, the input-tokens limit stands for tpm.
+    assert model.stream(request(), RecordingSink()).limits == Limits(rpm=1000, tpm=80_000)
+    assert model.stream(request(), RecordingSink()).limits is None
 
 
 def test_a_retry_after_beyond_the_cap_fails_over_instead_of_sleeping(
@@ -160,17 +281,18 @@ def test_a_retry_after_beyond_the_cap_fails_over_instead_of_sleeping(
 ) -> None:
     server.plan(
         Reply(
-            status=429,
+            status=503,
             headers={"Retry-After": "3600"},
-            body={"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}},
+            body=error_body("api_error", "down for maintenance"),
         )
     )
     started = time.monotonic()
     with pytest.raises(ProviderError) as caught:
         make_model(max_retries=2).stream(request(), RecordingSink())
     assert time.monotonic() - started < 2.0
-    assert (caught.value.status, caught.value.retriable) == (429, False)
+    assert (caught.value.status, caught.value.retriable) == (503, False)
     assert "3600s" in str(caught.value)
+    assert len(server.received) == 1
 
 
 def test_an_overloaded_server_outlasting_the_client_retries_is_final(

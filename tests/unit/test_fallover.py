@@ -18,6 +18,7 @@ from parley.models import (
     FunctionModel,
     OpenAIChatModel,
     ProviderError,
+    RateLimited,
 )
 from schemas.messages import Prefix, UserMessage
 from tests.providers.servers import (
@@ -29,7 +30,8 @@ from tests.providers.servers import (
     openai_text,
 )
 from tests.providers.sink import RecordingSink
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest, StreamAborted
+from workers.ports.admission import Limits
+from workers.ports.host import DeltaSink, ModelReply, ModelRequest, ModelThrottled, StreamAborted
 
 OPENAI_KEY = "sk-test-123456"
 ANTHROPIC_KEY = "sk-ant-123456"
@@ -194,6 +196,106 @@ def test_when_every_provider_fails_the_error_names_each_and_why(
     assert "anthropic:claude-test (1 attempt): HTTP 404: no model" in message
     assert caught.value.provider == "openai:gpt-test,anthropic:claude-test"
     assert sink.restarts == ["retry", "retry", "fallover"]
+
+
+# ---------------------------------------------------------------------------- rate limits
+
+
+def rate_limited(retry_after: str, **headers: str) -> Reply:
+    return Reply(
+        status=429,
+        headers={"retry-after": retry_after, **headers},
+        body={"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+    )
+
+
+@pytest.fixture
+def retrying_models(
+    oa_server: ProviderServer, an_server: ProviderServer
+) -> Iterator[tuple[OpenAIChatModel, AnthropicModel]]:
+    """Both providers with the clients' own retries on: a 429 must still reach each
+    server once."""
+    pair = (
+        OpenAIChatModel("gpt-test", base_url=oa_server.base_url, api_key=OPENAI_KEY, max_retries=2),
+        AnthropicModel(
+            "claude-test", base_url=an_server.base_url, api_key=ANTHROPIC_KEY, max_retries=2
+        ),
+    )
+    yield pair
+    for model in pair:
+        model.close()
+
+
+def test_a_rate_limited_provider_falls_over_and_the_reply_keeps_its_own_limits(
+    oa_server: ProviderServer,
+    an_server: ProviderServer,
+    retrying_models: tuple[OpenAIChatModel, AnthropicModel],
+) -> None:
+    oa_server.plan(rate_limited("30", **{"x-ratelimit-limit-requests": "500"}))
+    an_server.plan(
+        Reply(
+            frames=anthropic_message("ok"),
+            headers={"anthropic-ratelimit-requests-limit": "50"},
+        )
+    )
+    sink = RecordingSink()
+    started = time.monotonic()
+    reply = Fallover(list(retrying_models), backoff=FAST).stream(REQUEST, sink)
+    assert time.monotonic() - started < 5.0  # nobody waited out the 30 s
+    assert (reply.model, reply.limits) == ("anthropic:claude-test", Limits(rpm=50))
+    assert len(oa_server.received) == 1
+    assert sink.restarts == ["fallover"]
+
+
+def test_when_every_provider_failed_and_one_was_rate_limited_the_chain_is_rate_limited(
+    oa_server: ProviderServer,
+    an_server: ProviderServer,
+    retrying_models: tuple[OpenAIChatModel, AnthropicModel],
+) -> None:
+    oa_server.plan(rate_limited("2"), rate_limited("2"))
+    an_server.plan(
+        rate_limited("5"),
+        Reply(
+            status=404,
+            body={"type": "error", "error": {"type": "not_found_error", "message": "no model"}},
+        ),
+    )
+    chain = Fallover(list(retrying_models), backoff=FAST)
+
+    with pytest.raises(RateLimited) as both:
+        chain.stream(REQUEST, RecordingSink())
+    assert isinstance(both.value, ModelThrottled)
+    assert both.value.retry_after == 5.0  # the longest: by then both have capacity
+    assert both.value.limits is None  # two providers' limits are not the chain's
+    assert both.value.provider == "openai:gpt-test,anthropic:claude-test"
+    assert "openai:gpt-test (1 attempt): HTTP 429: slow down" in str(both.value)
+    assert (len(oa_server.received), len(an_server.received)) == (1, 1)
+
+    # One rate limited, the other refusing outright: waiting may still get an answer.
+    with pytest.raises(RateLimited) as one:
+        chain.stream(REQUEST, RecordingSink())
+    assert one.value.retry_after == 2.0
+    assert "HTTP 404: no model" in str(one.value)
+
+
+def test_a_chain_of_one_reports_its_providers_limits_when_rate_limited(
+    oa_server: ProviderServer, retrying_models: tuple[OpenAIChatModel, AnthropicModel]
+) -> None:
+    oa_server.plan(rate_limited("1", **{"x-ratelimit-limit-tokens": "40000"}))
+    with pytest.raises(RateLimited) as caught:
+        Fallover([retrying_models[0]], backoff=FAST).stream(REQUEST, RecordingSink())
+    assert (caught.value.retry_after, caught.value.limits) == (1.0, Limits(tpm=40_000))
+    assert len(oa_server.received) == 1  # neither the client nor Fallover retried it
+
+
+def test_the_output_ceiling_of_a_chain_is_its_largest() -> None:
+    class Capped(Failing):
+        def __init__(self, name: str, ceiling: int | None) -> None:
+            super().__init__(name)
+            self.output_ceiling = ceiling
+
+    assert Fallover([Capped("a", 300), Capped("b", None), Capped("c", 900)]).output_ceiling == 900
+    assert Fallover([Capped("a", None), Failing("b")]).output_ceiling is None
 
 
 # ---------------------------------------------------------------------------- control flow

@@ -1,6 +1,6 @@
 """OpenAIChatModel against a real OpenAI-compatible HTTP server on loopback: streaming,
-tool-call assembly, usage, the client's own retries, mid-stream failures, encoding, and
-one whole parley turn over it."""
+tool-call assembly, usage, the client's own retries (never of a 429: those are parley's),
+rate limits and quota, mid-stream failures, encoding, and one whole parley turn over it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from parley.models import Backoff, Fallover, OpenAIChatModel, ProviderError
+from parley.models.errors import RateLimited
 from schemas.events import Event, EventKind
 from schemas.messages import (
     AssistantMessage,
@@ -38,7 +39,8 @@ from tests.providers.servers import (
     sse,
 )
 from tests.providers.sink import RecordingSink
-from workers.ports.host import ModelRequest, StreamAborted
+from workers.ports.admission import Limits
+from workers.ports.host import ModelRequest, ModelThrottled, StreamAborted
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -188,23 +190,116 @@ def test_tool_calls_interleaved_by_index_are_kept_apart(
 # ---------------------------------------------------------------------------- the client's retries
 
 
-def test_a_429_is_retried_by_the_client_honouring_retry_after(
+RATE_HEADERS = {
+    "x-ratelimit-limit-requests": "500",
+    "x-ratelimit-limit-tokens": "200000",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-remaining-tokens": "199000",
+    "x-ratelimit-reset-requests": "120ms",
+    "x-ratelimit-reset-tokens": "300ms",
+}
+
+
+def test_a_429_reaches_the_server_once_and_is_raised_with_its_delay_and_limits(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    # The client would retry a 429 by itself, asleep inside a worker's slot: it must not.
+    server.plan(
+        Reply(
+            status=429,
+            headers={"Retry-After": "1", **RATE_HEADERS},
+            body={"error": {"message": "slow down", "type": "requests"}},
+        ),
+        Reply(frames=openai_text("never asked for")),
+    )
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    assert time.monotonic() - started < 1.0  # nobody slept through the retry-after
+    error = caught.value
+    assert isinstance(error, ModelThrottled) and isinstance(error, ProviderError)
+    assert (error.status, error.phase, error.retriable) == (429, "request", False)
+    assert error.retry_after == 1.0
+    assert error.limits == Limits(rpm=500, tpm=200_000)
+    assert "HTTP 429: slow down" in str(error) and "retry after 1s" in str(error)
+    assert len(server.received) == 1 and server.pending() == 1
+
+
+def test_a_429_without_retry_after_waits_for_its_exhausted_bucket(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(status=429, headers=RATE_HEADERS, body={"error": {"message": "slow down"}}))
+    with pytest.raises(RateLimited) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    # The requests bucket is the empty one: its reset, not the tokens'.
+    assert caught.value.retry_after == pytest.approx(0.12)
+    assert len(server.received) == 1
+
+
+def test_a_503_is_still_retried_by_the_client(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(status=503, headers={"retry-after-ms": "10"}, body={"error": {"message": "busy"}}),
+        Reply(frames=openai_text("fine")),
+    )
+    reply = make_model(max_retries=2).stream(request(), RecordingSink())
+    assert reply.text == "fine"
+    assert [r.headers["x-stainless-retry-count"] for r in server.received] == ["0", "1"]
+
+
+def test_insufficient_quota_fails_at_once_saying_so(
     server: ProviderServer, make_model: ModelFactory
 ) -> None:
     server.plan(
         Reply(
             status=429,
-            headers={"Retry-After": "1"},
-            body={"error": {"message": "slow down", "type": "rate_limit"}},
-        ),
-        Reply(frames=openai_text("fine")),
+            headers={"retry-after": "1", **RATE_HEADERS},
+            body={
+                "error": {
+                    "message": "You exceeded your current quota, please check your plan.",
+                    "type": "insufficient_quota",
+                    "param": None,
+                    "code": "insufficient_quota",
+                }
+            },
+        )
     )
-    started = time.monotonic()
-    reply = make_model(max_retries=2).stream(request(), RecordingSink())
-    elapsed = time.monotonic() - started
-    assert reply.text == "fine"
-    assert elapsed >= 1.0  # the header's second, not the client's 0.5 s default backoff
-    assert [r.headers["x-stainless-retry-count"] for r in server.received] == ["0", "1"]
+    with pytest.raises(ProviderError) as caught:
+        make_model(max_retries=2).stream(request(), RecordingSink())
+    error = caught.value
+    assert not isinstance(error, RateLimited) and not isinstance(error, ModelThrottled)
+    assert (error.status, error.retriable) == (429, False)
+    assert "quota (credit) is exhausted" in str(error) and "retrying will not help" in str(error)
+    assert "You exceeded your current quota" in str(error)
+    assert len(server.received) == 1
+
+
+def test_a_reply_carries_the_limits_its_headers_reported(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(frames=openai_text("ok"), headers=RATE_HEADERS),
+        Reply(frames=openai_text("ok")),
+    )
+    model = make_model()
+    assert model.stream(request(), RecordingSink()).limits == Limits(rpm=500, tpm=200_000)
+    assert model.stream(request(), RecordingSink()).limits is None  # a server that sends none
+
+
+def test_the_output_ceiling_is_the_max_tokens_the_request_sends(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    assert make_model().output_ceiling is None
+    assert make_model(extra_body={"max_tokens": 300}).output_ceiling == 300
+    capped = make_model(extra_body={"max_completion_tokens": 700, "temperature": 0})
+    assert capped.output_ceiling == 700
+    server.plan(Reply(frames=openai_text("ok")))
+    capped.stream(request(), RecordingSink())
+    assert server.received[0].json()["max_completion_tokens"] == 700
+    for bad in (0, -1, "300", 2.5, True):
+        with pytest.raises(InvalidRequest, match="positive whole number"):
+            make_model(extra_body={"max_tokens": bad})
 
 
 def test_a_server_error_that_outlasts_the_client_retries_is_final_for_the_provider(
