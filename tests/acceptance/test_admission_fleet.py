@@ -98,8 +98,8 @@ def test_a_backlog_runs_at_the_providers_limit_and_an_interactive_turn_goes_firs
     follower.join(10)
     results = [h.wait(180) for h in handles]
     took = time.monotonic() - started
-    outcomes = {r.outcome for r in results}
-    assert outcomes == {parley.TurnStatus.FINISHED}, [r for r in results if r.outcome not in outcomes]
+    failed = [r for r in results if r.outcome is not parley.TurnStatus.FINISHED]
+    assert not failed, failed
     stats = provider.server.stats()
     # Every line once, and few refusals: the fleet learned the limit from the headers
     # (a cold start probes one call per worker first) and kept under it.
@@ -170,8 +170,11 @@ def test_the_buckets_survive_redis_losing_everything(provider: Provider) -> None
         client.close()
     results = [h.wait(180) for h in handles]
     assert {r.outcome for r in results} == {parley.TurnStatus.FINISHED}
+    assert {r.steps for r in results} == {1}  # each line's step committed once
     stats = provider.server.stats()
-    assert stats.admitted == 150  # each line once
+    # The locks went with the flush: the calls in flight then (a second of the rate at
+    # most) are redone by the drivers that take their sessions over.
+    assert 150 <= stats.admitted <= 150 + RPM / 60, stats
     # Rebuilt full: at most one burst (a second of the rate) more than the account
     # allows, which it refuses; the rest stays under the limit.
     assert stats.rate_limited <= RPM / 60 + 0.05 * stats.admitted, stats
