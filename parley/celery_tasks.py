@@ -39,6 +39,7 @@ from parley.housekeeping import Housekeeper
 from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
 from workers.coordination import constants as c
+from workers.engine.call_admission import AdmissionSettings
 from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
 from workers.runtime.fleet import FleetRuntime, drive_session, sweep
 from workers.runtime.per_process import PerProcess
@@ -48,6 +49,9 @@ from workers.store.ids import validate_ids
 log = logging.getLogger("parley.worker")
 
 settings = FleetSettings.from_env()
+# Checked at the start, not at a turn's first model call: a worker with a malformed
+# PARLEY_MODEL_LIMITS (say) stops at once, on one line naming it.
+AdmissionSettings.from_env()
 metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
 # What one process drives at once, and the connections it takes: one turn until the

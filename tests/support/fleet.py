@@ -20,6 +20,7 @@ import redis
 
 import parley
 from tests.support.rabbitmq import consumers, delete_queue, is_amqp
+from workers.coordination.constants import BATCH_QUEUE_SUFFIX
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -159,7 +160,9 @@ class Fleet:
                 process.wait(5)
         self.processes.clear()
         if is_amqp(self.broker):
-            delete_queue(self.broker, self.queue)  # (RabbitMQ keeps a durable queue)
+            # (RabbitMQ keeps a durable queue: both lanes')
+            for queue in (self.queue, self.queue + BATCH_QUEUE_SUFFIX):
+                delete_queue(self.broker, queue)
 
 
 def flush_redis(url: str = REDIS_TEST_URL) -> None:
