@@ -120,6 +120,12 @@ def _submit(commands: Commands) -> None:
         "--prompt-file", metavar="PATH", help="read the prompt from this file (-: from stdin)"
     )
     submit.add_argument("--request-id")
+    submit.add_argument(
+        "--priority",
+        choices=("interactive", "batch"),
+        default="interactive",
+        help="the turn's lane: its kick and its model calls go first when interactive",
+    )
     submit.add_argument("--max-steps", type=int)
     submit.add_argument("--max-tokens", type=int)
     submit.add_argument(

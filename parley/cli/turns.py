@@ -28,7 +28,9 @@ def submit(args: argparse.Namespace, console: Console) -> int:
         )
     with client_for(args, runs_turns=True) as client:
         session = client.session(args.session_id)
-        handle = session.submit(prompt, contract=contract, request_id=args.request_id)
+        handle = session.submit(
+            prompt, contract=contract, request_id=args.request_id, priority=args.priority
+        )
         console.print(prompt_line(prompt, source), soft_wrap=True)
         with unclaimed_notice(client, handle):
             return watch(handle, console, workers=client.fleet)

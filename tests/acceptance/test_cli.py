@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from parley import TurnStatus, connect
+from parley import Client, TurnStatus, connect
 from parley.cli.watching import UNCLAIMED_NOTICE_SECONDS
 from tests.acceptance.conftest import ClientFactory
 from tests.support.chaos import chaos_fleet
@@ -64,6 +66,16 @@ def test_the_demo_tells_the_whole_story_and_exits_0(tmp_path: Path) -> None:
     ]
 
 
+@contextmanager
+def parley_client(env: dict[str, str]) -> Iterator[Client]:
+    """A client of the database ``env`` names (to read what the commands stored)."""
+    client = connect(env["PARLEY_DATABASE_URL"])
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(
@@ -82,8 +94,15 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     assert "heard: hello there" in turn.stdout
     turn_id = turn.stdout.strip().splitlines()[-1].split()[-1]
 
+    batch = parley("submit", session_id, "a batch line", "--priority", "batch", env=env)
+    assert batch.returncode == 0 and "heard: a batch line" in batch.stdout, batch.stderr
+    batch_id = batch.stdout.strip().splitlines()[-1].split()[-1]
+    with parley_client(env) as client:
+        assert client.store.run_state(batch_id).priority == "batch"
+        assert client.store.run_state(turn_id).priority == "interactive"
+
     history = parley("history", session_id, env=env).stdout
-    assert history.startswith(turn_id) and "hello there" in history  # an id to copy whole
+    assert history.startswith(batch_id) and "hello there" in history  # an id to copy whole
     assert "◀ head" in parley("tree", session_id, env=env).stdout
     followed = parley("follow", turn_id, env=env).stdout
     # After the end a reader gets no tokens: the reply comes from the committed step.

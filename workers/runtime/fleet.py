@@ -136,7 +136,10 @@ def sweep(runtime: FleetRuntime, kick: Callable[[str, str], None]) -> list[str]:
         if runtime.coordinator.claim_kick(session_id):
             kick(session_id, lanes[session_id])
             kicked.append(session_id)
-    metrics.turns_waiting_capacity(runtime.store.waiting_for_capacity())
+    try:
+        metrics.turns_waiting_capacity(runtime.store.waiting_for_capacity())
+    except Exception:  # a count for the metrics must never cost the sweep its kicks
+        log.warning("could not count the turns waiting for capacity", exc_info=True)
     if kicked:
         log.info("sweeper kicked %d session(s)", len(kicked))
         metrics.sweeper_kicked(len(kicked))
