@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,6 +140,73 @@ def test_status_and_celery_inspect_show_the_fleet_at_work(workspace: Path) -> No
             client.close()
             flower.terminate()
             flower.wait(10)
+            fleet.stop()
+
+
+LIMITED = "workspace-scripted=6rpm"
+"""The fleet's scripted model limited (``PARLEY_MODEL_LIMITS``): after its first call each
+next one waits about ten seconds for capacity, letting its worker go meanwhile."""
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_status_shows_batch_turns_waiting_for_capacity_and_the_models_use_of_its_limits(
+    workspace: Path,
+) -> None:
+    """docs/admission.md#what-an-operator-sees: with batch turns waiting for capacity,
+    ``parley status`` prints the lanes and the model's limits, free capacity and the
+    tenants waiting, in text and in ``--json``."""
+    with fresh_postgres_database("status_lanes") as url:
+        flush_redis(CHAOS_REDIS_URL)
+        fleet = Fleet(database_url=url, redis_url=CHAOS_REDIS_URL)
+        fleet.start_worker(2, "threads", env={"PARLEY_MODEL_LIMITS": LIMITED})
+        client = fleet.client()
+        env = {**fleet.env(), "PARLEY_MODEL_LIMITS": LIMITED}
+        try:
+            fleet.wait_ready()
+            Control(workspace).script(RULES)
+            handles = [
+                client.open_session(workspace).submit(f"job {n}", priority="batch")
+                for n in range(3)
+            ]
+
+            def lanes_waiting() -> dict[str, Any] | None:
+                report = status_json(env)
+                lanes = [lane for lane in report["lanes"] if lane["waiting_capacity"] >= 2]
+                return report if lanes else None
+
+            report = wait_until(lanes_waiting, what="two batch turns to wait for capacity")
+            [lane] = report["lanes"]
+            assert lane["tenant"] == "" and lane["priority"] == "batch"
+            assert lane["unfinished"] >= lane["waiting_capacity"] >= 2
+            [model] = report["models"]
+            assert model["model"] == "workspace-scripted"
+            assert model["limits"] == {"rpm": 6, "tpm": None}
+            assert model["learned"] is False
+            assert model["requests_available"] is not None and model["requests_available"] < 1
+            assert model["slowed"] == 1 and model["blocked_seconds"] == 0
+            assert "" in model["waiting_tenants"]
+
+            text = run(env, "parley", "status")
+            assert text.returncode == 0, text
+            lines = text.stdout.splitlines()
+            at = lines.index("by tenant and priority:")
+            assert re.fullmatch(
+                r"  \(no tenant\) batch: [1-3] unfinished, [1-3] waiting for capacity",
+                lines[at + 1],
+            ), lines
+            [use] = [line for line in lines if line.startswith("model workspace-scripted")]
+            assert re.fullmatch(
+                r"model workspace-scripted \(configured\): -?\d+ requests free of 6 rpm"
+                r"; batch waiting: \(no tenant\) \(next in \d+\.\d s\)",
+                use,
+            ), use
+            # They go on by themselves, one at the model's rate.
+            for handle in handles:
+                assert handle.wait(90).reply == "later"
+            assert status_json(env)["lanes"] == []
+        finally:
+            client.close()
             fleet.stop()
 
 

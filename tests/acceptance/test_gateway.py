@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+import parley
 from schemas.events import EventKind
 from tests.support.deployments import ALL, on_deployments
 from tests.support.gateway import (
@@ -513,6 +514,31 @@ def test_a_turn_with_a_check_or_an_unknown_field_is_refused_and_changes_nothing(
 JSON = {"Content-Type": "application/json"}
 
 
+def test_a_turns_priority_is_stored_and_one_that_is_no_lane_is_refused(
+    gateway: Gateway, alpha: Tenant
+) -> None:
+    """``"priority"`` puts the turn in its lane (docs/admission.md#priority): the run is
+    stored so; anything but the two lanes is 422 in the error form, and nothing changes."""
+    session = alpha.new_session()
+    batch = alpha.submit(session["id"], "a batch job", priority="batch")
+    plain = alpha.submit(session["id"], "someone waits")
+    asked = alpha.submit(session["id"], "asked for", priority="interactive")
+    for turn in (batch, plain, asked):
+        assert alpha.result(turn["turn_id"])["status"] == "finished"
+    with parley.connect(gateway.env["PARLEY_DATABASE_URL"]) as reader:
+        lanes = [reader.store.run_state(t["turn_id"]).priority for t in (batch, plain, asked)]
+    assert lanes == ["batch", "interactive", "interactive"]
+
+    turns = f"/v1/sessions/{session['id']}/turns"
+    before = snapshot(alpha)
+    for priority in ("urgent", "Batch", "", 1, 0, True, None, ["batch"], {"lane": "batch"}):
+        body = {"prompt": "x", "priority": priority}
+        response = alpha.http.post(turns, content=json.dumps(body), headers=JSON)
+        message = assert_error(response, 422, "InvalidRequest")["error"]["message"]
+        assert "priority" in message, message
+    assert snapshot(alpha) == before
+
+
 # ------------------------------------------------------------------------ branch
 
 
@@ -906,6 +932,12 @@ def test_health_readiness_and_the_openapi_document(gateway: Gateway, backend: st
                 assert "null" not in json.dumps(parameter["schema"]), parameter
     for name in ("Session", "Turn", "TurnDetails", "ErrorBody"):
         assert name in schemas, name
+    body = spec["paths"]["/v1/sessions/{session_id}/turns"]["post"]["requestBody"]
+    creates = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    priority = schemas[creates]["properties"]["priority"]
+    assert priority["enum"] == ["interactive", "batch"], priority
+    assert priority["default"] == "interactive" and "docs/admission.md" in priority["description"]
+    assert "priority" not in schemas[creates].get("required", [])
 
 
 @pytest.mark.postgres

@@ -163,14 +163,35 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
     yield from run_gateway(tmp_path, host=f"scripted:{script}")
 
 
+LIMITED_RPM = 6
+"""The scripted model's limit on the limited gateway: after one call, the next waits about
+ten seconds for capacity (the bucket holds one request, refilled at 95 % of 6 a minute),
+long enough to see and to reload in on a busy machine, and to let its worker go."""
+
+
+@pytest.fixture
+def limited_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """The scripted gateway with its model limited (docs/admission.md#limits)."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    yield from run_gateway(
+        tmp_path,
+        host=f"scripted:{script}",
+        extra={"PARLEY_MODEL_LIMITS": f"scripted={LIMITED_RPM}rpm"},
+    )
+
+
 @pytest.fixture
 def offline_gateway(tmp_path: Path) -> Iterator[Gateway]:
     """The gateway as a fresh clone starts it: no host named, the offline agent."""
     yield from run_gateway(tmp_path, host=None)
 
 
-def run_gateway(tmp_path: Path, host: str | None) -> Iterator[Gateway]:
-    """A gateway process on SQLite in ``tmp_path`` with ``host`` (None: none named)."""
+def run_gateway(
+    tmp_path: Path, host: str | None, extra: dict[str, str] | None = None
+) -> Iterator[Gateway]:
+    """A gateway process on SQLite in ``tmp_path`` with ``host`` (None: none named) and
+    ``extra`` in its environment."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -192,6 +213,7 @@ def run_gateway(tmp_path: Path, host: str | None) -> Iterator[Gateway]:
     )
     if host is not None:
         env["PARLEY_HOST"] = host
+    env.update(extra or {})
     log = tmp_path / "gateway.log"
     port = free_port()
     with log.open("w") as stderr:
@@ -724,6 +746,52 @@ def test_a_resumed_turn_that_ended_is_never_shown_running_nor_steered(
     assert steers == []
     expect(turn.locator(".badge")).to_have_text("finished")
     shot(page, "next-turn")
+
+
+def test_a_turn_waiting_for_capacity_shows_so_then_streams_when_it_goes_on(
+    limited_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """A turn whose model call must wait for its provider's capacity lets its worker go
+    (docs/admission.md#admission-before-every-model-call): the page shows it waiting for
+    capacity, with the model and about how long, not hung and not taken over by another
+    worker when it goes on; a reload while it waits shows the same."""
+    shot = Shots(tmp_path, "throttled")
+    page.goto(limited_gateway.url)
+    send(page, "first")  # the one call the bucket holds
+    first = turns(page).nth(0)
+    expect(first.locator(".badge")).to_have_text("finished")
+
+    send(page, "second")
+    second = turns(page).nth(1)
+    expect(second.locator(".badge")).to_have_text("waiting for capacity")
+    note = second.locator(".turn-note")
+    expect(note).to_have_text(re.compile(r"^waiting for scripted's capacity, about [1-9]\d* s$"))
+    # Unfinished all the same: the box steers it, and Interrupt stops it without waiting.
+    expect(page.get_by_role("button", name="Interrupt")).to_be_visible()
+    expect(second.locator(".typing")).to_have_count(0)
+    shot(page, "waiting")
+    expect(second.locator(".agent-body")).to_contain_text("You said: second")
+    expect(second.locator(".badge")).to_have_text("finished")
+    expect(note).to_be_hidden()
+    expect(second).not_to_contain_text("another worker took over")
+    shot(page, "went-on")
+
+    # A reload while a turn waits: read from its start, it is shown waiting, then goes on.
+    send(page, "third")
+    third = turns(page).nth(2)
+    expect(third.locator(".badge")).to_have_text("waiting for capacity")
+    page.reload()
+    third = turns(page).nth(2)
+    expect(third.locator(".badge")).to_have_text("waiting for capacity")
+    expect(third.locator(".turn-note")).to_contain_text("waiting for scripted's capacity")
+    shot(page, "reloaded-waiting")
+    expect(third.locator(".agent-body")).to_contain_text("You said: third")
+    expect(third.locator(".badge")).to_have_text("finished")
+    page.reload()  # and once it ended, read again from its start
+    expect(turns(page)).to_have_count(3)
+    expect(turns(page).nth(2).locator(".agent-body")).to_contain_text("You said: third")
+    expect(page.locator("#turns")).not_to_contain_text("another worker took over")
+    shot(page, "ended")
 
 
 def test_titles_the_head_mark_banners_and_the_offline_agents_files(

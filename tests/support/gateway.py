@@ -134,6 +134,8 @@ class Gateway(ProcessProbes):
     stderr: Path
     workspaces: Path
     tokens: dict[str, str]  # tenant → token
+    env: dict[str, str] = field(default_factory=dict)
+    """The environment it was started with (its database: ``PARLEY_DATABASE_URL``)."""
     _unused: Iterator[str] = field(default_factory=lambda: iter(()))
     _clients: list[httpx.Client] = field(default_factory=list)
 
@@ -265,6 +267,7 @@ def start_gateway(
         stderr=stderr,
         workspaces=Path(full["PARLEY_WORKSPACES"]),
         tokens=dict(tokens or {}),
+        env=full,
         _unused=iter(list(tokens or {})),
     )
     if ready:

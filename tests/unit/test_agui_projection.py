@@ -24,6 +24,7 @@ from schemas.events import (
     Steered,
     StepCommitted,
     StepRestarted,
+    Throttled,
     Token,
     ToolAnswered,
     ToolCalled,
@@ -229,6 +230,51 @@ def test_a_tool_round_maps_to_steps_text_and_tool_call_events() -> None:
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert texts_of(messages) == ["Let me look.", "It says A."]
     assert messages[1]["toolCalls"][0]["function"]["arguments"] == '{"path": "a.txt"}'
+
+
+def with_waits(events: list[Event]) -> list[Event]:
+    """``events`` as a turn that waited for capacity twice tells them: before its first
+    call, and after its first step (let go, queued again, started on another attempt)."""
+    payloads = [e.payload for e in events]
+    after_start = 2  # queued, started
+    after_step = next(n for n, p in enumerate(payloads) if isinstance(p, StepCommitted)) + 1
+    waited = [
+        *payloads[:after_start],
+        Throttled(model="openai:gpt-test", seconds=2.5, reason="requests"),
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=2, worker="w"),
+        *payloads[after_start:after_step],
+        Throttled(model="openai:gpt-test", seconds=0.0, reason="tokens"),
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=3, worker="w"),
+        *payloads[after_step:],
+    ]
+    return events_of(*waited)
+
+
+def test_a_wait_for_capacity_is_a_custom_event_and_changes_nothing_else() -> None:
+    plain = project(tool_turn())
+    out = project(with_waits(tool_turn()))
+    verify(out)
+    throttled = [e for e in out if e.get("name") == "parley.throttled"]
+    assert throttled == [
+        {
+            "type": "CUSTOM",
+            "name": "parley.throttled",
+            "value": {"model": "openai:gpt-test", "seconds": 2.5},
+        },
+        {
+            "type": "CUSTOM",
+            "name": "parley.throttled",
+            "value": {"model": "openai:gpt-test", "seconds": 0.0},
+        },
+    ]
+    # Each where its turn waited: before the first step, and between the two steps.
+    assert types(out).index("CUSTOM") == 1
+    second = [n for n, e in enumerate(out) if e.get("name") == "parley.throttled"][1]
+    assert types(out)[second - 1 : second + 2] == ["STEP_FINISHED", "CUSTOM", "STEP_STARTED"]
+    assert [e for e in out if e.get("name") != "parley.throttled"] == plain
+    assert apply([USER], out) == apply([USER], plain)
 
 
 def test_steers_refusals_and_checks_are_custom_events() -> None:

@@ -25,6 +25,7 @@ from schemas.events import (
     Steered,
     StepCommitted,
     StepRestarted,
+    Throttled,
     Token,
     ToolAnswered,
     ToolCalled,
@@ -201,6 +202,58 @@ def test_a_tool_round_maps_to_steps_text_and_tool_parts() -> None:
     ]
     assert texts(message) == ["Let me look.", "It says A."]
     assert message["parts"][2]["state"] == "output-available"
+
+
+def test_a_wait_for_capacity_is_a_data_part_and_changes_nothing_else() -> None:
+    # A turn that waited twice: before its first call, and after its first step (let go,
+    # queued again, started on another attempt).
+    first: list[EventPayload] = [
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=1, worker="w"),
+    ]
+    step0: list[EventPayload] = [
+        Token(step=0, text="Let me look."),
+        ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments='{"path": "a.txt"}'),
+        ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+        StepCommitted(step=0, text="Let me look.", tool_calls=(READ,)),
+    ]
+    rest: list[EventPayload] = [
+        Token(step=1, text="It says A."),
+        StepCommitted(step=1, text="It says A."),
+        Ended(outcome="finished", reply="It says A."),
+    ]
+
+    def waited(attempt: int, seconds: float) -> list[EventPayload]:
+        return [
+            Throttled(model="openai:gpt-test", seconds=seconds, reason="requests"),
+            Queued(run_id="r"),
+            Started(run_id="r", attempt=attempt, worker="w"),
+        ]
+
+    plain = project(events_of(*first, *step0, *rest))
+    out = project(events_of(*first, *waited(2, 2.5), *step0, *waited(3, 0.25), *rest))
+    check(out)
+    throttled = [c for c in out if c["type"] == "data-parley-throttled"]
+    assert throttled == [
+        {
+            "type": "data-parley-throttled",
+            "id": "throttled:3",
+            "data": {"model": "openai:gpt-test", "seconds": 2.5},
+        },
+        {
+            "type": "data-parley-throttled",
+            "id": "throttled:10",
+            "data": {"model": "openai:gpt-test", "seconds": 0.25},
+        },
+    ]
+    kinds = [c["type"] for c in out]
+    assert kinds.index("data-parley-throttled") == 1  # before the first step
+    second = kinds.index("data-parley-throttled", 2)
+    assert kinds[second - 1 : second + 2] == ["finish-step", "data-parley-throttled", "start-step"]
+    assert [c for c in out if c["type"] != "data-parley-throttled"] == plain
+    shown = build(out)
+    shown["parts"] = [p for p in shown["parts"] if p["type"] != "data-parley-throttled"]
+    assert shown == build(plain)
 
 
 def test_errors_refusals_steers_and_checks() -> None:

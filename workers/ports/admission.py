@@ -85,7 +85,11 @@ def parse_model_limits(text: str) -> dict[str, Limits]:
             )
         if model.strip() in limits:
             raise InvalidRequest(f"PARLEY_MODEL_LIMITS names {model.strip()!r} twice")
-        limits[model.strip()] = Limits.parse(value)
+        try:
+            limits[model.strip()] = Limits.parse(value)
+        except InvalidRequest as exc:
+            # Said with the setting and the model: the operator's typo is in one pair.
+            raise InvalidRequest(f"PARLEY_MODEL_LIMITS: {model.strip()}: {exc}") from exc
     return limits
 
 

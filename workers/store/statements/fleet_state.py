@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal_column, select
 
 from schemas import tables as t
 from workers.store.statements.binds import b
@@ -43,18 +43,23 @@ UNFINISHED_OF_STATUS = (
     .limit(b("limit"))
 )
 
+# A session's tenant, "" for none.  The "" is SQL text, not a bound parameter: the same
+# expression in the select list and in GROUP BY must be the same text for PostgreSQL,
+# and two parameters ($1, $5) of one value are not (it refuses the query).
+_TENANT = func.coalesce(t.sessions.c.tenant, literal_column("''"))
+
 # The unfinished runs by tenant and lane, and how many of them wait for provider
 # capacity (deferred: docs/admission.md): what an operator sees queued for each.
 WORK_BY_LANE = (
     select(
-        func.coalesce(t.sessions.c.tenant, "").label("tenant"),
+        _TENANT.label("tenant"),
         t.runs.c.priority,
         func.count().label("runs"),
         func.count(t.runs.c.not_before).label("deferred"),
     )
     .join(t.sessions, t.sessions.c.id == t.runs.c.session_id)
     .where(IS_UNFINISHED)
-    .group_by(func.coalesce(t.sessions.c.tenant, ""), t.runs.c.priority)
+    .group_by(_TENANT, t.runs.c.priority)
 )
 
 # Whether the database answers now (readiness checks).

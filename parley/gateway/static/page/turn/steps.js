@@ -15,11 +15,12 @@ export function onQueued(view, d) {
 export function onStarted(view, d) {
   // A later attempt after a resume is the resume itself, and after a wait for capacity
   // the same turn going on; otherwise another worker took the turn over (its driver
-  // died).
-  if (d.attempt > 1 && !view.resuming && view.status !== "throttled") {
+  // died).  (Not told by the status: a replay of an ended turn sets none.)
+  if (d.attempt > 1 && !view.resuming && !view.throttled) {
     view.divider(`another worker took over (attempt ${d.attempt})`, "resume");
   }
   view.resuming = false;
+  view.throttled = false;
   view.setNote("");
   view.setStatus("running");
 }
@@ -28,6 +29,7 @@ export function onStarted(view, d) {
 // itself when the capacity is due, so it is shown waiting, not hung.
 export function onThrottled(view, d) {
   const seconds = Math.max(1, Math.round(d.seconds || 0));
+  view.throttled = true; // its next attempt is this turn going on
   view.setStatus("throttled");
   view.setNote(`waiting for ${d.model || "the model"}'s capacity, about ${seconds} s`);
 }
