@@ -102,7 +102,7 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
         assert client.store.run_state(turn_id).priority == "interactive"
 
     history = parley("history", session_id, env=env).stdout
-    assert history.startswith(batch_id) and "hello there" in history  # an id to copy whole
+    assert history.startswith(turn_id) and "hello there" in history  # an id to copy whole
     assert "◀ head" in parley("tree", session_id, env=env).stdout
     followed = parley("follow", turn_id, env=env).stdout
     # After the end a reader gets no tokens: the reply comes from the committed step.
@@ -114,7 +114,7 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     empty = parley("submit", session_id, "   ", env=env)
     assert empty.returncode == 2 and "InvalidRequest" in empty.stderr
     assert "you:" not in empty.stdout  # nothing echoed for a prompt that was refused
-    assert len(parley("history", session_id, env=env).stdout.strip().splitlines()) == 1
+    assert len(parley("history", session_id, env=env).stdout.strip().splitlines()) == 2
 
     # Text in brackets is text, not terminal markup: in a prompt, a reply, an error.
     bracketed = parley("submit", session_id, "fix [/] this [red]now", env=env)
