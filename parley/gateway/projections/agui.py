@@ -63,7 +63,6 @@ from parley.gateway.projections.agui_events import (
     CUSTOM_APPROVAL_REQUESTED,
     CUSTOM_REFUSAL,
     CUSTOM_STEP_RESTARTED,
-    CUSTOM_THROTTLED,
     approval_interrupt,
     custom_event,
     notice_event,
@@ -197,12 +196,8 @@ class AgUiRun:
     ) -> dict[str, Any]:
         """The custom event of what a client shows beside the messages."""
         match payload:
-            case Steered() | Checked():
+            case Steered() | Checked() | Throttled():
                 return notice_event(payload)
-            case Throttled():
-                # Waiting for provider capacity, holding no worker: not hung.
-                waited = {"model": payload.model, "seconds": payload.seconds}
-                return custom_event(CUSTOM_THROTTLED, waited)
             case Refused():
                 value: dict[str, Any] = {
                     "toolCallId": self._tool_call_id(payload.call_id),

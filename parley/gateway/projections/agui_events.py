@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.events import ApprovalRequested, Checked, Steered
+from schemas.events import ApprovalRequested, Checked, Steered, Throttled
 
 CUSTOM_STEER = "parley.steer"
 CUSTOM_REFUSAL = "parley.refusal"
@@ -57,9 +57,12 @@ def approval_interrupt(asked: ApprovalRequested, call_id: str, turn_id: str) -> 
     return interrupt
 
 
-def notice_event(payload: Steered | Checked) -> dict[str, Any]:
-    """The ``CUSTOM`` event of a steer or a contract check, shown beside the messages."""
+def notice_event(payload: Steered | Checked | Throttled) -> dict[str, Any]:
+    """The ``CUSTOM`` event of a steer, a contract check or a wait for provider capacity
+    (holding no worker: not hung), shown beside the messages."""
     if isinstance(payload, Steered):
         return custom_event(CUSTOM_STEER, {"position": payload.position, "text": payload.text})
+    if isinstance(payload, Throttled):
+        return custom_event(CUSTOM_THROTTLED, {"model": payload.model, "seconds": payload.seconds})
     value = {"passed": payload.passed, "exitCode": payload.exit_code, "output": payload.output}
     return custom_event(CUSTOM_CHECK, value)
