@@ -251,6 +251,12 @@ def message_bytes(message: Message) -> bytes:
     return json.dumps(message_to_json(message), sort_keys=True, separators=(",", ":")).encode()
 
 
+def request_size(prefix: Prefix, messages: Sequence[Message]) -> int:
+    """The characters of a request as parley encodes it (its prefix and its messages):
+    what a rough token estimate of its input counts."""
+    return len(prefix.canonical_bytes()) + sum(len(message_bytes(m)) for m in messages)
+
+
 def message_to_json(message: Message) -> dict[str, Any]:
     """A plain-JSON view of one message (for digests and provider codecs)."""
     if isinstance(message, UserMessage):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 
-from schemas.messages import ToolCall, message_bytes
+from schemas.messages import ToolCall, request_size
 from schemas.records import Usage
 from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
@@ -44,9 +44,7 @@ class CompletionModel(ABC):
 def estimate_usage(request: ModelRequest, text: str, calls: tuple[ToolCall, ...]) -> Usage:
     """Characters / 4, the usual rough token count: used when a provider reports no usage,
     so that budgets and token ceilings still bound the turn instead of seeing zero."""
-    request_chars = len(request.prefix.canonical_bytes()) + sum(
-        len(message_bytes(m)) for m in request.messages
-    )
+    request_chars = request_size(request.prefix, request.messages)
     output_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in calls)
     return Usage(
         input_tokens=math.ceil(request_chars / 4), output_tokens=math.ceil(output_chars / 4)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from schemas.errors import InvalidRequest
-from schemas.messages import message_bytes
+from schemas.messages import request_size
 from workers.ports.admission import (
     Admission,
     Demand,
@@ -142,10 +142,6 @@ class CallAdmission:
     def enabled(self) -> bool:
         return self._admission is not None
 
-    @property
-    def max_retry_after(self) -> float:
-        return self._settings.max_retry_after
-
     def weight_of(self, tenant: str) -> float:
         return self._settings.tenant_weights.get(tenant, 1.0)
 
@@ -154,9 +150,6 @@ class CallAdmission:
         with self._guard:
             return self._configured.get(model) or self._learned.get(model)
 
-    def configured(self) -> Mapping[str, Limits]:
-        return dict(self._configured)
-
     # ------------------------------------------------------------------ a call
 
     def demand(
@@ -164,9 +157,7 @@ class CallAdmission:
     ) -> Demand:
         """What a call of ``request`` asks for: its input estimated (about four
         characters a token) plus the model's output ceiling."""
-        size = len(request.prefix.canonical_bytes()) + sum(
-            len(message_bytes(m)) for m in request.messages
-        )
+        size = request_size(request.prefix, request.messages)
         ceiling = getattr(model, "output_ceiling", None) or DEFAULT_OUTPUT_CEILING
         return Demand(
             model=model.name,
