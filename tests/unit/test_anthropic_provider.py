@@ -143,21 +143,25 @@ def test_tool_uses_split_across_deltas_are_assembled(
 
 # Anthropic's headers, as a 200 from api.anthropic.com carries them (the tokens limit is
 # input and output together: 80000 + 16000).
-RESET = (datetime.now(UTC) + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-RATE_HEADERS = {
-    "anthropic-ratelimit-requests-limit": "1000",
-    "anthropic-ratelimit-requests-remaining": "999",
-    "anthropic-ratelimit-requests-reset": RESET,
-    "anthropic-ratelimit-tokens-limit": "96000",
-    "anthropic-ratelimit-tokens-remaining": "0",
-    "anthropic-ratelimit-tokens-reset": RESET,
-    "anthropic-ratelimit-input-tokens-limit": "80000",
-    "anthropic-ratelimit-input-tokens-remaining": "0",
-    "anthropic-ratelimit-input-tokens-reset": RESET,
-    "anthropic-ratelimit-output-tokens-limit": "16000",
-    "anthropic-ratelimit-output-tokens-remaining": "16000",
-    "anthropic-ratelimit-output-tokens-reset": RESET,
-}
+def rate_headers() -> dict[str, str]:
+    """Anthropic's rate-limit headers as it sends them, every bucket resetting 30 s from
+    now (made when the test runs: a reset computed at import has passed by the time a
+    long suite reaches the test)."""
+    reset = (datetime.now(UTC) + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "anthropic-ratelimit-requests-limit": "1000",
+        "anthropic-ratelimit-requests-remaining": "999",
+        "anthropic-ratelimit-requests-reset": reset,
+        "anthropic-ratelimit-tokens-limit": "96000",
+        "anthropic-ratelimit-tokens-remaining": "0",
+        "anthropic-ratelimit-tokens-reset": reset,
+        "anthropic-ratelimit-input-tokens-limit": "80000",
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": reset,
+        "anthropic-ratelimit-output-tokens-limit": "16000",
+        "anthropic-ratelimit-output-tokens-remaining": "16000",
+        "anthropic-ratelimit-output-tokens-reset": reset,
+    }
 
 
 def error_body(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
@@ -173,7 +177,7 @@ def test_a_429_reaches_the_server_once_and_is_raised_with_its_delay_and_limits(
     server.plan(
         Reply(
             status=429,
-            headers={"retry-after": "7", "x-should-retry": "true", **RATE_HEADERS},
+            headers={"retry-after": "7", "x-should-retry": "true", **rate_headers()},
             body=error_body("rate_limit_error", "Number of request tokens has exceeded"),
         ),
         Reply(frames=anthropic_message("never asked for")),
@@ -195,7 +199,7 @@ def test_a_429_without_retry_after_waits_for_the_reset_of_its_exhausted_bucket(
     server.plan(
         Reply(
             status=429,
-            headers=RATE_HEADERS,
+            headers=rate_headers(),
             body=error_body("rate_limit_error", "ramping", code="ramp_limit_exceeded"),
         )
     )
@@ -261,10 +265,10 @@ def test_a_reply_carries_the_limits_its_headers_reported(
     server: ProviderServer, make_model: ModelFactory
 ) -> None:
     only_split = {
-        name: value for name, value in RATE_HEADERS.items() if "-ratelimit-tokens-" not in name
+        name: value for name, value in rate_headers().items() if "-ratelimit-tokens-" not in name
     }
     server.plan(
-        Reply(frames=anthropic_message("ok"), headers=RATE_HEADERS),
+        Reply(frames=anthropic_message("ok"), headers=rate_headers()),
         Reply(frames=anthropic_message("ok"), headers=only_split),
         Reply(frames=anthropic_message("ok")),
     )
