@@ -6,6 +6,7 @@ steers and interrupts, and survive the process that started them.
 """
 
 from parley import errors, models, tools, transcript
+from parley.batches import Batch, BatchState
 from parley.client import Client, connect
 from parley.host import Host, load_host
 from parley.policy import ApproveAll, AskAlways, Policy
@@ -55,6 +56,8 @@ __all__ = [
     "ApproveAll",
     "Ask",
     "AskAlways",
+    "Batch",
+    "BatchState",
     "Client",
     "CommitReceipt",
     "ContextBudget",

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 
 from broker_config.settings import FleetSettings
+from parley.batches import BATCH_ID, Batch, submit_batch
 from parley.deployment import fleet_redis_url
 from parley.embedded import embedded_kicker, local_coordinator
-from parley.errors import InvalidRequest, SessionNotFound, StoreError
+from parley.errors import BatchNotFound, InvalidRequest, SessionNotFound, StoreError
 from parley.host import Host
 from parley.kickers import EmbeddedKicker, FleetKicker
 from parley.retention import check_retention, prune
@@ -265,6 +267,34 @@ class Client(StoredReads):
         record = self.store.get_turn(turn_id)
         name_in_logs(record)
         return TurnHandle(self, record)
+
+    # ------------------------------------------------------------------- batches
+
+    def submit_batch(
+        self,
+        lines: Iterable[dict[str, Any]] | str | os.PathLike[str],
+        *,
+        root: str | os.PathLike[str] | None = None,
+        tenant: str | None = None,
+        request_id: str | None = None,
+    ) -> Batch:
+        """Submit many turns as one batch (docs/batches.md): ``lines`` are OpenAI Batch
+        lines over Responses (``{"custom_id", "method": "POST", "url": "/v1/responses",
+        "body"}``), parsed, or the path of their JSONL file.  A line without
+        ``previous_response_id`` or ``conversation`` opens a session of its own, in
+        ``root`` (else a directory of its own under ``PARLEY_WORKSPACES``); a malformed
+        line is refused alone (it is in the error file).  Every turn is
+        ``priority="batch"``.  ``tenant`` owns the batch and the sessions it opens;
+        ``request_id`` makes the submission idempotent (the same id returns the batch it
+        made)."""
+        return submit_batch(self, lines, root=root, tenant=tenant, request_id=request_id)
+
+    def batch(self, batch_id: str) -> Batch:
+        """A handle on a batch; :class:`BatchNotFound` if unknown."""
+        if not isinstance(batch_id, str) or not BATCH_ID.fullmatch(batch_id):
+            raise BatchNotFound(f"no batch {batch_id!r}")
+        self.store.get_batch(batch_id)
+        return Batch(self, batch_id)
 
     def prune(
         self,

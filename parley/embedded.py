@@ -16,6 +16,7 @@ from parley.kickers import EmbeddedKicker
 from workers.coordination.local_admission import LocalAdmission
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.engine.turn_engine import TurnEngine
+from workers.runtime.batch_window import batch_window
 from workers.runtime.session_leases import ProcessLeases
 from workers.store.database import in_memory, sqlite_file
 from workers.store.sql_store import SqlStore
@@ -75,12 +76,25 @@ def embedded_kicker(
     # is a lease in it too, this client's own (workers.runtime.session_leases).
     leases = None if in_memory(engine) else ProcessLeases(store)
 
-    def strays() -> list[str]:
-        undriven = coordinator.unattended(store.sessions_with_work())
-        return undriven if leases is None or not undriven else leases.unheld(undriven)
+    window = batch_window()
+
+    def strays() -> list[tuple[str, str]]:
+        lanes = dict(store.sessions_with_work_lanes())
+        # Queued batch lines are not among them (a window at a time): the oldest are.
+        for session_id in store.oldest_queued_batch_sessions(window):
+            lanes.setdefault(session_id, "batch")
+        undriven = coordinator.unattended(list(lanes))
+        if leases is not None and undriven:
+            undriven = leases.unheld(undriven)
+        return [(session_id, lanes[session_id]) for session_id in undriven]
 
     kicker = EmbeddedKicker(
-        runner, store.expire_approvals, housekeeping, strays=strays, leases=leases
+        runner,
+        store.expire_approvals,
+        housekeeping,
+        strays=strays,
+        leases=leases,
+        batch_window=window,
     )
     if host is not None:
         # Turns an earlier process left (killed mid-turn, say) go on from now, not

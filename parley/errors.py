@@ -7,10 +7,12 @@ public name for them.
 """
 
 from schemas.errors import (
+    BatchNotFound,
     CodecError,
     Conflict,
     DriverFailed,
     Fenced,
+    FileNotFound,
     ForeignTurn,
     InvalidRequest,
     McpError,
@@ -25,10 +27,12 @@ from schemas.errors import (
 )
 
 __all__ = [
+    "BatchNotFound",
     "CodecError",
     "Conflict",
     "DriverFailed",
     "Fenced",
+    "FileNotFound",
     "ForeignTurn",
     "InvalidRequest",
     "McpError",

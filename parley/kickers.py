@@ -15,6 +15,7 @@ from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.coordination.constants import SWEEP_SECONDS
 from workers.engine.turn_engine import TurnEngine
+from workers.runtime.batch_window import DEFAULT_WINDOW
 from workers.runtime.session_drainer import SessionDrainer
 from workers.runtime.session_leases import ProcessLeases
 from workers.store.approvals import Answered
@@ -34,8 +35,9 @@ class EmbeddedKicker:
         engine: Callable[[], TurnEngine | None],
         expire: Callable[[], list[Answered]] = list,
         housekeeping: EmbeddedHousekeeping | None = None,
-        strays: Callable[[], list[str]] = list,
+        strays: Callable[[], list[tuple[str, str]]] = list,
         leases: ProcessLeases | None = None,
+        batch_window: int = DEFAULT_WINDOW,
     ) -> None:
         """``engine`` builds the engine (None: no host) when the first turn needs it;
         ``expire`` denies the waiting calls whose time is up (the store's);
@@ -44,7 +46,8 @@ class EmbeddedKicker:
         sessions with work that no live process drives (a process that died left them,
         or its kick never came), which this one drives from the engine's start on;
         ``leases`` make each session's lock a lease in the database too, for the other
-        processes that share it."""
+        processes that share it; ``batch_window`` bounds the batch sessions driven at
+        once."""
         self._build_engine = engine
         self._expire_due = expire
         self._housekeeping = housekeeping
@@ -61,6 +64,9 @@ class EmbeddedKicker:
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._deferred: dict[str, threading.Timer] = {}
+        self._batch_window = batch_window
+        self._batch_drivers: set[str] = set()
+        self._batch_waiting: dict[str, None] = {}  # (a dict keeps kick order)
 
     def ready(self) -> None:
         """Raise unless this client can run turns."""
@@ -81,27 +87,51 @@ class EmbeddedKicker:
             raise InvalidRequest("the client is closed")
 
     def kick(self, session_id: str, priority: str = "interactive") -> None:
-        """Make sure a driver thread is draining the session.  (Every session has a
-        thread of its own here: ``priority`` matters to admission, not to the kick.)"""
-        del priority
+        """Make sure a driver thread is draining the session.  Every session has a
+        thread of its own here, but batch lines: at most ``batch_window`` of their
+        sessions are driven at once, the rest wait their turn in kick order
+        (workers/runtime/batch_window.py is the fleet's twin)."""
         self.ready()
         with self._guard:
             if self._closed:
                 # Checked under the guard that close() takes: no driver starts after it
                 # (a submission racing it rolls back with this error).
                 raise InvalidRequest("the client is closed")
-            # The flag and the thread's decision to exit are both taken under the guard,
-            # so a kick that arrives while a driver is winding down is never dropped.
-            self._kicked.add(session_id)
             if session_id in self._drivers:
+                # The flag and the thread's decision to exit are both taken under the
+                # guard, so a kick that arrives while a driver winds down is never dropped.
+                self._kicked.add(session_id)
                 return
-            thread = threading.Thread(
-                target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
-            )
-            self._drivers[session_id] = thread
-            self._errors.pop(session_id, None)
-            thread.start()
-            self._start_timer()
+            if priority == "batch" and len(self._batch_drivers) >= self._batch_window:
+                self._batch_waiting[session_id] = None
+                return
+            self._batch_waiting.pop(session_id, None)
+            self._start_driver(session_id, batch=priority == "batch")
+
+    def _start_driver(self, session_id: str, *, batch: bool) -> None:
+        """Under the guard: a driver thread for the session."""
+        self._kicked.add(session_id)
+        thread = threading.Thread(
+            target=self._drive, args=(session_id,), name=f"parley-{session_id[:8]}", daemon=True
+        )
+        self._drivers[session_id] = thread
+        if batch:
+            self._batch_drivers.add(session_id)
+        self._errors.pop(session_id, None)
+        thread.start()
+        self._start_timer()
+
+    def _driver_gone(self, session_id: str) -> None:
+        """Under the guard: the session's driver stopped; a batch driver's place goes to
+        the batch session waiting longest."""
+        self._drivers.pop(session_id, None)
+        if session_id not in self._batch_drivers:
+            return
+        self._batch_drivers.discard(session_id)
+        if self._batch_waiting and not self._closed:
+            waiting = next(iter(self._batch_waiting))
+            del self._batch_waiting[waiting]
+            self._start_driver(waiting, batch=True)
 
     def kick_later(self, session_id: str, seconds: float, priority: str) -> None:
         """Kick the session in ``seconds`` (a turn that waits for provider capacity,
@@ -146,9 +176,9 @@ class EmbeddedKicker:
                 failing = True
             else:
                 failing = False
-                twice = [session_id for session_id in strays if session_id in seen]
-                seen = set(strays)
-                for session_id in twice:
+                twice = [(session, lane) for session, lane in strays if session in seen]
+                seen = {session for session, _lane in strays}
+                for session_id, lane in twice:
                     with self._guard:
                         # A driver of this process that failed left its turn to its
                         # caller (the error is theirs to see, then to resume).
@@ -156,7 +186,7 @@ class EmbeddedKicker:
                     if not failed:
                         log.info("driving session %s, which no live process drives", session_id)
                         with contextlib.suppress(InvalidRequest):  # closed meanwhile
-                            self.kick(session_id)
+                            self.kick(session_id, lane)
             if self._stop.wait(SWEEP_SECONDS):
                 return
 
@@ -194,7 +224,7 @@ class EmbeddedKicker:
             while True:
                 with self._guard:
                     if session_id not in self._kicked:
-                        del self._drivers[session_id]
+                        self._driver_gone(session_id)
                         return
                     self._kicked.discard(session_id)
                 driver.drive(session_id)
@@ -203,7 +233,7 @@ class EmbeddedKicker:
             log.exception("driver of session %s stopped", session_id)
             with self._guard:
                 self._errors[session_id] = exc
-                self._drivers.pop(session_id, None)
+                self._driver_gone(session_id)
                 # A kick that came while this driver was failing found it still listed
                 # and left the work to it: that work needs a driver of its own.
                 kicked_meanwhile = session_id in self._kicked

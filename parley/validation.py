@@ -9,6 +9,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from pydantic import BeforeValidator
+
 from parley.errors import InvalidRequest, ParleyError
 from schemas.records import IfBusy
 from workers.ports.admission import PRIORITIES, Priority
@@ -172,3 +174,16 @@ def check_if_busy(value: IfBusy | str) -> IfBusy:
         raise InvalidRequest(
             f"if_busy must be one of {[b.value for b in IfBusy]}, not {value!r}"
         ) from None
+
+
+def _not_a_string_or_boolean(value: Any) -> Any:
+    if isinstance(value, (str, bool)):
+        raise ValueError(f"must be a whole number, not {json.dumps(value)}")
+    return value
+
+
+JSON_NUMBER = BeforeValidator(_not_a_string_or_boolean)
+"""After an integer field's ``Field(..., strict=False)``: a whole number as JSON Schema
+has them (``2.0`` is 2), never a string of one or a boolean (a strict ``int`` would
+refuse the ``2.0`` the document allows; the bounds go before this, or the document
+loses them)."""

@@ -13,6 +13,14 @@ class TurnNotFound(ParleyError):
     """No turn has this id in the store."""
 
 
+class BatchNotFound(ParleyError):
+    """No batch (docs/batches.md) has this id in the store (or another tenant's has)."""
+
+
+class FileNotFound(ParleyError):
+    """No file (an upload, or a batch's output or error file) has this id."""
+
+
 class TurnEnded(ParleyError):
     """A steer or interrupt was sent to a turn that has already ended."""
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -47,6 +48,9 @@ ACTIVE_RUN = "status IN ('queued', 'running')"
 # A webhook delivery still to make (neither delivered nor given up): the deliverer's due
 # rows are among these, and a session with one is not pruned.
 UNSETTLED_DELIVERY = "delivered_at IS NULL AND given_up_at IS NULL"
+# A batch line's run still waiting for its first driver: the batch window
+# (workers/runtime/batch_window.py) kicks the oldest of these, a few at a time.
+QUEUED_BATCH_RUN = "status = 'queued' AND priority = 'batch'"
 
 sessions = Table(
     "sessions",
@@ -163,6 +167,12 @@ runs = Table(
     # to be claimed before this time (None: any time).
     Column("not_before", Timestamp, nullable=True),
     Index(None, "session_id", "status"),
+    Index(
+        "ix_runs_batch_queue",
+        "queued_at",
+        postgresql_where=text(QUEUED_BATCH_RUN),
+        sqlite_where=text(QUEUED_BATCH_RUN),
+    ),
     Index(
         "ix_runs_active",
         "session_id",
@@ -301,4 +311,85 @@ webhook_outbox = Table(
         postgresql_where=text(UNSETTLED_DELIVERY),
         sqlite_where=text(UNSETTLED_DELIVERY),
     ),
+)
+
+# Files (docs/batches.md), as OpenAI's Files API has them: an upload keeps its bytes in
+# ``file_parts``; a batch's output and error files have no bytes of their own: each is a
+# query over the batch's ended lines, streamed out when read (``batch_id`` and ``kind``
+# say which), so it is readable while the batch runs and never built in memory.
+files = Table(
+    "files",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("tenant", String(64), nullable=True),
+    Column("purpose", String(40), nullable=False),
+    Column("filename", Text, nullable=False),
+    # ``upload``, ``batch_output`` or ``batch_error``.
+    Column("kind", String(20), nullable=False),
+    # An upload's size; a batch's file's once its batch has ended and it was counted
+    # (None until then).
+    Column("bytes", BigInteger, nullable=True),
+    Column("batch_id", String(40), nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Index(None, "tenant", "created_at", "id"),
+    Index(None, "batch_id"),
+)
+
+# An upload's bytes, in parts of at most a MiB, read back one by one on download.
+file_parts = Table(
+    "file_parts",
+    metadata,
+    Column("file_id", String(40), ForeignKey("files.id"), primary_key=True),
+    Column("part", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
+# A batch: many turns submitted as one (docs/batches.md).  Its counts are not kept
+# here: they are read from its lines' runs, so no turn's end contends for this row.
+# ``status`` is ``in_progress`` or ``cancelling`` while lines are unfinished, then
+# ``completed``, ``cancelled`` or ``failed`` (no line could be accepted), written once
+# by the first reader that finds every line ended.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("tenant", String(64), nullable=True),
+    Column("input_file_id", String(40), ForeignKey("files.id"), nullable=True),
+    Column("output_file_id", String(40), ForeignKey("files.id"), nullable=False),
+    Column("error_file_id", String(40), ForeignKey("files.id"), nullable=False),
+    Column("endpoint", String(100), nullable=False),
+    Column("completion_window", String(20), nullable=False),
+    Column("metadata", Json, nullable=True),
+    # The Python client's idempotency key (None: none given).
+    Column("request_id", String(200), nullable=True),
+    Column("status", String(20), nullable=False),
+    Column("total", Integer, nullable=False),
+    # Lines refused at submission (in the error file from the start).
+    Column("invalid", Integer, nullable=False),
+    # Why a batch failed as a whole (OpenAI's ``errors.data``), else None.
+    Column("errors", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("cancelling_at", Timestamp, nullable=True),
+    Column("ended_at", Timestamp, nullable=True),
+    UniqueConstraint("tenant", "request_id"),
+    Index(None, "tenant", "created_at", "id"),
+    Index(None, "ended_at"),
+)
+
+# A batch's lines: each the turn it became, or why it was refused.
+batch_lines = Table(
+    "batch_lines",
+    metadata,
+    Column("batch_id", String(40), ForeignKey("batches.id"), primary_key=True),
+    # The line's number in the input file, from 1.
+    Column("line", Integer, primary_key=True),
+    Column("custom_id", String(200), nullable=True),
+    Column("turn_id", Id, ForeignKey("turns.id"), nullable=True),
+    Column("session_id", Id, ForeignKey("sessions.id"), nullable=True),
+    # Whether the line opened its session (its only turn): a cancel may end it unrun.
+    Column("opened_session", Boolean, nullable=False),
+    # A refused line's error: ``code``, ``message``, ``param``.
+    Column("error", Json, nullable=True),
+    Index(None, "turn_id"),
+    Index(None, "session_id"),
 )

@@ -5,7 +5,6 @@ OpenAPI document says."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,14 +12,19 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     model_validator,
 )
 
 from parley.gateway.settings import NAME_PATTERN
-from parley.validation import MAX_CONTEXT_BYTES, MAX_PROMPT_BYTES, MAX_REQUEST_ID, MAX_STEER_BYTES
+from parley.validation import (
+    JSON_NUMBER,
+    MAX_CONTEXT_BYTES,
+    MAX_PROMPT_BYTES,
+    MAX_REQUEST_ID,
+    MAX_STEER_BYTES,
+)
 from schemas.events import Event
 from schemas.records import Approval as ApprovalRecord
 from schemas.records import IfBusy, RunState, SessionRecord, TurnRecord, TurnStatus
@@ -38,19 +42,6 @@ NOT_BLANK = f"[^{WHITE_SPACE}]"
 # but a range of them is a pattern Rust's regex engine, and so schemathesis, cannot read.)
 UNPRINTABLE = "\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029"
 ONE_LINE = f"^[^{UNPRINTABLE}]*[^{UNPRINTABLE}{WHITE_SPACE}][^{UNPRINTABLE}]*$"
-
-
-def _not_a_string_or_boolean(value: Any) -> Any:
-    if isinstance(value, (str, bool)):
-        raise ValueError(f"must be a whole number, not {json.dumps(value)}")
-    return value
-
-
-JSON_NUMBER = BeforeValidator(_not_a_string_or_boolean)
-"""After an integer field's ``Field(..., strict=False)``: a whole number as JSON Schema
-has them (``2.0`` is 2), never a string of one or a boolean (a strict ``int`` would
-refuse the ``2.0`` the document allows; the bounds go before this, or the document
-loses them)."""
 
 
 class Body(BaseModel):

@@ -25,9 +25,9 @@ from typing import Any
 from parley.client import Client
 from parley.errors import Conflict, InvalidRequest, SessionNotFound, TurnNotFound
 from parley.gateway.tenants import owned_session
-from parley.gateway.workspaces import workspace_root
 from parley.session import Session
 from parley.validation import MAX_PROMPT_BYTES, MAX_REQUEST_ID, check_text
+from parley.workspaces import workspace_root
 from schemas.records import Decision
 from workers.store.ids import storable
 

@@ -16,7 +16,7 @@ from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.server import Bind
 from parley.gateway.settings import LOCAL_TENANT, GatewaySettings, parse_tokens
 from parley.gateway.tenants import TokenTable
-from parley.gateway.workspaces import workspace_root
+from parley.workspaces import workspace_root
 
 TOKEN_A = "aaaaaaaaaaaaaaaaaaaa"
 TOKEN_B = "bbbbbbbbbbbbbbbbbbbb"

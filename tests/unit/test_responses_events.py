@@ -1,8 +1,8 @@
-"""The OpenAI Responses projection (``parley.gateway.projections.responses``, its objects in
-``responses_objects``), checked with the official ``openai`` package and against the Open
-Responses specification's schema (``tests/support/open_responses.py``): every event
-validates against both, the client's own stream accumulator takes the stream and ends with
-the reply, and a restarted step leaves the client holding its text once."""
+"""The OpenAI Responses projection (``parley.gateway.projections.responses``; its objects
+in ``parley.openai_api.response_objects``), checked with the official ``openai`` package
+and against the Open Responses specification's schema (``tests/support/open_responses.py``):
+every event validates against both, the client's own stream accumulator takes the stream
+and ends with the reply, and a restarted step leaves the client holding its text once."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 import parley
 from parley.gateway.projection import Projection
 from parley.gateway.projections.responses import ResponsesProjection
-from parley.gateway.projections.responses_objects import (
+from parley.openai_api.response_objects import (
     SLOTS,
     ResponseContent,
     ResponseMeta,

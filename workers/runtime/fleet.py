@@ -17,6 +17,7 @@ from workers.coordination.redis_admission import RedisAdmission
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.turn_engine import TurnEngine
 from workers.ports.host import HostPort
+from workers.runtime.batch_window import batch_window, fill_batch_window
 from workers.runtime.concurrency import ConnectionBudget
 from workers.runtime.session_drainer import SessionDrainer
 from workers.store.sql_store import SqlStore
@@ -124,7 +125,8 @@ def sweep(runtime: FleetRuntime, kick: Callable[[str, str], None]) -> list[str]:
     """Deny the waiting calls whose time is up, then re-kick every session that has a
     queued or running turn, no live lock and no kick sent moments ago, on the queue of
     its most urgent lane: lost kicks, dead workers and an emptied Redis are all
-    recovered here.  (A turn waiting for provider capacity is left alone until its
+    recovered here; and top the batch window up (queued batch lines are started a
+    window at a time).  (A turn waiting for provider capacity is left alone until its
     capacity is due.)  Also counts the turns waiting for capacity, for the metrics."""
     # Calls whose answer did not come in time are denied first: a turn whose last call
     # that makes runnable is among the sessions with work below.
@@ -136,6 +138,13 @@ def sweep(runtime: FleetRuntime, kick: Callable[[str, str], None]) -> list[str]:
         if runtime.coordinator.claim_kick(session_id):
             kick(session_id, lanes[session_id])
             kicked.append(session_id)
+    # Batch lines still queued are started a window at a time, not kicked each.
+    kicked_batch = fill_batch_window(
+        runtime.store,
+        runtime.coordinator,
+        lambda session_id: kick(session_id, "batch"),
+        window=batch_window(),
+    )
     try:
         metrics.turns_waiting_capacity(runtime.store.waiting_for_capacity())
     except Exception:  # a count for the metrics must never cost the sweep its kicks
@@ -143,4 +152,6 @@ def sweep(runtime: FleetRuntime, kick: Callable[[str, str], None]) -> list[str]:
     if kicked:
         log.info("sweeper kicked %d session(s)", len(kicked))
         metrics.sweeper_kicked(len(kicked))
+    if kicked_batch:
+        log.info("sweeper started %d batch line(s) into the batch window", kicked_batch)
     return kicked

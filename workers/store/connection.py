@@ -21,6 +21,7 @@ context on the direct path).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import namedtuple
@@ -31,7 +32,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, CursorResult, Engine, Insert
+from sqlalchemy import JSON, Connection, CursorResult, Engine, Insert, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import (
     ArgumentError,
@@ -178,6 +179,31 @@ class StoreConnection:
     def rollback(self) -> None:
         """Roll back the transaction now (the caller returns without changes)."""
         self._connection.rollback()
+
+    def insert_bulk(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` (each every column of ``table`` that is given, the same keys
+        in each) in as few round trips as the database allows: ``COPY`` on PostgreSQL
+        (a hundred thousand rows in a second or so, where a statement per row takes a
+        minute), one ``executemany`` on SQLite (which has no network to save)."""
+        if not rows:
+            return
+        if self._connection.dialect.name != "postgresql":
+            self._connection.execute(table.insert(), list(rows))
+            return
+        keys = list(rows[0])
+        as_json = {k for k in keys if isinstance(table.c[k].type, JSON)}
+        raw = self._connection.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        columns = ", ".join(f'"{k}"' for k in keys)
+        try:
+            with (
+                raw.cursor() as cursor,
+                cursor.copy(f'COPY "{table.name}" ({columns}) FROM STDIN') as copy,
+            ):
+                for row in rows:
+                    copy.write_row([_json_text(row[k]) if k in as_json else row[k] for k in keys])
+        except psycopg.Error as exc:
+            raise DBAPIError.instance(f"COPY {table.name}", None, exc, psycopg.Error) from exc
 
     def _run(self, compiled: _Compiled, bound: Any, many: bool) -> Rows:
         connection = self._connection
@@ -383,3 +409,8 @@ class Transactions:
             self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db,
         ):
             yield StoreConnection(db, self._direct)
+
+
+def _json_text(value: Any) -> str | None:
+    """A JSON column's value as ``COPY`` takes it: its text (None stays NULL)."""
+    return None if value is None else json.dumps(value, separators=(",", ":"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from schemas.errors import StoreError
 from workers.ports.backend import Store
 from workers.store import statements as q
+from workers.store.batches import BatchStore
 from workers.store.database import (
     DEFAULT_ROLE,
     MAX_OVERFLOW,
@@ -40,6 +41,7 @@ from workers.store.turn_runs import TurnRunStore
 class SqlStore(
     SessionStore,
     SeedStore,
+    BatchStore,
     SubmissionStore,
     TurnReads,
     TurnRunStore,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.gateway.projections.responses_objects import (
+from parley.openai_api.response_objects import (
     SLOTS,
     STATUS,
     TERMINAL_EVENT,

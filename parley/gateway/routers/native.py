@@ -26,10 +26,10 @@ from parley.gateway.feeds import FellBehind
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenants import owned_session, owned_turn, plausible_id
-from parley.gateway.workspaces import workspace_root
 from parley.session import Session
 from parley.turn_handle import TurnHandle
 from parley.validation import MAX_SEQ, check_metadata
+from parley.workspaces import workspace_root
 from schemas.events import Event, EventKind
 from schemas.records import TaskContract
 from workers.store.ids import new_id

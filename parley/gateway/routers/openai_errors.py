@@ -13,54 +13,19 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from parley import errors
 from parley.gateway.errors import GatewayError, status_of
+from parley.openai_api.errors import OpenAIError
 
 log = logging.getLogger("parley.gateway")
 
 
-class OpenAIErrorDetail(BaseModel):
-    """What went wrong, as OpenAI says it."""
-
-    message: str
-    type: str = Field(description="invalid_request_error, or server_error")
-    param: str | None = None
-    code: str | None = None
-
-
-class OpenAIErrorBody(BaseModel):
-    """Every refusal of the Responses routes."""
-
-    error: OpenAIErrorDetail
-
-
-class OpenAIError(Exception):
-    """A request refused in OpenAI's terms."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        type_name: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = OpenAIErrorBody(
-            error=OpenAIErrorDetail(message=message, type=type_name, param=param, code=code)
-        )
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        """The refusal as an answer."""
-        return JSONResponse(self.body.model_dump(), status_code=self.status, headers=self.headers)
+def answer(error: OpenAIError) -> JSONResponse:
+    """The refusal as an answer."""
+    return JSONResponse(error.body.model_dump(), status_code=error.status, headers=error.headers)
 
 
 def openai_error_of(exc: Exception) -> OpenAIError:
@@ -126,6 +91,6 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except Exception as exc:
-                return openai_error_of(exc).response()
+                return answer(openai_error_of(exc))
 
         return route

@@ -33,7 +33,12 @@ from parley.client import Client
 from parley.gateway.dependencies import ClientDep, FeedsDep, StreamsDep, Tenant, TurnStreams
 from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.projections.responses import ResponsesProjection
-from parley.gateway.projections.responses_objects import (
+from parley.gateway.resources import ErrorBody
+from parley.gateway.routers.native import event_stream
+from parley.gateway.routers.openai_errors import OpenAIRoute
+from parley.gateway.tenants import owned_session, owned_turn
+from parley.openai_api.errors import OpenAIError, OpenAIErrorBody
+from parley.openai_api.response_objects import (
     SLOTS,
     ResponseMeta,
     meta_of,
@@ -41,10 +46,7 @@ from parley.gateway.projections.responses_objects import (
     stored_response,
     unix_seconds,
 )
-from parley.gateway.resources import ErrorBody
-from parley.gateway.routers.native import event_stream
-from parley.gateway.routers.openai_errors import OpenAIError, OpenAIErrorBody, OpenAIRoute
-from parley.gateway.routers.responses_requests import (
+from parley.openai_api.response_requests import (
     ApprovalResponseItem,
     ResponseCreate,
     answers_of,
@@ -52,9 +54,8 @@ from parley.gateway.routers.responses_requests import (
     conversation_id,
     prompt_of,
 )
-from parley.gateway.tenants import owned_session, owned_turn
-from parley.gateway.workspaces import workspace_root
 from parley.turn_handle import TurnHandle
+from parley.workspaces import workspace_root
 from schemas.events import EventKind
 from schemas.records import TaskContract, TurnRecord, TurnStatus
 from workers.store.ids import new_id

@@ -43,8 +43,14 @@ def _delete_of(table: Table) -> Any:
     )
 
 
+# Tenant-owned rows that belong to no session (files and batches): pruned as batches
+# end (workers/store/batches.py), not with a session.  A batch's lines do belong to
+# their sessions, and go with them.
+NOT_OF_A_SESSION = (t.files, t.file_parts, t.batches)
 # Children before parents (the schema's dependency order, reversed), the session last.
-PRUNED_TABLES: tuple[Table, ...] = tuple(reversed(t.metadata.sorted_tables))
+PRUNED_TABLES: tuple[Table, ...] = tuple(
+    table for table in reversed(t.metadata.sorted_tables) if table not in NOT_OF_A_SESSION
+)
 PRUNE_DELETES: tuple[Any, ...] = tuple(_delete_of(table) for table in PRUNED_TABLES)
 
 LOCK_SESSION_TO_PRUNE = (

@@ -94,11 +94,14 @@ _deferred = t.runs.alias("deferred")
 # Sessions a driver has something to do for: a queued or running turn, and no turn
 # waiting for answers or for provider capacity still to come (which the turns after it
 # wait behind: a kick would find nothing).  With each, its most urgent lane
-# ("interactive" sorts after "batch"), for the queue its kick goes to.
+# ("interactive" sorts after "batch"), for the queue its kick goes to.  A batch run still
+# queued is not work to kick here: the batch window starts those, a few at a time
+# (workers/runtime/batch_window.py); one a driver took is, if its driver is lost.
 SESSIONS_WITH_WORK = (
     select(t.runs.c.session_id, func.max(t.runs.c.priority).label("priority"))
     .where(
         text(t.ACTIVE_RUN),
+        text(f"NOT ({t.QUEUED_BATCH_RUN})"),
         ~select(_waiting.c.id)
         .where(
             _waiting.c.session_id == t.runs.c.session_id,

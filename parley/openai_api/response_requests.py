@@ -1,6 +1,6 @@
 """What ``POST /v1/responses`` takes, in OpenAI's parameters, and what parley makes of
 them: the prompt of an ``input``, the answers of its ``mcp_approval_response`` items, the
-parameters it refuses (each an :class:`~parley.gateway.routers.openai_errors.OpenAIError`
+parameters it refuses (each an :class:`~parley.openai_api.errors.OpenAIError`
 naming the parameter)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parley.gateway.resources import JSON_NUMBER
-from parley.gateway.routers.openai_errors import OpenAIError
-from parley.validation import MAX_PROMPT_BYTES, MAX_STEER_BYTES
+from parley.openai_api.errors import OpenAIError
+from parley.validation import JSON_NUMBER, MAX_PROMPT_BYTES, MAX_STEER_BYTES
 
 
 class ResponseCreate(BaseModel):

@@ -1,0 +1,626 @@
+"""The store's side of files and batches (docs/batches.md).
+
+A batch is accepted in one transaction: its rows, and for every line that opens a
+session the session, turn, run and ``queued`` event, each table written in bulk
+(``COPY`` on PostgreSQL); a line that continues a session is submitted in it the way
+any submission is (its session row locked, its ordinal counted), in the same
+transaction.  Nothing of a batch is updated as its lines run: its counts, its output and
+its error file are queries over its lines' runs, so no turn's end touches a batch row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from schemas import tables as t
+from schemas.batches import (
+    ANSWERED,
+    UNANSWERED,
+    BatchCounts,
+    BatchLine,
+    BatchRecord,
+    BatchStatus,
+    FileKind,
+    FileRecord,
+    LinePlan,
+    LineRefusal,
+)
+from schemas.errors import BatchNotFound, FileNotFound
+from schemas.events import Ended, Event, Queued
+from schemas.records import Approval, RunState, TurnRecord, TurnStatus
+from workers.ports.backend import CommittedStep
+from workers.store import statements as q
+from workers.store.clock import utc_now
+from workers.store.connection import IntegrityConflict, StoreConnection
+from workers.store.ids import new_id
+from workers.store.rows import (
+    aware,
+    event_row,
+    read_approvals,
+    read_steps,
+    run_state_of,
+    turn_record,
+)
+from workers.store.session_titles import title_of_prompt
+from workers.store.statements import batches as bq
+from workers.store.submissions import SubmissionStore
+
+CANCELLED_UNSTARTED = "the batch was cancelled before this line started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewBatch:
+    """What a batch is created with (its id, its files' ids, its owner and settings)."""
+
+    batch_id: str
+    tenant: str | None
+    input_file_id: str | None
+    output_file_id: str
+    error_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, Any] | None
+    request_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedTurn:
+    """What a line's response object is made of."""
+
+    turn: TurnRecord
+    run: RunState
+    steps: tuple[CommittedStep, ...]
+    approvals: tuple[Approval, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancelled:
+    """What a batch's cancel did: the ``end`` events of the lines it ended unrun (to
+    publish), and the turns still unfinished (to interrupt through their inboxes)."""
+
+    ended: tuple[Event, ...]
+    unfinished: tuple[str, ...]
+
+
+class BatchStore(SubmissionStore):
+    """Files and batches (see the module docstring)."""
+
+    # ----------------------------------------------------------------------- files
+
+    def create_file(self, record: FileRecord, parts: Iterator[bytes]) -> FileRecord:
+        """Store an upload whose bytes come as ``parts`` (each at most a MiB, read one at
+        a time): the file, with its size, once every part is in."""
+        size = 0
+        with self._tx() as db:
+            db.execute(bq.INSERT_FILE, _file_row(record))
+            for number, data in enumerate(parts):
+                db.execute(
+                    bq.INSERT_FILE_PART, {"file_id": record.file_id, "part": number, "data": data}
+                )
+                size += len(data)
+            db.execute(bq.SET_FILE_BYTES, {"b_file_id": record.file_id, "b_bytes": size})
+        return replace(record, bytes=size)
+
+    def get_file(self, file_id: str) -> FileRecord:
+        row = self._reading(lambda db: db.execute(bq.FILE, {"b_file_id": file_id}).one_or_none())
+        if row is None:
+            raise FileNotFound(f"no file {file_id!r}")
+        return _file_record(row)
+
+    def file_part(self, file_id: str, part: int) -> bytes | None:
+        """Part ``part`` (from 0) of an upload, None past its last."""
+        data = self._reading(
+            lambda db: db.execute(
+                bq.FILE_PART, {"b_file_id": file_id, "b_part": part}
+            ).scalar_one_or_none()
+        )
+        return None if data is None else bytes(data)
+
+    def set_file_bytes(self, file_id: str, size: int) -> None:
+        """Record the size of a batch's file, counted once its batch ended."""
+        with self._tx() as db:
+            db.execute(bq.SET_FILE_BYTES, {"b_file_id": file_id, "b_bytes": size})
+
+    # --------------------------------------------------------------------- batches
+
+    def create_batch(
+        self, batch: NewBatch, plans: Sequence[LinePlan], refusals: Sequence[LineRefusal]
+    ) -> tuple[BatchRecord, bool]:
+        """Accept a batch: its rows and every planned line's turn, in one transaction.
+        Returns the batch and whether it was created (False: ``request_id`` named one
+        already, which is returned as it stands)."""
+        if batch.request_id is not None:
+            existing = self._batch_by_request(batch.tenant, batch.request_id)
+            if existing is not None:
+                return existing, False
+        try:
+            batch_id = self._create(batch, plans, list(refusals))
+        except IntegrityConflict:
+            if batch.request_id is None:
+                raise
+            existing = self._batch_by_request(batch.tenant, batch.request_id)
+            if existing is None:
+                raise
+            return existing, False
+        return self.get_batch(batch_id), True
+
+    def _create(
+        self, batch: NewBatch, plans: Sequence[LinePlan], refusals: list[LineRefusal]
+    ) -> str:
+        now = utc_now()
+        with self._tx() as db:
+            for kind, file_id in (
+                (FileKind.BATCH_OUTPUT, batch.output_file_id),
+                (FileKind.BATCH_ERROR, batch.error_file_id),
+            ):
+                db.execute(bq.INSERT_FILE, _batch_file_row(batch, kind, file_id, now))
+            opening = [p for p in plans if p.opens_session]
+            accepted = len(plans)
+            db.execute(bq.INSERT_BATCH, _batch_row(batch, plans, refusals, now))
+            lines = self._insert_openings(db, batch.tenant, opening, now)
+            for plan in plans:
+                if not plan.opens_session:
+                    continued = self._continue(db, plan, now)
+                    if isinstance(continued, LineRefusal):
+                        refusals.append(continued)
+                        accepted -= 1
+                    else:
+                        lines.append(continued)
+            lines.extend(_refused_row(r) for r in refusals)
+            db.insert_bulk(t.batch_lines, [{**row, "batch_id": batch.batch_id} for row in lines])
+            if accepted == 0:
+                db.execute(
+                    bq.END_BATCH,
+                    {"b_batch_id": batch.batch_id, "b_status": "failed", "b_ended_at": now},
+                )
+        return batch.batch_id
+
+    def _insert_openings(
+        self, db: StoreConnection, tenant: str | None, plans: Sequence[LinePlan], now: datetime
+    ) -> list[dict[str, Any]]:
+        """The lines that open sessions: every table's rows in one bulk write each;
+        returns their line rows."""
+        sessions, turns, runs, events, lines = [], [], [], [], []
+        for plan in plans:
+            turn_id, run_id = new_id(), new_id()
+            sessions.append(_opened_session(plan, tenant, now))
+            turns.append(_turn_row(plan, turn_id, 1, now))
+            runs.append(_run_row(plan, turn_id, run_id, 1, now))
+            events.append(_queued_row(turn_id, run_id, now))
+            lines.append(_line_row(plan, turn_id))
+        for table, rows in (
+            (t.sessions, sessions),
+            (t.turns, turns),
+            (t.runs, runs),
+            (t.events, events),
+        ):
+            db.insert_bulk(table, rows)
+        return lines
+
+    def _continue(
+        self, db: StoreConnection, plan: LinePlan, now: datetime
+    ) -> dict[str, Any] | LineRefusal:
+        """A line that continues its session: queued after what the session has, as a
+        submission is; refused if its ``custom_id`` was a request id there already."""
+        existing = db.execute(
+            q.TURN_BY_REQUEST, {"b_session_id": plan.session_id, "b_request_id": plan.custom_id}
+        ).one_or_none()
+        if existing is not None:
+            return LineRefusal(
+                line=plan.line,
+                custom_id=plan.custom_id,
+                code="duplicate_custom_id",
+                message=f"custom_id {plan.custom_id!r} was a request id of conversation "
+                f"{plan.session_id!r} already (turn {existing.id})",
+                param="custom_id",
+            )
+        ordinal = self._count_turn(db, plan.session_id, plan.prompt)
+        turn_id, run_id = new_id(), new_id()
+        db.execute(q.INSERT_TURN, _binds(_turn_row(plan, turn_id, ordinal, now)))
+        db.execute(q.INSERT_RUN, _run_binds(plan, turn_id, run_id, ordinal, now))
+        queued = _queued_row(turn_id, run_id, now)
+        db.execute(q.INSERT_QUEUED, {"b_turn_id": turn_id, "b_data": queued["data"], "b_now": now})
+        return _line_row(plan, turn_id)
+
+    def _batch_by_request(self, tenant: str | None, request_id: str) -> BatchRecord | None:
+        row = self._reading(
+            lambda db: db.execute(
+                bq.BATCH_BY_REQUEST, {"b_tenant": tenant, "b_request_id": request_id}
+            ).one_or_none()
+        )
+        return None if row is None else self.get_batch(row.id)
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """The batch with its counts as they stand; the first read to find every line
+        ended writes its end."""
+        row, counts = self._reading(lambda db: _batch_and_counts(db, batch_id))
+        record = _batch_record(row, counts)
+        if record.ended_at is None and counts.ended >= counts.total:
+            now = utc_now()
+            status = "cancelled" if record.status is BatchStatus.CANCELLING else "completed"
+            with self._tx() as db:
+                db.execute(
+                    bq.END_BATCH, {"b_batch_id": batch_id, "b_status": status, "b_ended_at": now}
+                )
+            row, counts = self._reading(lambda db: _batch_and_counts(db, batch_id))
+            record = _batch_record(row, counts)
+        return record
+
+    def list_batches(
+        self, *, tenant: str | None, limit: int, after: str | None = None
+    ) -> list[BatchRecord]:
+        """A tenant's batches, newest first: at most ``limit``, and only those created
+        before ``after`` (a batch of the tenant's) if given."""
+
+        def read(db: StoreConnection) -> list[str]:
+            binds: dict[str, Any] = {"b_tenant": tenant, "b_limit": limit}
+            statement = bq.BATCHES_OF_TENANT
+            if after is not None:
+                mark = db.execute(bq.BATCH, {"b_batch_id": after}).one_or_none()
+                if mark is None or mark.tenant != tenant:
+                    raise BatchNotFound(f"no batch {after!r}")
+                statement = bq.BATCHES_OF_TENANT_AFTER
+                binds.update(b_created_at=mark.created_at, b_id=mark.id)
+            return [row.id for row in db.execute(statement, binds)]
+
+        return [self.get_batch(batch_id) for batch_id in self._reading(read)]
+
+    # ------------------------------------------------------------------------ lines
+
+    def batch_lines(
+        self, batch_id: str, which: FileKind, after_line: int, limit: int
+    ) -> list[BatchLine]:
+        """A page of the output file's lines (``BATCH_OUTPUT``) or the error file's
+        (``BATCH_ERROR``) after line ``after_line``, in file order."""
+        statement = bq.OUTPUT_PAGE if which is FileKind.BATCH_OUTPUT else bq.ERROR_PAGE
+        rows = self._reading(
+            lambda db: db.execute(
+                statement, {"b_batch_id": batch_id, "b_line": after_line, "b_limit": limit}
+            ).all()
+        )
+        return [_batch_line(row) for row in rows]
+
+    def lines_ended_since(self, batch_id: str, since: datetime, limit: int) -> list[BatchLine]:
+        """The lines that ended at or after ``since`` (and the refused ones), in the
+        order they ended: at most ``limit``."""
+        rows = self._reading(
+            lambda db: db.execute(
+                bq.ENDED_SINCE, {"b_batch_id": batch_id, "b_since": since, "b_limit": limit}
+            ).all()
+        )
+        return [_batch_line(row) for row in rows]
+
+    def rendered_turns(self, turn_ids: Sequence[str]) -> dict[str, RenderedTurn]:
+        """What the response objects of ``turn_ids`` are made of, in three queries."""
+
+        def read(db: StoreConnection) -> dict[str, RenderedTurn]:
+            binds = {"b_turn_ids": list(turn_ids)}
+            turns = {row.id: turn_record(row) for row in db.execute(bq.TURNS_BY_IDS, binds)}
+            runs = {row.turn_id: run_state_of(row) for row in db.execute(bq.RUNS_BY_TURNS, binds)}
+            steps = read_steps(db, [run.run_id for run in runs.values()])
+            return {
+                turn_id: RenderedTurn(
+                    turn=turn,
+                    run=runs[turn_id],
+                    steps=tuple(steps.get(runs[turn_id].run_id, ())),
+                    approvals=read_approvals(db, turn_id) if runs[turn_id].approval_count else (),
+                )
+                for turn_id, turn in turns.items()
+            }
+
+        return self._reading(read) if turn_ids else {}
+
+    # ----------------------------------------------------------------------- cancel
+
+    def cancel_batch(self, batch_id: str) -> Cancelled:
+        """Mark the batch cancelling and end, unrun, every line that opened its session
+        and never started (its run's row is updated only while still queued, so a line
+        a driver claimed meanwhile is left to it); the rest of its unfinished lines are
+        returned, to be interrupted at their next boundary."""
+        now = utc_now()
+        with self._tx() as db:
+            if db.execute(bq.BATCH, {"b_batch_id": batch_id}).one_or_none() is None:
+                raise BatchNotFound(f"no batch {batch_id!r}")
+            db.execute(bq.SET_CANCELLING, {"b_batch_id": batch_id, "b_now": now})
+            ended = db.execute(
+                bq.END_UNSTARTED,
+                {"b_batch_id": batch_id, "b_now": now, "b_error": CANCELLED_UNSTARTED},
+            ).all()
+            events = [
+                Event.of(
+                    row.turn_id,
+                    row.last_seq,
+                    Ended(outcome=TurnStatus.CANCELLED.value, error=CANCELLED_UNSTARTED),
+                )
+                for row in ended
+            ]
+            db.insert_bulk(t.events, [{**event_row(e), "created_at": now} for e in events])
+            db.execute(bq.TOUCH_SESSIONS, {"b_batch_id": batch_id, "b_now": now})
+        unfinished = self._reading(
+            lambda db: list(db.execute(bq.UNFINISHED_TURNS, {"b_batch_id": batch_id}).scalars())
+        )
+        return Cancelled(ended=tuple(events), unfinished=tuple(unfinished))
+
+    # ------------------------------------------------------------------------ window
+
+    def oldest_queued_batch_sessions(self, limit: int) -> list[str]:
+        """The sessions of the oldest batch runs that may start now, oldest first (a
+        session once, however many of its runs are among them)."""
+        rows = self._reading(
+            lambda db: list(
+                db.execute(bq.OLDEST_QUEUED_BATCH, {"b_now": utc_now(), "b_limit": limit}).scalars()
+            )
+        )
+        return list(dict.fromkeys(rows))
+
+    def batch_runs_in_flight(self) -> int:
+        """Batch runs a driver has now, or that wait for provider capacity."""
+        return int(
+            self._reading(
+                lambda db: db.execute(bq.BATCH_IN_FLIGHT, {"b_now": utc_now()}).scalar_one()
+            )
+        )
+
+    # ----------------------------------------------------------------------- pruning
+
+    def prune_batches(self, ended_before: datetime) -> list[str]:
+        """Delete the batches that ended before ``ended_before`` with their remaining
+        lines and their files (input, output, error); returns their ids.  Their
+        sessions are pruned as sessions are (docs/operations.md#retention)."""
+        with self._tx() as db:
+            ids = list(db.execute(bq.ENDED_BATCHES_BEFORE, {"b_cut": ended_before}).scalars())
+            if not ids:
+                return []
+            binds = {"b_batch_ids": ids}
+            files = list(db.execute(bq.FILES_OF_BATCHES, binds).scalars())
+            db.execute(bq.DELETE_LINES, binds)
+            db.execute(bq.DELETE_BATCHES, binds)
+            if files:
+                db.execute(bq.DELETE_FILE_PARTS, {"b_file_ids": files})
+                db.execute(bq.DELETE_FILES, {"b_file_ids": files})
+        return ids
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def _batch_and_counts(db: StoreConnection, batch_id: str) -> tuple[Any, BatchCounts]:
+    row = db.execute(bq.BATCH, {"b_batch_id": batch_id}).one_or_none()
+    if row is None:
+        raise BatchNotFound(f"no batch {batch_id!r}")
+    tally: dict[str, int] = {}
+    for count in db.execute(bq.BATCH_COUNTS, {"b_batch_id": batch_id, "b_now": utc_now()}):
+        key = _count_key(count.status, bool(count.throttled))
+        tally[key] = tally.get(key, 0) + int(count.lines)
+    return row, BatchCounts(total=row.total, **tally)
+
+
+def _count_key(status: str | None, throttled: bool) -> str:
+    """Which of :class:`BatchCounts`' fields a line of run ``status`` counts in."""
+    if status is None:
+        return "failed"  # refused at submission
+    turn_status = TurnStatus(status)
+    if turn_status in ANSWERED:
+        return "completed"
+    if turn_status in UNANSWERED:
+        return "failed"
+    if turn_status is TurnStatus.QUEUED:
+        return "throttled" if throttled else "queued"
+    return "running" if turn_status is TurnStatus.RUNNING else "waiting"
+
+
+def _batch_record(row: Any, counts: BatchCounts) -> BatchRecord:
+    return BatchRecord(
+        batch_id=row.id,
+        tenant=row.tenant,
+        input_file_id=row.input_file_id,
+        output_file_id=row.output_file_id,
+        error_file_id=row.error_file_id,
+        endpoint=row.endpoint,
+        completion_window=row.completion_window,
+        metadata=row.metadata,
+        request_id=row.request_id,
+        status=BatchStatus(row.status),
+        errors=row.errors,
+        created_at=aware(row.created_at),
+        cancelling_at=None if row.cancelling_at is None else aware(row.cancelling_at),
+        ended_at=None if row.ended_at is None else aware(row.ended_at),
+        counts=counts,
+    )
+
+
+def _batch_line(row: Any) -> BatchLine:
+    return BatchLine(
+        line=row.line,
+        custom_id=row.custom_id,
+        turn_id=row.turn_id,
+        status=None if row.status is None else TurnStatus(row.status),
+        error=row.error,
+        ended_at=None if row.ended_at is None else aware(row.ended_at),
+    )
+
+
+def _file_row(record: FileRecord) -> dict[str, Any]:
+    return {
+        "id": record.file_id,
+        "tenant": record.tenant,
+        "purpose": record.purpose,
+        "filename": record.filename,
+        "kind": record.kind.value,
+        "bytes": record.bytes,
+        "batch_id": record.batch_id,
+        "created_at": record.created_at,
+    }
+
+
+def _file_record(row: Any) -> FileRecord:
+    return FileRecord(
+        file_id=row.id,
+        tenant=row.tenant,
+        purpose=row.purpose,
+        filename=row.filename,
+        kind=FileKind(row.kind),
+        bytes=row.bytes,
+        batch_id=row.batch_id,
+        created_at=aware(row.created_at),
+    )
+
+
+def _batch_file_row(batch: NewBatch, kind: FileKind, file_id: str, now: datetime) -> dict[str, Any]:
+    name = "output" if kind is FileKind.BATCH_OUTPUT else "errors"
+    return _file_row(
+        FileRecord(
+            file_id=file_id,
+            tenant=batch.tenant,
+            purpose="batch_output",  # (OpenAI's, for both)
+            filename=f"{batch.batch_id}_{name}.jsonl",
+            kind=kind,
+            bytes=None,
+            batch_id=batch.batch_id,
+            created_at=now,
+        )
+    )
+
+
+def _batch_row(
+    batch: NewBatch, plans: Sequence[LinePlan], refusals: Sequence[LineRefusal], now: datetime
+) -> dict[str, Any]:
+    return {
+        "id": batch.batch_id,
+        "tenant": batch.tenant,
+        "input_file_id": batch.input_file_id,
+        "output_file_id": batch.output_file_id,
+        "error_file_id": batch.error_file_id,
+        "endpoint": batch.endpoint,
+        "completion_window": batch.completion_window,
+        "metadata": batch.metadata,
+        "request_id": batch.request_id,
+        "status": "in_progress",
+        "total": len(plans) + len(refusals),
+        "invalid": len(refusals),
+        # A batch none of whose lines could be accepted fails, saying why (OpenAI's
+        # errors.data: the first hundred lines' reasons).
+        "errors": [r.to_json() for r in refusals[:100]] if not plans else None,
+        "created_at": now,
+        "cancelling_at": None,
+        "ended_at": None,
+    }
+
+
+def _opened_session(plan: LinePlan, tenant: str | None, now: datetime) -> dict[str, Any]:
+    return {
+        "id": plan.session_id,
+        "root": plan.root,
+        "metadata": plan.metadata,
+        "head_turn_id": None,
+        "fence": 0,
+        "turn_count": 1,
+        "tokens_used": 0,
+        "token_ceiling": None,
+        "prefix_generation": 0,
+        "created_at": now,
+        "tenant": tenant,
+        "retention_seconds": None,
+        "webhook_url": None,
+        "last_active_at": now,
+        "title": title_of_prompt(plan.prompt),
+    }
+
+
+def _turn_row(plan: LinePlan, turn_id: str, ordinal: int, now: datetime) -> dict[str, Any]:
+    return {
+        "id": turn_id,
+        "session_id": plan.session_id,
+        "parent_id": None,
+        "ordinal": ordinal,
+        "prompt": plan.prompt,
+        "request_id": plan.custom_id,
+        "created_at": now,
+    }
+
+
+def _run_row(
+    plan: LinePlan, turn_id: str, run_id: str, position: int, now: datetime
+) -> dict[str, Any]:
+    """A line's queued run, every column given (``COPY`` applies no Python defaults)."""
+    return {
+        "id": run_id,
+        "turn_id": turn_id,
+        "session_id": plan.session_id,
+        "status": TurnStatus.QUEUED.value,
+        "attempts": 0,
+        "stalled_attempts": 0,
+        "contract": plan.contract.to_json() if plan.contract else None,
+        "host_context": None,
+        "steps": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_tokens": 0,
+        "steer_count": 0,
+        "steer_cursor": 0,
+        "inbox_open": True,
+        "last_seq": 1,
+        "queued_at": now,
+        "queue_position": position,
+        "approval_count": 0,
+        "priority": "batch",
+        "not_before": None,
+    }
+
+
+def _run_binds(
+    plan: LinePlan, turn_id: str, run_id: str, position: int, now: datetime
+) -> dict[str, Any]:
+    """INSERT_RUN's binds for a line that continues its session."""
+    return {
+        "b_run_id": run_id,
+        "b_turn_id": turn_id,
+        "b_session_id": plan.session_id,
+        "b_contract": plan.contract.to_json() if plan.contract else None,
+        "b_host_context": None,
+        "b_now": now,
+        "b_position": position,
+        "b_priority": "batch",
+    }
+
+
+def _binds(row: dict[str, Any]) -> dict[str, Any]:
+    """INSERT_TURN's binds of a turn row."""
+    return {
+        "b_turn_id": row["id"],
+        "b_session_id": row["session_id"],
+        "b_position": row["ordinal"],
+        "b_prompt": row["prompt"],
+        "b_request_id": row["request_id"],
+        "b_now": row["created_at"],
+    }
+
+
+def _queued_row(turn_id: str, run_id: str, now: datetime) -> dict[str, Any]:
+    queued = Event.of(turn_id, 1, Queued(run_id=run_id))
+    return {**event_row(queued), "created_at": now}
+
+
+def _line_row(plan: LinePlan, turn_id: str) -> dict[str, Any]:
+    return {
+        "line": plan.line,
+        "custom_id": plan.custom_id,
+        "turn_id": turn_id,
+        "session_id": plan.session_id,
+        "opened_session": plan.opens_session,
+        "error": None,
+    }
+
+
+def _refused_row(refusal: LineRefusal) -> dict[str, Any]:
+    return {
+        "line": refusal.line,
+        "custom_id": refusal.custom_id,
+        "turn_id": None,
+        "session_id": None,
+        "opened_session": False,
+        "error": refusal.to_json(),
+    }
