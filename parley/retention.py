@@ -97,10 +97,15 @@ def prune(
             # Every one of them turned active meanwhile (they drop out of the next look
             # anyway; this only spares the look).
             break
+    # Batches that ended before the cut go with their files (their sessions, ended by
+    # then, were pruned above as any are).
+    batch_cut = cut.older if cut.older is not None else cut.default
+    batches = () if batch_cut is None else tuple(store.prune_batches(batch_cut, dry_run=dry_run))
     return PruneReport(
         pruned=tuple(pruned),
         became_active=became_active,
         awaiting_webhooks=store.awaiting_deliveries(cut),
+        batches=batches,
         dry_run=dry_run,
     )
 
@@ -177,6 +182,9 @@ def report_lines(report: PruneReport) -> list[str]:
         lines.append(summary + (" (dry run: nothing deleted)" if report.dry_run else ""))
     else:
         lines.append("nothing to prune")
+    if report.batches:
+        verb_batches = "would delete" if report.dry_run else "deleted"
+        lines.append(f"{verb_batches} {len(report.batches)} ended batch(es) and their files")
     if report.became_active:
         lines.append(
             f"kept {report.became_active} session(s) that got a turn (or were pruned "

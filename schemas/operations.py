@@ -98,4 +98,7 @@ class PruneReport:
     awaiting_webhooks: int = 0
     """Ended sessions past their time kept because a webhook of theirs is not delivered
     yet (they are pruned once it is delivered or given up)."""
+    batches: tuple[str, ...] = ()
+    """The batches that ended before the cut, deleted with their files (their sessions
+    are among ``pruned``, as any ended session); in a dry run, those that would be."""
     dry_run: bool = False

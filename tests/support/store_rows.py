@@ -37,7 +37,11 @@ ROWS_OF_SESSION = {
     "WHERE runs.session_id = :s",
     "events": "SELECT count(*) FROM events JOIN turns ON turns.id = events.turn_id "
     "WHERE turns.session_id = :s",
+    "batch_lines": "SELECT count(*) FROM batch_lines WHERE session_id = :s",
 }
+
+OF_NO_SESSION = frozenset({"files", "file_parts", "batches"})
+"""Tables whose rows belong to a tenant, not a session: pruned as their batches end."""
 
 
 HELD_WHILE_DRIVEN = frozenset({"session_leases"})

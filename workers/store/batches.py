@@ -366,16 +366,18 @@ class BatchStore(SubmissionStore):
 
     # ----------------------------------------------------------------------- pruning
 
-    def prune_batches(self, ended_before: datetime) -> list[str]:
+    def prune_batches(self, ended_before: datetime, *, dry_run: bool = False) -> list[str]:
         """Delete the batches that ended before ``ended_before`` with their remaining
-        lines and their files (input, output, error); returns their ids.  Their
-        sessions are pruned as sessions are (docs/operations.md#retention)."""
+        lines and their files (input, output, error); returns their ids (``dry_run``:
+        only lists them).  Their sessions are pruned as sessions are
+        (docs/operations.md#retention)."""
         with self._tx() as db:
             ids = list(db.execute(bq.ENDED_BATCHES_BEFORE, {"b_cut": ended_before}).scalars())
-            if not ids:
-                return []
+            if not ids or dry_run:
+                return ids
             binds = {"b_batch_ids": ids}
             files = list(db.execute(bq.FILES_OF_BATCHES, binds).scalars())
+            files += [f for f in db.execute(bq.INPUT_FILES_OF_BATCHES, binds).scalars() if f]
             db.execute(bq.DELETE_LINES, binds)
             db.execute(bq.DELETE_BATCHES, binds)
             if files:

@@ -33,6 +33,18 @@ FILES_OF_BATCHES = select(t.files.c.id).where(
     t.files.c.batch_id.in_(b("batch_ids", expanding=True))
 )
 
+# The uploads of those batches that no other batch was made from.
+_other = t.batches.alias("other")
+INPUT_FILES_OF_BATCHES = select(t.batches.c.input_file_id).where(
+    t.batches.c.id.in_(b("batch_ids", expanding=True)),
+    ~select(_other.c.id)
+    .where(
+        _other.c.input_file_id == t.batches.c.input_file_id,
+        _other.c.id.not_in(b("batch_ids", expanding=True)),
+    )
+    .exists(),
+)
+
 DELETE_FILE_PARTS = delete(t.file_parts).where(
     t.file_parts.c.file_id.in_(b("file_ids", expanding=True))
 )
