@@ -178,13 +178,45 @@ def submit_batch(
 ) -> Batch:
     """See :meth:`parley.client.Client.submit_batch`."""
     _check_options(tenant, request_id, metadata)
+    given_root = _root(root)
+    return submit_numbered(
+        client,
+        _numbered(lines),
+        Placement(tenant=tenant, root=given_root, workspaces=workspaces_dir()),
+        request_id=request_id,
+        input_file_id=input_file_id,
+        metadata=metadata,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Whose a batch is, and where the sessions its lines open keep their files: in
+    ``root`` if given, else a directory each under ``workspaces``."""
+
+    tenant: str | None
+    root: str | None
+    workspaces: Path
+
+
+def submit_numbered(
+    client: Client,
+    lines: Iterable[tuple[int, Any]],
+    placement: Placement,
+    *,
+    request_id: str | None = None,
+    input_file_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Batch:
+    """Submit the numbered lines (``(number, decoded line or its refusal)``) as a batch
+    placed as ``placement`` says; the options as :func:`submit_batch`'s, checked."""
     client._check_open()
     client._kicker.ready()  # a client that cannot run turns says so before any write
-    parsed, refused = parse_lines(_numbered(lines))
-    given_root = _root(root)
+    tenant = placement.tenant
+    parsed, refused = parse_lines(lines)
     plans: list[LinePlan] = []
     for line in parsed:
-        plan = _plan(client, line, tenant, given_root)
+        plan = _plan(client, line, placement)
         (plans if isinstance(plan, LinePlan) else refused).append(plan)  # type: ignore[arg-type]
     refused.sort(key=lambda refusal: refusal.line)
     batch = NewBatch(
@@ -240,10 +272,9 @@ def _root(root: str | os.PathLike[str] | None) -> str | None:
     return os.path.realpath(given)
 
 
-def _plan(
-    client: Client, line: ParsedLine, tenant: str | None, root: str | None
-) -> LinePlan | LineRefusal:
+def _plan(client: Client, line: ParsedLine, placement: Placement) -> LinePlan | LineRefusal:
     """Where the line goes: the session it continues (the tenant's), or a new one."""
+    tenant = placement.tenant
     fields: dict[str, Any] = {
         "line": line.line,
         "custom_id": line.custom_id,
@@ -257,7 +288,7 @@ def _plan(
         session_id = _conversation(client, line, tenant)
     else:
         session_id = new_id()
-        opened = root or os.fspath(line_root(workspaces_dir(), tenant, session_id))
+        opened = placement.root or os.fspath(line_root(placement.workspaces, tenant, session_id))
         return LinePlan(session_id=session_id, root=opened, **fields)
     if isinstance(session_id, LineRefusal):
         return session_id

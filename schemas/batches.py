@@ -152,6 +152,7 @@ class BatchLine:
     line: int
     custom_id: str | None
     turn_id: str | None
+    session_id: str | None
     status: TurnStatus | None
     error: dict[str, Any] | None
     ended_at: datetime | None

@@ -25,7 +25,7 @@ from parley.gateway.errors import (
     install_error_handlers,
 )
 from parley.gateway.feeds import Feeds
-from parley.gateway.routers import agui, aisdk, native, operations, page, responses
+from parley.gateway.routers import agui, aisdk, batches, files, native, operations, page, responses
 from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable
@@ -63,6 +63,8 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(agui.router)
     app.include_router(aisdk.router)
     app.include_router(responses.router)
+    app.include_router(files.router)
+    app.include_router(batches.router)
     app.include_router(operations.router)
     app.include_router(page.router)
     page.mount_static(app)
@@ -71,7 +73,13 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     # JSON answer (the refusals of the middleware below too), a tenant's bounds count
     # its requests from the first byte of their bodies, and the body limit sees every
     # request.
-    app.add_middleware(BodyLimit, limit=settings.max_body, timeout=settings.body_timeout_seconds)
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_body,
+        timeout=settings.body_timeout_seconds,
+        uploads=frozenset({files.UPLOAD_PATH}),
+        upload_limit=settings.max_file,
+    )
     if settings.cors_origins:
         app.add_middleware(
             Cors,

@@ -196,16 +196,34 @@ class BodyLimit:
     connection) unless it has all arrived within ``timeout`` seconds: a client that
     sends half a body and waits does not hold its connection."""
 
-    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        timeout: float,
+        uploads: frozenset[str] = frozenset(),
+        upload_limit: int = 0,
+    ) -> None:
         self.app = app
         self.limit = limit
         self.timeout = timeout
+        self.uploads = uploads
+        self.upload_limit = upload_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        if scope["method"] == "POST" and scope["path"] in self.uploads:
+            # A file upload (multipart): streamed to the route, which reads it in parts,
+            # never buffered here; its size is bounded by its declared length.
+            refusal = self._upload_refusal(headers)
+            if refusal is not None:
+                await self._refuse(scope, receive, send, *refusal)
+                return
+            await self.app(scope, receive, send)
+            return
         if b"content-type" not in headers and scope["method"] in ("POST", "PUT", "PATCH"):
             # A body sent without saying what it is (curl -d with -H dropped, a bare
             # fetch) is read as the JSON every route takes, not refused as "not a dict".
@@ -255,6 +273,23 @@ class BodyLimit:
                 return 400, "Content-Length is not a number"
             if size > self.limit:
                 return 413, self._over()
+        return None
+
+    def _upload_refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if kind != b"multipart/form-data":
+            return 415, "send the file as multipart/form-data (file, purpose)"
+        declared = headers.get(b"content-length")
+        if declared is None:
+            return 411, "an upload declares its Content-Length"
+        try:
+            size = int(declared)
+        except ValueError:
+            return 400, "Content-Length is not a number"
+        if size > self.upload_limit:
+            return 413, (
+                f"the file is over the limit of {self.upload_limit} bytes (PARLEY_GATEWAY_MAX_FILE)"
+            )
         return None
 
     async def _refused_body(

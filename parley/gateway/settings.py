@@ -5,7 +5,8 @@ with one pair per line (blank lines and ``#`` comments allowed).  Without any, t
 serves loopback only, with one token of its own for the tenant ``local``, kept across
 restarts (:mod:`parley.gateway.local_token`).
 ``PARLEY_WORKSPACES`` (default ``./workspaces``): where sessions' roots are made.
-``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
+``PARLEY_GATEWAY_MAX_BODY`` (bytes, default 1 MiB), ``PARLEY_GATEWAY_MAX_FILE`` (an
+uploaded file's bytes, default 200 MiB), ``PARLEY_GATEWAY_KEEPALIVE`` (seconds,
 default 15), ``PARLEY_GATEWAY_CORS_ORIGINS`` (comma-separated origins; CORS is off
 without).  ``PARLEY_GATEWAY_HEADER_TIMEOUT`` and ``PARLEY_GATEWAY_BODY_TIMEOUT`` (seconds,
 default 10 and 30): how long a request's head, then its body, may take to arrive.
@@ -28,6 +29,8 @@ from parley.gateway.local_token import local_token
 
 LOCAL_TENANT = "local"
 DEFAULT_MAX_BODY = 1 << 20
+# A batch's input file (OpenAI's limit for one: 200 MB).
+DEFAULT_MAX_FILE = 200 << 20
 DEFAULT_KEEPALIVE_SECONDS = 15.0
 DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
@@ -53,6 +56,7 @@ class GatewaySettings:
     :meth:`with_local_token` added it)."""
     workspaces: Path
     max_body: int = DEFAULT_MAX_BODY
+    max_file: int = DEFAULT_MAX_FILE
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
     cors_origins: tuple[str, ...] = ()
     header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
@@ -80,6 +84,7 @@ class GatewaySettings:
             tokens=parse_tokens(env.get("PARLEY_GATEWAY_TOKENS", "")),
             workspaces=Path(env.get("PARLEY_WORKSPACES") or "workspaces").absolute(),
             max_body=_positive_int(env, "PARLEY_GATEWAY_MAX_BODY", DEFAULT_MAX_BODY),
+            max_file=_positive_int(env, "PARLEY_GATEWAY_MAX_FILE", DEFAULT_MAX_FILE),
             keepalive_seconds=_positive_float(
                 env, "PARLEY_GATEWAY_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS
             ),

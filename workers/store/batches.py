@@ -271,11 +271,16 @@ class BatchStore(SubmissionStore):
     # ------------------------------------------------------------------------ lines
 
     def batch_lines(
-        self, batch_id: str, which: FileKind, after_line: int, limit: int
+        self, batch_id: str, which: FileKind | None, after_line: int, limit: int
     ) -> list[BatchLine]:
-        """A page of the output file's lines (``BATCH_OUTPUT``) or the error file's
-        (``BATCH_ERROR``) after line ``after_line``, in file order."""
-        statement = bq.OUTPUT_PAGE if which is FileKind.BATCH_OUTPUT else bq.ERROR_PAGE
+        """A page of the output file's lines (``BATCH_OUTPUT``), the error file's
+        (``BATCH_ERROR``) or all of them (None) after line ``after_line``, in file
+        order."""
+        statement = {
+            FileKind.BATCH_OUTPUT: bq.OUTPUT_PAGE,
+            FileKind.BATCH_ERROR: bq.ERROR_PAGE,
+            None: bq.LINES_PAGE,
+        }[which]
         rows = self._reading(
             lambda db: db.execute(
                 statement, {"b_batch_id": batch_id, "b_line": after_line, "b_limit": limit}
@@ -325,6 +330,7 @@ class BatchStore(SubmissionStore):
             if db.execute(bq.BATCH, {"b_batch_id": batch_id}).one_or_none() is None:
                 raise BatchNotFound(f"no batch {batch_id!r}")
             db.execute(bq.SET_CANCELLING, {"b_batch_id": batch_id, "b_now": now})
+            db.execute(bq.TOUCH_SESSIONS, {"b_batch_id": batch_id, "b_now": now})
             ended = db.execute(
                 bq.END_UNSTARTED,
                 {"b_batch_id": batch_id, "b_now": now, "b_error": CANCELLED_UNSTARTED},
@@ -338,7 +344,6 @@ class BatchStore(SubmissionStore):
                 for row in ended
             ]
             db.insert_bulk(t.events, [{**event_row(e), "created_at": now} for e in events])
-            db.execute(bq.TOUCH_SESSIONS, {"b_batch_id": batch_id, "b_now": now})
         unfinished = self._reading(
             lambda db: list(db.execute(bq.UNFINISHED_TURNS, {"b_batch_id": batch_id}).scalars())
         )
@@ -439,6 +444,7 @@ def _batch_line(row: Any) -> BatchLine:
         line=row.line,
         custom_id=row.custom_id,
         turn_id=row.turn_id,
+        session_id=row.session_id,
         status=None if row.status is None else TurnStatus(row.status),
         error=row.error,
         ended_at=None if row.ended_at is None else aware(row.ended_at),

@@ -28,6 +28,9 @@ def answer(error: OpenAIError) -> JSONResponse:
     return JSONResponse(error.body.model_dump(), status_code=error.status, headers=error.headers)
 
 
+NOT_FOUND = (errors.TurnNotFound, errors.BatchNotFound, errors.FileNotFound)
+
+
 def openai_error_of(exc: Exception) -> OpenAIError:
     """Any error of a Responses route as OpenAI would answer it (a 5xx names no internals)."""
     if isinstance(exc, OpenAIError):
@@ -42,7 +45,7 @@ def openai_error_of(exc: Exception) -> OpenAIError:
             return OpenAIError(400, "the body is not valid JSON", code="invalid_json")
         detail = exc.detail if isinstance(exc.detail, str) else "refused"
         return OpenAIError(exc.status_code, detail, headers=dict(exc.headers or {}))
-    if isinstance(exc, errors.TurnNotFound):
+    if isinstance(exc, NOT_FOUND):
         return OpenAIError(404, str(exc), code="not_found")
     if isinstance(exc, errors.SessionNotFound):
         return OpenAIError(404, str(exc), param="conversation", code="not_found")

@@ -125,6 +125,7 @@ _LINE_COLUMNS = select(
     t.batch_lines.c.line,
     t.batch_lines.c.custom_id,
     t.batch_lines.c.turn_id,
+    t.batch_lines.c.session_id,
     t.batch_lines.c.error,
     t.runs.c.status,
     t.runs.c.ended_at,
@@ -133,6 +134,13 @@ _LINE_COLUMNS = select(
 _ANSWERED = t.runs.c.status.in_([s.value for s in ANSWERED])
 _UNANSWERED = or_(
     t.batch_lines.c.turn_id.is_(None), t.runs.c.status.in_([s.value for s in UNANSWERED])
+)
+
+# Every line after ``line``, in file order (the page's list of a batch's lines).
+LINES_PAGE = (
+    _LINE_COLUMNS.where(t.batch_lines.c.batch_id == b("batch_id"), t.batch_lines.c.line > b("line"))
+    .order_by(t.batch_lines.c.line)
+    .limit(b("limit"))
 )
 
 # The output file's lines after ``line`` (its ended, answered lines, in file order).
@@ -194,12 +202,18 @@ END_UNSTARTED = (
     .returning(t.runs.c.turn_id, t.runs.c.session_id, t.runs.c.last_seq)
 )
 
+# The sessions of those lines, touched (their newest activity) first: a writer locks a
+# session's row before its runs' (a claim does), and so does a cancel.
 TOUCH_SESSIONS = (
     update(t.sessions)
     .where(
         t.sessions.c.id.in_(
-            select(t.batch_lines.c.session_id)
-            .where(t.batch_lines.c.batch_id == b("batch_id"), t.batch_lines.c.opened_session)
+            select(t.runs.c.session_id)
+            .where(
+                t.runs.c.turn_id.in_(_OPENED_LINES.scalar_subquery()),
+                t.runs.c.status == QUEUED,
+                t.runs.c.steer_count == 0,
+            )
             .scalar_subquery()
         )
     )

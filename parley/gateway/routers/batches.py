@@ -1,0 +1,208 @@
+"""OpenAI's Batch API over Responses (``client.batches`` of the official ``openai``
+package): ``POST /v1/batches`` makes a batch of an uploaded file's lines, every line a
+durable turn whose response id is its turn's; ``GET /v1/batches/{id}`` and
+``GET /v1/batches`` (``limit``, ``after``) read them; ``POST /v1/batches/{id}/cancel``
+stops one.  ``GET /v1/batches/{id}/lines`` (parley's) lists a batch's lines with their
+sessions, for the page.  docs/batches.md has the contract; a tenant sees only its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from parley import errors
+from parley.batches import (
+    Placement,
+    batch_of_tenant,
+    cancel_batch,
+    file_content,
+    file_of_tenant,
+    submit_numbered,
+)
+from parley.client import Client
+from parley.gateway.dependencies import ClientDep, SettingsDep, Tenant
+from parley.gateway.routers.openai_errors import OpenAIRoute
+from parley.gateway.settings import GatewaySettings
+from parley.openai_api.batch_lines import ENDPOINT, jsonl_lines
+from parley.openai_api.batch_objects import COMPLETION_WINDOW, batch_object
+from parley.openai_api.errors import OpenAIError, OpenAIErrorBody
+from parley.validation import check_metadata
+from schemas.batches import FileKind
+
+MAX_LIST = 100
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": OpenAIErrorBody, "description": text}
+    for status, text in (
+        (400, "A parameter is invalid, or one parley does not serve"),
+        (401, "No bearer token (API key), or an unknown one"),
+        (404, "No such batch (or another tenant's)"),
+    )
+}
+
+router = APIRouter(prefix="/v1", tags=["batches"], responses=ERRORS, route_class=OpenAIRoute)
+
+
+class BatchCreate(BaseModel):
+    """``POST /v1/batches``: OpenAI's parameters."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input_file_id: str = Field(max_length=64, description="An uploaded file (purpose batch)")
+    endpoint: str = Field(description=f"{ENDPOINT}: every line is a Responses request")
+    completion_window: str = Field(description=f"{COMPLETION_WINDOW}, the one OpenAI offers")
+    metadata: dict[str, Any] | None = None
+    output_expires_after: dict[str, Any] | None = Field(
+        None, description="Accepted; files are kept until `parley prune`"
+    )
+
+
+@router.post("/batches")
+async def create_batch(
+    body: BatchCreate, client: ClientDep, settings: SettingsDep, owner: Tenant
+) -> JSONResponse:
+    """Make a batch of the file's lines: each a turn (``priority="batch"``), in a
+    session of its own or the conversation it continues.  A malformed line is refused
+    alone (in the error file).  Answers the Batch object, ``in_progress``."""
+    if body.endpoint != ENDPOINT:
+        raise OpenAIError(
+            400,
+            f"endpoint must be {ENDPOINT}: parley's batches are of Responses (agent turns)",
+            param="endpoint",
+        )
+    if body.completion_window != COMPLETION_WINDOW:
+        raise OpenAIError(
+            400, f"completion_window must be {COMPLETION_WINDOW}", param="completion_window"
+        )
+    if body.metadata is not None:
+        try:
+            check_metadata(body.metadata)
+        except errors.InvalidRequest as exc:
+            raise OpenAIError(400, str(exc), param="metadata") from None
+    record = await asyncio.to_thread(_create, client, settings, owner, body)
+    return JSONResponse(batch_object(record))
+
+
+def _create(client: Client, settings: GatewaySettings, owner: str, body: BatchCreate) -> Any:
+    try:
+        upload = file_of_tenant(client, body.input_file_id, owner)
+    except errors.FileNotFound:
+        raise OpenAIError(
+            400,
+            f"No file found with id '{body.input_file_id}'.",
+            param="input_file_id",
+            code="invalid_input_file",
+        ) from None
+    if upload.kind is not FileKind.UPLOAD or upload.purpose != "batch":
+        raise OpenAIError(
+            400,
+            f"file '{upload.file_id}' is not a batch's input (purpose batch)",
+            param="input_file_id",
+            code="invalid_input_file",
+        )
+    data = b"".join(file_content(client, upload))
+    try:
+        batch = submit_numbered(
+            client,
+            jsonl_lines(data),
+            Placement(tenant=owner, root=None, workspaces=settings.workspaces),
+            input_file_id=upload.file_id,
+            metadata=body.metadata,
+        )
+    except errors.InvalidRequest as exc:
+        raise OpenAIError(400, f"input file: {exc}", param="input_file_id") from None
+    return client.store.get_batch(batch.id)
+
+
+@router.get("/batches/{batch_id}")
+async def retrieve_batch(batch_id: str, client: ClientDep, owner: Tenant) -> JSONResponse:
+    """The Batch object, its counts as they stand."""
+    record = await asyncio.to_thread(batch_of_tenant, client, batch_id, owner)
+    return JSONResponse(batch_object(record))
+
+
+@router.get("/batches")
+async def list_batches(
+    client: ClientDep,
+    owner: Tenant,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 20,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+) -> JSONResponse:
+    """The tenant's batches, newest first: ``limit`` of them, after the batch ``after``."""
+
+    def read() -> list[Any]:
+        if after is not None:
+            try:
+                batch_of_tenant(client, after, owner)
+            except errors.BatchNotFound:
+                raise OpenAIError(
+                    400, f"No batch found with id '{after}'.", param="after"
+                ) from None
+        return client.store.list_batches(tenant=owner, limit=limit + 1, after=after)
+
+    records = await asyncio.to_thread(read)
+    page = [batch_object(r) for r in records[:limit]]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(records) > limit,
+        }
+    )
+
+
+@router.post("/batches/{batch_id}/cancel")
+async def cancel(batch_id: str, client: ClientDep, owner: Tenant) -> JSONResponse:
+    """Cancel the batch: its lines not started never run, its running ones stop at their
+    next boundary; ``cancelling`` until they have, then ``cancelled``.  An ended batch is
+    answered as it is."""
+
+    def stop() -> Any:
+        record = batch_of_tenant(client, batch_id, owner)
+        if record.ended_at is None:
+            cancel_batch(client, batch_id)
+        return client.store.get_batch(batch_id)
+
+    return JSONResponse(batch_object(await asyncio.to_thread(stop)))
+
+
+@router.get("/batches/{batch_id}/lines")
+async def batch_lines(
+    batch_id: str,
+    client: ClientDep,
+    owner: Tenant,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 50,
+) -> JSONResponse:
+    """parley's: a page of the batch's lines after line ``after``, each with its session
+    and turn (a line is an ordinary session's turn) and where it stands."""
+
+    def read() -> list[Any]:
+        batch_of_tenant(client, batch_id, owner)
+        return client.store.batch_lines(batch_id, None, after, limit)
+
+    lines = await asyncio.to_thread(read)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "line": line.line,
+                    "custom_id": line.custom_id,
+                    "session_id": line.session_id,
+                    "turn_id": line.turn_id,
+                    "status": None if line.status is None else line.status.value,
+                    "error": line.error,
+                }
+                for line in lines
+            ],
+            "has_more": len(lines) == limit,
+        }
+    )

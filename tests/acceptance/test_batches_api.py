@@ -1,0 +1,313 @@
+"""OpenAI's Files and Batch APIs over durable turns (docs/batches.md) through a real
+``parley gateway`` process, with the official ``openai`` client pointed at it, on every
+deployment: a batch from an uploaded file whose counts grow monotonically to
+``completed`` and whose output has each ``custom_id`` once, each body a Response whose id
+is a turn; lines that continue conversations; malformed lines in the error file and
+the batch going on; a line followed live while the batch runs; a cancel mid-way whose
+counts and files agree with what ran; another tenant's ids answering 404; bad requests
+refused in OpenAI's form, changing nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.support.deployments import ALL, on_deployments
+from tests.support.gateway import Gateway, Gateways, Tenant
+
+pytestmark = on_deployments(*ALL)
+
+ECHO: dict[str, Any] = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
+SLOW: dict[str, Any] = {
+    "when": "^slow",
+    "steps": [{"text": "".join(f"w{i} " for i in range(20)), "chunk_chars": 3, "delay_ms": 40}],
+}
+LIST: dict[str, Any] = {"name": "list_files", "arguments": {}}
+TOOL: dict[str, Any] = {
+    "when": "^tool",
+    "steps": [{"tool_calls": [LIST]}, {"text": "listed."}],
+}
+RULES = [SLOW, TOOL, ECHO]
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    pool = Gateways(tmp_path_factory.mktemp("batch-gateways"))
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
+    return gateways.get(backend, request)
+
+
+@pytest.fixture
+def tenant(gateway: Gateway) -> Tenant:
+    fresh = gateway.tenant()
+    fresh.control.script(RULES)
+    return fresh
+
+
+@pytest.fixture
+def api(gateway: Gateway, tenant: Tenant) -> Iterator[OpenAI]:
+    with OpenAI(
+        base_url=f"{gateway.url}/v1", api_key=tenant.token, max_retries=0, timeout=60
+    ) as client:
+        yield client
+
+
+def line(custom_id: str, body: dict[str, Any] | str, **extra: Any) -> str:
+    value = {"custom_id": custom_id, "method": "POST", "url": "/v1/responses"}
+    value["body"] = {"input": body} if isinstance(body, str) else body
+    return json.dumps({**value, **extra})
+
+
+def upload(api: OpenAI, lines: list[str]) -> str:
+    data = ("\n".join(lines) + "\n").encode()
+    created = api.files.create(file=("lines.jsonl", io.BytesIO(data)), purpose="batch")
+    assert created.purpose == "batch" and created.bytes == len(data)
+    assert api.files.content(created.id).content == data
+    return created.id
+
+
+def create(api: OpenAI, lines: list[str]) -> Any:
+    batch = api.batches.create(
+        input_file_id=upload(api, lines), endpoint="/v1/responses", completion_window="24h"
+    )
+    assert batch.status == "in_progress"
+    return batch
+
+
+def watch(api: OpenAI, batch_id: str, *, until: tuple[str, ...] = ("completed",)) -> Any:
+    """Poll the batch to its end, checking that its counts never go back."""
+    deadline = time.monotonic() + 60
+    last = (0, 0)
+    while True:
+        batch = api.batches.retrieve(batch_id)
+        counts = batch.request_counts
+        assert counts is not None
+        now = (counts.completed, counts.failed)
+        assert now[0] >= last[0] and now[1] >= last[1], (last, now)
+        last = now
+        if batch.status not in ("in_progress", "cancelling"):
+            assert batch.status in until, batch
+            return batch
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.1)
+
+
+def jsonl(api: OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    assert file_id is not None
+    text = api.files.content(file_id).text
+    return [json.loads(row) for row in text.splitlines() if row]
+
+
+def test_a_batch_runs_every_line_as_a_turn_and_its_output_names_them(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    lines = [line(f"ticket-{n}", f"classify ticket {n}") for n in range(12)]
+    lines.insert(3, "{not json")
+    lines.insert(7, line("ticket-2", "a custom_id used twice"))
+    lines.append(line("bad-url", "x", url="/v1/chat/completions"))
+    lines.append(line("tools", "tool turn"))
+    batch = create(api, lines)
+    assert batch.request_counts is not None and batch.request_counts.total == len(lines)
+
+    ended = watch(api, batch.id)
+
+    assert ended.request_counts.completed == 13 and ended.request_counts.failed == 3
+    assert ended.completed_at is not None and ended.output_file_id and ended.error_file_id
+    output = jsonl(api, ended.output_file_id)
+    assert sorted(r["custom_id"] for r in output) == sorted(
+        [f"ticket-{n}" for n in range(12)] + ["tools"]
+    )
+    for row in output:
+        body = row["response"]["body"]
+        assert row["error"] is None and row["response"]["status_code"] == 200
+        assert row["response"]["request_id"] == body["id"]
+        # The body is the response of a turn: the Responses API answers it by that id.
+        stored = api.responses.retrieve(body["id"])
+        assert stored.status == "completed" and stored.output_text == body["output_text"]
+    by_id = {r["custom_id"]: r["response"]["body"] for r in output}
+    assert by_id["ticket-5"]["output_text"] == "heard: classify ticket 5"
+    assert by_id["tools"]["output_text"] == "listed."
+    assert [item["type"] for item in by_id["tools"]["output"]][:2] == [
+        "function_call",
+        "function_call_output",
+    ]
+    errors = jsonl(api, ended.error_file_id)
+    assert [(r["custom_id"], r["error"]["code"]) for r in errors] == [
+        (None, "invalid_json"),
+        ("ticket-2", "duplicate_custom_id"),
+        ("bad-url", "invalid_url"),
+    ]
+    assert all(r["response"] is None for r in errors)
+    # Each line's session is the tenant's, as any conversation.
+    session = tenant.http.get(f"/v1/sessions/{by_id['ticket-0']['conversation']['id']}")
+    assert session.status_code == 200, session.text
+    listed = api.batches.list(limit=5)
+    assert [b.id for b in listed.data][:1] == [batch.id]
+
+
+def test_lines_continue_conversations_and_wait_their_turn_in_them(api: OpenAI) -> None:
+    first = api.responses.create(model="m", input="remember the colour blue")
+    second = api.responses.create(model="m", input="and green", conversation=first.conversation.id)
+    batch = create(
+        api,
+        [
+            line("after", {"input": "what came first?", "previous_response_id": second.id}),
+            line("in-conv", {"input": "and then?", "conversation": first.conversation.id}),
+            line("nowhere", {"input": "x", "previous_response_id": "resp_unknown"}),
+            line("earlier", {"input": "x", "previous_response_id": first.id}),
+        ],
+    )
+
+    ended = watch(api, batch.id)
+
+    output = {r["custom_id"]: r["response"]["body"] for r in jsonl(api, ended.output_file_id)}
+    assert set(output) == {"after", "in-conv"}
+    conversation = first.conversation.id
+    assert {body["conversation"]["id"] for body in output.values()} == {conversation}
+    # Both queued after the conversation's last response, one after the other.
+    parents = {body["previous_response_id"] for body in output.values()}
+    assert second.id in parents
+    errors = {r["custom_id"]: r["error"]["code"] for r in jsonl(api, ended.error_file_id)}
+    assert errors == {
+        "nowhere": "previous_response_not_found",
+        "earlier": "previous_response_not_latest",
+    }
+
+
+def test_a_line_is_followed_live_while_its_batch_runs(api: OpenAI, tenant: Tenant) -> None:
+    batch = create(api, [line(f"s{n}", f"slow {n}") for n in range(3)])
+    page = tenant.http.get(f"/v1/batches/{batch.id}/lines")
+    assert page.status_code == 200, page.text
+    turn_id = page.json()["data"][0]["turn_id"]
+    text = "".join(
+        event.delta
+        for event in api.responses.retrieve(turn_id, stream=True)
+        if event.type == "response.output_text.delta"
+    )
+    assert text == "".join(f"w{i} " for i in range(20))
+    watch(api, batch.id)
+
+
+def test_a_cancel_stops_the_lines_and_the_files_agree_with_what_ran(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    batch = create(api, [line(f"s{n}", f"slow {n}") for n in range(200)])
+    deadline = time.monotonic() + 30
+    while api.batches.retrieve(batch.id).request_counts.completed < 2:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    cancelling = api.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    asked = (tenant.control.dir / "requests.jsonl").read_text().count("\n")
+    ended = watch(api, batch.id, until=("cancelled",))
+
+    counts = ended.request_counts
+    assert counts.completed + counts.failed == counts.total == 200
+    assert 2 <= counts.completed < 200
+    output, errors = jsonl(api, ended.output_file_id), jsonl(api, ended.error_file_id)
+    assert len(output) == counts.completed and len(errors) == counts.failed
+    assert {r["custom_id"] for r in output} | {r["custom_id"] for r in errors} == {
+        f"s{n}" for n in range(200)
+    }
+    assert all(r["response"]["body"]["status"] == "cancelled" for r in errors)
+    # Only the lines running at the cancel called the model after it.
+    time.sleep(0.5)
+    later = (tenant.control.dir / "requests.jsonl").read_text().count("\n")
+    assert later - asked <= 70, (asked, later)
+    assert ended.cancelled_at is not None
+    again = api.batches.cancel(batch.id)
+    assert again.status == "cancelled" and again.request_counts == ended.request_counts
+
+
+def test_another_tenants_batches_and_files_are_not_found(api: OpenAI, gateway: Gateway) -> None:
+    batch = create(api, [line("one", "hello")])
+    watch(api, batch.id)
+    other = gateway.tenant()
+    with OpenAI(base_url=f"{gateway.url}/v1", api_key=other.token, max_retries=0) as stranger:
+        for attempt in (
+            lambda: stranger.batches.retrieve(batch.id),
+            lambda: stranger.batches.cancel(batch.id),
+            lambda: stranger.files.retrieve(batch.input_file_id),
+            lambda: stranger.files.content(batch.output_file_id or ""),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                attempt()
+        assert stranger.batches.list().data == []
+        with pytest.raises(openai.BadRequestError) as refused:
+            stranger.batches.create(
+                input_file_id=batch.input_file_id,
+                endpoint="/v1/responses",
+                completion_window="24h",
+            )
+        assert refused.value.body["param"] == "input_file_id"  # type: ignore[index]
+
+
+def test_bad_requests_are_refused_in_openais_form_and_change_nothing(
+    api: OpenAI, gateway: Gateway, tenant: Tenant
+) -> None:
+    good = upload(api, [line("one", "hello")])
+    before = api.batches.list().data
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        ({"endpoint": "/v1/chat/completions"}, "endpoint"),
+        ({"completion_window": "1h"}, "completion_window"),
+        ({"input_file_id": "file-0123456789abcdef0123456789abcdef"}, "input_file_id"),
+        ({"metadata": {"k": float("nan")}}, None),
+    ]
+    for change, param in cases:
+        body = {
+            "input_file_id": good,
+            "endpoint": "/v1/responses",
+            "completion_window": "24h",
+            **change,
+        }
+        answer = tenant.http.post("/v1/batches", content=_json(body), headers=_JSON)
+        assert answer.status_code == 400, (change, answer.text)
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["message"]
+        if param is not None:
+            assert error["param"] == param, error
+    extra = tenant.http.post(
+        "/v1/batches",
+        json={
+            "input_file_id": good,
+            "endpoint": "/v1/responses",
+            "completion_window": "24h",
+            "x": 1,
+        },
+    )
+    assert extra.status_code == 400 and extra.json()["error"]["code"] == "unknown_parameter"
+    empty = upload(api, [])
+    with pytest.raises(openai.BadRequestError):
+        api.batches.create(input_file_id=empty, endpoint="/v1/responses", completion_window="24h")
+    with pytest.raises(openai.BadRequestError) as purpose:
+        api.files.create(file=("x.jsonl", io.BytesIO(b"{}\n")), purpose="assistants")
+    assert purpose.value.body["param"] == "purpose"  # type: ignore[index]
+    json_upload = tenant.http.post("/v1/files", json={"file": "x", "purpose": "batch"})
+    assert json_upload.status_code == 415, json_upload.text
+    for missing in ("batch_0123456789abcdef0123456789abcdef", "nonsense"):
+        assert tenant.http.get(f"/v1/batches/{missing}").status_code == 404
+    assert api.batches.list().data == before
+    unauthenticated = httpx.get(f"{gateway.url}/v1/batches")
+    assert unauthenticated.status_code == 401
+    assert "error" in unauthenticated.json()
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _json(body: dict[str, Any]) -> str:
+    return json.dumps(body, allow_nan=True)
