@@ -66,7 +66,7 @@ def api(gateway: Gateway, tenant: Tenant) -> Iterator[OpenAI]:
 
 
 def line(custom_id: str, body: dict[str, Any] | str, **extra: Any) -> str:
-    value = {"custom_id": custom_id, "method": "POST", "url": "/v1/responses"}
+    value: dict[str, Any] = {"custom_id": custom_id, "method": "POST", "url": "/v1/responses"}
     value["body"] = {"input": body} if isinstance(body, str) else body
     return json.dumps({**value, **extra})
 
@@ -160,12 +160,14 @@ def test_a_batch_runs_every_line_as_a_turn_and_its_output_names_them(
 
 def test_lines_continue_conversations_and_wait_their_turn_in_them(api: OpenAI) -> None:
     first = api.responses.create(model="m", input="remember the colour blue")
-    second = api.responses.create(model="m", input="and green", conversation=first.conversation.id)
+    assert first.conversation is not None
+    conversation = first.conversation.id
+    second = api.responses.create(model="m", input="and green", conversation=conversation)
     batch = create(
         api,
         [
             line("after", {"input": "what came first?", "previous_response_id": second.id}),
-            line("in-conv", {"input": "and then?", "conversation": first.conversation.id}),
+            line("in-conv", {"input": "and then?", "conversation": conversation}),
             line("nowhere", {"input": "x", "previous_response_id": "resp_unknown"}),
             line("earlier", {"input": "x", "previous_response_id": first.id}),
         ],
@@ -175,7 +177,6 @@ def test_lines_continue_conversations_and_wait_their_turn_in_them(api: OpenAI) -
 
     output = {r["custom_id"]: r["response"]["body"] for r in jsonl(api, ended.output_file_id)}
     assert set(output) == {"after", "in-conv"}
-    conversation = first.conversation.id
     assert {body["conversation"]["id"] for body in output.values()} == {conversation}
     # Both queued after the conversation's last response, one after the other.
     parents = {body["previous_response_id"] for body in output.values()}
