@@ -143,18 +143,27 @@ def _read_line(number: int, value: Any) -> ParsedLine:
         raise OpenAIError(
             400, f"url must be {ENDPOINT} (the batch's endpoint)", param="url", code="invalid_url"
         )
-    body = _request(value.get("body"))
+    try:
+        body = _request(value.get("body"))
+        prompt = prompt_of(body.input)
+        conversation = None if body.conversation is None else conversation_id(body.conversation)
+    except OpenAIError as exc:
+        # What the Responses route names a parameter is, in a line, the body's.
+        detail = exc.body.error
+        if detail.param is not None and not detail.param.startswith("body"):
+            detail.param = f"body.{detail.param}"
+        raise
     return ParsedLine(
         line=number,
         custom_id=custom_id,
-        prompt=prompt_of(body.input),
+        prompt=prompt,
         contract=(
             TaskContract(max_tokens=body.max_output_tokens)
             if body.max_output_tokens is not None
             else None
         ),
         previous_response_id=body.previous_response_id,
-        conversation=None if body.conversation is None else conversation_id(body.conversation),
+        conversation=conversation,
         metadata=_metadata(body.metadata),
     )
 
@@ -166,7 +175,8 @@ def _request(body: Any) -> ResponseCreate:
         request = ResponseCreate.model_validate(body)
     except ValidationError as exc:
         problem = exc.errors()[0]
-        where = ".".join(str(p) for p in problem.get("loc", ()))
+        # The parameter, not the branch of its type that pydantic tried last.
+        where = str((problem.get("loc") or ("body",))[0])
         raise OpenAIError(
             400,
             f"body.{where}: {problem.get('msg', 'invalid')}",
