@@ -18,9 +18,9 @@ from alembic import command
 from sqlalchemy import event, text
 
 import parley
-from parley.errors import InvalidRequest, SessionNotFound
+from parley.errors import BatchNotFound, FileNotFound, InvalidRequest, SessionNotFound
 from parley.housekeeping import Housekeeper
-from parley.retention import prune
+from parley.retention import prune, report_lines
 from parley.webhooks import WebhookSettings
 from schemas import tables as t
 from schemas.events import Ended, Event, Queued
@@ -503,3 +503,40 @@ def test_migration_0009_dates_existing_sessions_by_their_newest_turn_end(own_db_
             assert store.prune_session(sid, Cut.of(timedelta(0), None)) is not None
     finally:
         store.close()
+
+
+def test_prune_removes_an_ended_batch_with_its_files_and_its_lines_sessions(
+    client: parley.Client, workspace: Path
+) -> None:
+    line = {"method": "POST", "url": "/v1/responses"}
+    old = client.submit_batch(
+        [{**line, "custom_id": f"o{n}", "body": {"input": f"old {n}"}} for n in range(3)],
+        root=workspace,
+    )
+    assert sum(1 for _ in old.results(timeout=30)) == 3
+    recent = client.submit_batch(
+        [{**line, "custom_id": "r", "body": {"input": "new"}}], root=workspace
+    )
+    assert sum(1 for _ in recent.results(timeout=30)) == 1
+    sessions = [r["response"]["body"]["conversation"]["id"] for r in old.output()]
+    store = client.store
+    then = datetime.now(UTC) - DAYS_AGO_10
+    with store.engine.begin() as db:  # (typed binds: SQLite compares the text it keeps)
+        aged = t.sessions.update().where(t.sessions.c.id.in_(sessions))
+        db.execute(aged.values(last_active_at=then))
+        db.execute(t.batches.update().where(t.batches.c.id == old.id).values(ended_at=then))
+    files = (old.status().output_file_id, old.status().error_file_id)
+
+    dry = client.prune(timedelta(days=5), dry_run=True)
+    assert dry.batches == (old.id,) and old.status().status == "completed"
+    report = client.prune(timedelta(days=5))
+
+    assert report.batches == (old.id,)
+    assert sorted(p.session_id for p in report.pruned) == sorted(sessions)
+    with pytest.raises(BatchNotFound):
+        client.batch(old.id)
+    for file_id in files:
+        with pytest.raises(FileNotFound):
+            store.get_file(file_id)
+    assert "deleted 1 ended batch(es) and their files" in report_lines(report)
+    assert client.batch(recent.id).status().request_counts["completed"] == 1
