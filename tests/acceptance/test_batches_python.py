@@ -7,6 +7,7 @@ bad arguments refused before anything is written."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,14 +104,15 @@ def test_bad_arguments_are_refused_and_write_nothing(
     client = make_client([ECHO])
     before = client.store.table_counts()
     good = lines(["a"])
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: client.submit_batch(b"{}", root=workspace),  # type: ignore[arg-type]
         lambda: client.submit_batch(tmp_path / "missing.jsonl", root=workspace),
         lambda: client.submit_batch([], root=workspace),
         lambda: client.submit_batch(good, root=tmp_path / "nowhere"),
         lambda: client.submit_batch(good, root=workspace, tenant=""),
         lambda: client.submit_batch(good, root=workspace, request_id="x" * 201),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(InvalidRequest):
             call()
     for unknown in ("batch_0123456789abcdef0123456789abcdef", "nonsense"):
