@@ -30,7 +30,7 @@ import schemathesis
 from schemathesis import Case, CheckFunction, GenerationMode
 from schemathesis.core.result import Ok
 from schemathesis.schemas import APIOperation, BaseSchema
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from tests.acceptance.test_gateway import ROUTES
 from tests.support.deployments import EMBEDDED, on_deployments
@@ -42,8 +42,9 @@ AnyCase = Case[APIOperation[Any, Any, Any, Any]]
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 MAX_EXAMPLES = 40
 # test_gateway.py's routes, the approvals route (tested with approvals themselves) and
-# the OpenAI Responses routes (test_protocol_responses.py) and the UI protocols'
-# (test_protocols_ui.py drives them with their stock clients).
+# the OpenAI Responses, Files and Batches routes (test_protocol_responses.py and
+# test_batches_api.py) and the UI protocols' (test_protocols_ui.py drives them with their
+# stock clients).
 OPERATIONS = [(method.upper(), path) for method, path in ROUTES] + [
     ("POST", "/v1/turns/{turn_id}/approvals/{approval_id}"),
     ("POST", "/v1/responses"),
@@ -52,6 +53,14 @@ OPERATIONS = [(method.upper(), path) for method, path in ROUTES] + [
     ("POST", "/v1/ag-ui"),
     ("POST", "/v1/chat"),
     ("GET", "/v1/chat/{chat_id}/stream"),
+    ("POST", "/v1/files"),
+    ("GET", "/v1/files/{file_id}"),
+    ("GET", "/v1/files/{file_id}/content"),
+    ("POST", "/v1/batches"),
+    ("GET", "/v1/batches"),
+    ("GET", "/v1/batches/{batch_id}"),
+    ("POST", "/v1/batches/{batch_id}/cancel"),
+    ("GET", "/v1/batches/{batch_id}/lines"),
 ]
 # The approvals route answers an approval id the turn does not have with 422 (its
 # docstring says so), where the document's other routes say 404 for what is not there;
@@ -64,6 +73,12 @@ OPERATIONS = [(method.upper(), path) for method, path in ROUTES] + [
 EXCLUDED: dict[str, list[CheckFunction]] = {
     "/v1/turns/{turn_id}/approvals/{approval_id}": [positive_data_acceptance],
     "/v1/responses": [positive_data_acceptance],
+    # Likewise POST /v1/batches: an unknown input_file_id is OpenAI's 400 (param
+    # input_file_id), and so is a file with no lines; test_batches_api.py checks them.
+    "/v1/batches": [positive_data_acceptance],
+    # An uploaded file is any bytes: schemathesis's "invalid" file (the four bytes
+    # `null`, read as JSON's null against the binary string) is a file.
+    "/v1/files": [negative_data_rejection],
     # A RunAgentInput whose messages hold no user message is valid by AG-UI's schema and
     # refused (422: nothing to run), which no schema can say.
     "/v1/ag-ui": [positive_data_acceptance],

@@ -9,7 +9,7 @@ sessions, for the page.  docs/batches.md has the contract; a tenant sees only it
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -28,8 +28,8 @@ from parley.client import Client
 from parley.gateway.dependencies import ClientDep, SettingsDep, Tenant
 from parley.gateway.routers.openai_errors import OpenAIRoute
 from parley.gateway.settings import GatewaySettings
-from parley.openai_api.batch_lines import ENDPOINT, jsonl_lines
-from parley.openai_api.batch_objects import COMPLETION_WINDOW, batch_object
+from parley.openai_api.batch_lines import jsonl_lines
+from parley.openai_api.batch_objects import batch_object
 from parley.openai_api.errors import OpenAIError, OpenAIErrorBody
 from parley.validation import check_metadata
 from schemas.batches import FileKind
@@ -54,8 +54,8 @@ class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     input_file_id: str = Field(max_length=64, description="An uploaded file (purpose batch)")
-    endpoint: str = Field(description=f"{ENDPOINT}: every line is a Responses request")
-    completion_window: str = Field(description=f"{COMPLETION_WINDOW}, the one OpenAI offers")
+    endpoint: Literal["/v1/responses"] = Field(description="Every line is a Responses request")
+    completion_window: Literal["24h"] = Field(description="The one window OpenAI offers")
     metadata: dict[str, Any] | None = None
     output_expires_after: dict[str, Any] | None = Field(
         None, description="Accepted; files are kept until `parley prune`"
@@ -69,16 +69,6 @@ async def create_batch(
     """Make a batch of the file's lines: each a turn (``priority="batch"``), in a
     session of its own or the conversation it continues.  A malformed line is refused
     alone (in the error file).  Answers the Batch object, ``in_progress``."""
-    if body.endpoint != ENDPOINT:
-        raise OpenAIError(
-            400,
-            f"endpoint must be {ENDPOINT}: parley's batches are of Responses (agent turns)",
-            param="endpoint",
-        )
-    if body.completion_window != COMPLETION_WINDOW:
-        raise OpenAIError(
-            400, f"completion_window must be {COMPLETION_WINDOW}", param="completion_window"
-        )
     if body.metadata is not None:
         try:
             check_metadata(body.metadata)

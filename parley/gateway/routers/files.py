@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,14 +23,13 @@ from parley.gateway.dependencies import ClientDep, Tenant
 from parley.gateway.resources import ErrorBody
 from parley.gateway.routers.openai_errors import OpenAIRoute
 from parley.openai_api.batch_objects import file_object
-from parley.openai_api.errors import OpenAIError, OpenAIErrorBody
+from parley.openai_api.errors import OpenAIErrorBody
 from schemas.batches import FileKind, FileRecord
 from workers.store.clock import utc_now
 
 UPLOAD_PATH = "/v1/files"
 """The route the body limit streams through (multipart, bounded by PARLEY_GATEWAY_MAX_FILE)."""
 PART_BYTES = 1 << 20
-PURPOSES = ("batch",)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     **{
@@ -41,7 +40,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
             (404, "No such file (or another tenant's)"),
         )
     },
+    # Refused before the route, by the gateway's body limit, in the gateway's own form.
+    411: {"model": ErrorBody, "description": "An upload without its Content-Length"},
     413: {"model": ErrorBody, "description": "The file is over PARLEY_GATEWAY_MAX_FILE"},
+    415: {"model": ErrorBody, "description": "The body is not multipart/form-data"},
 }
 
 router = APIRouter(prefix="/v1", tags=["files"], responses=ERRORS, route_class=OpenAIRoute)
@@ -50,17 +52,11 @@ router = APIRouter(prefix="/v1", tags=["files"], responses=ERRORS, route_class=O
 @router.post("/files")
 async def upload_file(
     file: Annotated[UploadFile, File(description="The JSONL file of a batch's lines")],
-    purpose: Annotated[str, Form(description="batch: the one purpose parley serves")],
+    purpose: Annotated[Literal["batch"], Form(description="The one purpose parley serves")],
     client: ClientDep,
     owner: Tenant,
 ) -> JSONResponse:
     """Upload a batch's input file; answers its File object."""
-    if purpose not in PURPOSES:
-        raise OpenAIError(
-            400,
-            f"purpose {purpose!r} is not served: parley's files are batches' input (batch)",
-            param="purpose",
-        )
     record = FileRecord(
         file_id=new_file_id(),
         tenant=owner,
