@@ -125,3 +125,22 @@ def _redis_of(client: parley.Client) -> str | None:
     """The fleet client's Redis URL (None embedded: a reader needs none)."""
     url: str | None = getattr(client.coordinator, "url", None)
     return url if client.fleet else None
+
+
+def test_a_cancelled_line_queued_in_a_busy_conversation_never_runs(
+    make_client: ClientFactory, workspace: Path
+) -> None:
+    client = make_client([SLOW, ECHO])
+    session = client.open_session(workspace)
+    busy = session.submit("slow, holding the conversation")
+    follow = {"input": "after it", "conversation": session.id}
+    batch = client.submit_batch(
+        [{"custom_id": "next", "method": "POST", "url": "/v1/responses", "body": follow}]
+    )
+    batch.cancel()
+    [row] = list(batch.results(timeout=60))
+    body = row["response"]["body"]
+    assert row["error"]["code"] == "cancelled" and body["status"] == "cancelled"
+    assert body["output"] == []  # it never called the model
+    assert client.attach(body["id"]).record().status is parley.TurnStatus.CANCELLED
+    assert busy.wait(60).outcome is parley.TurnStatus.FINISHED  # the conversation's own turn
