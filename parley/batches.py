@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from parley.errors import (
 from parley.openai_api.batch_lines import ParsedLine, jsonl_lines, parse_lines
 from parley.openai_api.batch_objects import COMPLETION_WINDOW, batch_object, result_line
 from parley.validation import MAX_REQUEST_ID, check_metadata
-from parley.workspaces import line_root, workspaces_dir
+from parley.workspaces import LineRoots, workspaces_dir
 from schemas.batches import BatchCounts, BatchRecord, FileKind, FileRecord, LinePlan, LineRefusal
 from workers.runtime.batch_window import batch_window, fill_batch_window
 from workers.store.batches import NewBatch
@@ -189,7 +190,7 @@ def submit_batch(
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class Placement:
     """Whose a batch is, and where the sessions its lines open keep their files: in
     ``root`` if given, else a directory each under ``workspaces``."""
@@ -197,6 +198,11 @@ class Placement:
     tenant: str | None
     root: str | None
     workspaces: Path
+
+    @cached_property
+    def roots(self) -> LineRoots:
+        """The maker of the lines' own workspaces (its directory made on first use)."""
+        return LineRoots(self.workspaces, self.tenant)
 
 
 def submit_numbered(
@@ -288,7 +294,7 @@ def _plan(client: Client, line: ParsedLine, placement: Placement) -> LinePlan | 
         session_id = _conversation(client, line, tenant)
     else:
         session_id = new_id()
-        opened = placement.root or os.fspath(line_root(placement.workspaces, tenant, session_id))
+        opened = placement.root or placement.roots.make(session_id)
         return LinePlan(session_id=session_id, root=opened, **fields)
     if isinstance(session_id, LineRefusal):
         return session_id

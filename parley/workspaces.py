@@ -30,12 +30,20 @@ def workspaces_dir() -> Path:
     return Path(os.environ.get("PARLEY_WORKSPACES") or "workspaces").absolute()
 
 
-def line_root(workspaces: Path, tenant: str | None, session_id: str) -> Path:
-    """The workspace of a session a batch's line opens: ``<workspaces>/<tenant>/<id>``
-    as the gateway makes them, or ``<workspaces>/<id>`` for a batch without a tenant."""
-    if tenant is not None:
-        return workspace_root(workspaces, tenant, session_id)
-    workspaces.mkdir(parents=True, exist_ok=True)
-    root = workspaces / session_id
-    root.mkdir(exist_ok=True)
-    return root
+class LineRoots:
+    """The workspaces of the sessions a batch's lines open: ``<workspaces>/<tenant>/<id>``
+    as the gateway makes them, or ``<workspaces>/<id>`` for a batch without a tenant.
+    The tenant's directory is made and resolved once; each line's is a fresh id's, made
+    with one ``mkdir`` (a hundred thousand lines make as many directories)."""
+
+    def __init__(self, workspaces: Path, tenant: str | None) -> None:
+        base = workspaces / tenant if tenant is not None else workspaces
+        base.mkdir(parents=True, exist_ok=True)
+        self._base = os.path.realpath(base)
+
+    def make(self, session_id: str) -> str:
+        """The new directory of the session ``session_id`` (a fresh id: it cannot exist,
+        nor be a link someone planted)."""
+        root = os.path.join(self._base, session_id)
+        os.mkdir(root)
+        return root

@@ -30,13 +30,23 @@ def title_problem(title: object) -> str | None:
 def title_of_prompt(prompt: str) -> str | None:
     """The title a first prompt gives its session: its words on one line, cut to
     :data:`PROMPT_TITLE_CHARS` (None if nothing printable is left)."""
-    words = "".join(" " if _unprintable(ch) else ch for ch in prompt).split()
-    flat = " ".join(words)
+    # A title is a prompt's first words: its head is enough unless that flattens to a
+    # title's length or less (a head that flattens longer gives the same cut: the
+    # flattened head is the start of the flattened prompt).  A batch titles thousands.
+    head = prompt[: PROMPT_TITLE_CHARS * 4]
+    flat = _flattened(head)
+    if len(head) < len(prompt) and len(flat) <= PROMPT_TITLE_CHARS:
+        flat = _flattened(prompt)
     if not flat:
         return None
     if len(flat) <= PROMPT_TITLE_CHARS:
         return flat
     return flat[: PROMPT_TITLE_CHARS - 1].rstrip() + "…"
+
+
+def _flattened(text: str) -> str:
+    """``text``'s words on one line, single-spaced, its unprintable characters spaces."""
+    return " ".join("".join(" " if _unprintable(ch) else ch for ch in text).split())
 
 
 def _unprintable(ch: str) -> bool:
