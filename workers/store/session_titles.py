@@ -46,6 +46,9 @@ def title_of_prompt(prompt: str) -> str | None:
 
 def _flattened(text: str) -> str:
     """``text``'s words on one line, single-spaced, its unprintable characters spaces."""
+    if text.isprintable():
+        # (No control or separator but the space: nothing to replace, in one C loop.)
+        return " ".join(text.split())
     return " ".join("".join(" " if _unprintable(ch) else ch for ch in text).split())
 
 

@@ -91,13 +91,8 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["batch_id"], ["batches.id"], name="fk_batch_lines_batch_id_batches"
         ),
-        sa.ForeignKeyConstraint(["turn_id"], ["turns.id"], name="fk_batch_lines_turn_id_turns"),
-        sa.ForeignKeyConstraint(
-            ["session_id"], ["sessions.id"], name="fk_batch_lines_session_id_sessions"
-        ),
         sa.PrimaryKeyConstraint("batch_id", "line", name="pk_batch_lines"),
     )
-    op.create_index("ix_batch_lines_turn_id", "batch_lines", ["turn_id"])
     op.create_index("ix_batch_lines_session_id", "batch_lines", ["session_id"])
     op.create_index(
         "ix_runs_batch_queue",
