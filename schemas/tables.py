@@ -364,8 +364,6 @@ batches = Table(
     Column("request_id", String(200), nullable=True),
     Column("status", String(20), nullable=False),
     Column("total", Integer, nullable=False),
-    # Lines refused at submission (in the error file from the start).
-    Column("invalid", Integer, nullable=False),
     # Why a batch failed as a whole (OpenAI's ``errors.data``), else None.
     Column("errors", Json, nullable=True),
     Column("created_at", Timestamp, nullable=False),

@@ -228,3 +228,12 @@ def _clear_batch_runs(store: SqlStore) -> None:
                 "AND status IN ('queued', 'running')"
             )
         )
+
+
+def test_a_batch_whose_continuations_are_all_refused_fails_saying_why(store: SqlStore) -> None:
+    session_id = new_session(store)
+    plan = LinePlan(line=1, custom_id="c1", prompt="p", session_id=session_id, root=None)
+    store.create_batch(new_batch(), [plan], [])
+    again, _ = store.create_batch(new_batch(), [plan], [])
+    assert again.status is BatchStatus.FAILED and again.counts.failed == again.counts.total == 1
+    assert again.errors is not None and again.errors[0]["code"] == "duplicate_custom_id"

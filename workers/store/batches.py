@@ -158,24 +158,18 @@ class BatchStore(SubmissionStore):
             ):
                 db.execute(bq.INSERT_FILE, _batch_file_row(batch, kind, file_id, now))
             opening = [p for p in plans if p.opens_session]
-            accepted = len(plans)
-            db.execute(bq.INSERT_BATCH, _batch_row(batch, plans, refusals, now))
             lines = self._insert_openings(db, batch.tenant, opening, now)
             for plan in plans:
                 if not plan.opens_session:
                     continued = self._continue(db, plan, now)
                     if isinstance(continued, LineRefusal):
                         refusals.append(continued)
-                        accepted -= 1
                     else:
                         lines.append(continued)
+            # The batch row once its lines are known (a continuation may be refused).
+            db.execute(bq.INSERT_BATCH, _batch_row(batch, len(lines), refusals, now))
             lines.extend(_refused_row(r) for r in refusals)
             db.insert_bulk(t.batch_lines, [{**row, "batch_id": batch.batch_id} for row in lines])
-            if accepted == 0:
-                db.execute(
-                    bq.END_BATCH,
-                    {"b_batch_id": batch.batch_id, "b_status": "failed", "b_ended_at": now},
-                )
         return batch.batch_id
 
     def _insert_openings(
@@ -494,8 +488,11 @@ def _batch_file_row(batch: NewBatch, kind: FileKind, file_id: str, now: datetime
 
 
 def _batch_row(
-    batch: NewBatch, plans: Sequence[LinePlan], refusals: Sequence[LineRefusal], now: datetime
+    batch: NewBatch, accepted: int, refusals: Sequence[LineRefusal], now: datetime
 ) -> dict[str, Any]:
+    """A new batch's row: in progress, or failed at once if none of its lines was
+    accepted (its ``errors`` OpenAI's ``errors.data``: the first hundred lines' reasons)."""
+    failed = accepted == 0
     return {
         "id": batch.batch_id,
         "tenant": batch.tenant,
@@ -506,15 +503,12 @@ def _batch_row(
         "completion_window": batch.completion_window,
         "metadata": batch.metadata,
         "request_id": batch.request_id,
-        "status": "in_progress",
-        "total": len(plans) + len(refusals),
-        "invalid": len(refusals),
-        # A batch none of whose lines could be accepted fails, saying why (OpenAI's
-        # errors.data: the first hundred lines' reasons).
-        "errors": [r.to_json() for r in refusals[:100]] if not plans else None,
+        "status": "failed" if failed else "in_progress",
+        "total": accepted + len(refusals),
+        "errors": [r.to_json() for r in refusals[:100]] if failed else None,
         "created_at": now,
         "cancelling_at": None,
-        "ended_at": None,
+        "ended_at": now if failed else None,
     }
 
 

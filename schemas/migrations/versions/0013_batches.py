@@ -60,7 +60,6 @@ def upgrade() -> None:
         sa.Column("request_id", sa.String(200), nullable=True),
         sa.Column("status", sa.String(20), nullable=False),
         sa.Column("total", sa.Integer(), nullable=False),
-        sa.Column("invalid", sa.Integer(), nullable=False),
         sa.Column("errors", Json, nullable=True),
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("cancelling_at", Timestamp, nullable=True),
