@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parley.cli import fleet, maintenance, sessions, turns
+from parley.cli import batches, fleet, maintenance, sessions, turns
 from parley.cli.gateway import gateway
 from parley.client import DEFAULT_DATABASE_URL
 
@@ -44,6 +44,7 @@ def command_parser() -> argparse.ArgumentParser:
         _history,
         _chat,
         _approve,
+        _batch,
         _gateway,
         _prune,
         _tree,
@@ -250,6 +251,38 @@ def _gateway(commands: Commands) -> None:
         help="without PARLEY_GATEWAY_TOKENS: replace the local token kept across restarts "
         "with a new one (pages opened with the old one lock)",
     )
+
+
+def _batch(commands: Commands) -> None:
+    batch: argparse.ArgumentParser = commands.add_parser(
+        "batch", help="submit a JSONL file of lines as a batch, follow it, collect it"
+    )
+    actions = batch.add_subparsers(required=True, metavar="ACTION")
+    submit = _command(
+        actions,
+        "submit",
+        batches.submit,
+        "submit FILE.jsonl; prints the batch's id first (a progress bar on a terminal)",
+    )
+    submit.add_argument("file", metavar="FILE.jsonl")
+    submit.add_argument("--wait", action="store_true", help="wait until the batch ends")
+    submit.add_argument("--root", help="the workspace of every session its lines open")
+    submit.add_argument("--tenant", help="the tenant that owns the batch and its sessions")
+    submit.add_argument("--request-id", help="the same id submits the batch once")
+    status = _command(actions, "status", batches.status, "where a batch stands", names_stored=True)
+    status.add_argument("batch_id")
+    status.add_argument("--json", action="store_true", help="the Batch object, as JSON")
+    results = _command(
+        actions,
+        "results",
+        batches.results,
+        "the output and error lines as JSONL, as the lines end",
+        names_stored=True,
+    )
+    results.add_argument("batch_id")
+    results.add_argument("-o", "--output", metavar="OUT.jsonl", help="write them here")
+    cancel = _command(actions, "cancel", batches.cancel, "cancel a batch", names_stored=True)
+    cancel.add_argument("batch_id")
 
 
 def _prune(commands: Commands) -> None:

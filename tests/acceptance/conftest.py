@@ -32,6 +32,7 @@ from tests.support.deployments import (
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.helpers import Control
 from tests.support.hosts import workspace_host
+from tests.support.terminal import terminals as terminals  # (a fixture: tmux panes)
 
 FLEET_BROKER = os.environ.get("PARLEY_TEST_FLEET_BROKER", "redis")
 DECLARED = pytest.StashKey[dict[str, Declared]]()
