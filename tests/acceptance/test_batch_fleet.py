@@ -1,0 +1,149 @@
+"""Batches on a fleet under failure (docs/batches.md#how-the-lines-reach-the-fleet), with
+real processes: a worker SIGKILLed mid-batch loses and doubles no line (a ledger tool
+proves no committed call ran twice); the batch window keeps at most its size of lines in
+flight and the broker holds no kick per line; an emptied Redis (kicks and marks lost)
+does not stall a batch, the sweeper topping the window up; an interactive turn starts at
+once beside a batch of slow lines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from schemas.records import TurnStatus
+from tests.support.chaos import Chaos, chaos_fleet, deployment_options
+from tests.support.deployments import on_fleet_deployments
+from tests.support.fleet import flush_redis
+from tests.support.waiting import wait_until
+
+pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
+
+WINDOW = 4
+LEDGER: dict[str, Any] = {
+    "when": "^ledger",
+    "steps": [
+        {"tool_calls": [{"name": "record_call", "arguments": {}}]},
+        {"text": "recorded: {last_message}", "chunk_chars": 4, "delay_ms": 40},
+    ],
+}
+SLOW: dict[str, Any] = {
+    "when": "^slow",
+    "steps": [{"text": "".join(f"w{i} " for i in range(12)), "chunk_chars": 3, "delay_ms": 50}],
+}
+ECHO: dict[str, Any] = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
+
+
+@pytest.fixture
+def chaos(
+    workspace: Path,
+    deployment: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Chaos]:
+    monkeypatch.setenv("PARLEY_BATCH_WINDOW", str(WINDOW))  # the producer's (it fills it)
+    options = deployment_options(deployment, request)
+    environment = {**options.pop("environment", {}), "PARLEY_BATCH_WINDOW": str(WINDOW)}
+    with chaos_fleet(workspace, environment=environment, **options) as harness:
+        harness.control.script([LEDGER, SLOW, ECHO])
+        yield harness
+
+
+def lines(prefix: str, count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "custom_id": f"{prefix}{n}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"input": f"{prefix} {n}"},
+        }
+        for n in range(count)
+    ]
+
+
+def test_a_worker_killed_mid_batch_loses_and_doubles_no_line(chaos: Chaos) -> None:
+    batch = chaos.client.submit_batch(lines("ledger", 24), root=chaos.workspace)
+    store = chaos.client.store
+    wait_until(lambda: batch.status().counts.completed >= 3, what="some lines to end")
+
+    def running() -> list[str]:
+        return [
+            line.turn_id
+            for line in store.batch_lines(batch.id, None, 0, 100)
+            if line.turn_id and store.run_state(line.turn_id).status is TurnStatus.RUNNING
+        ]
+
+    driven = wait_until(running, what="a line to be running")
+    victim = chaos.driver_pid(driven[0])
+    os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+
+    rows = list(batch.results(timeout=120))
+
+    assert sorted(r["custom_id"] for r in rows) == sorted(f"ledger{n}" for n in range(24))
+    assert all(r["error"] is None for r in rows), [r["error"] for r in rows if r["error"]]
+    state = batch.status()
+    assert state.status == "completed" and state.request_counts["completed"] == 24
+    for row in rows:
+        body = row["response"]["body"]
+        assert body["output_text"] == f"recorded: {row['custom_id'].replace('ledger', 'ledger ')}"
+        run = store.run_state(body["id"])
+        assert run.steps == 2  # the tool's step committed once, the answer once
+    # A committed call never ran again: a call ran twice only for a line whose driver
+    # was killed before its step committed (the step was redone by its next attempt).
+    calls = len((chaos.control.dir / "record-calls").read_text().split())
+    retried = sum(1 for r in rows if store.run_state(r["response"]["body"]["id"]).attempts > 1)
+    assert retried >= 1, "the kill interrupted no line"
+    assert 24 <= calls <= 24 + retried, (calls, retried)
+
+
+def test_the_window_bounds_the_lines_in_flight_and_the_broker_holds_few_kicks(
+    chaos: Chaos,
+) -> None:
+    batch = chaos.client.submit_batch(lines("slow", 40), root=chaos.workspace)
+    store = chaos.client.store
+    broker = redis.Redis.from_url(chaos.redis_url)
+    queue = f"{chaos.fleet.queue}.batch"
+    most_running = most_queued = 0
+    while not batch.status().ended:
+        most_running = max(most_running, store.batch_runs_in_flight())
+        most_queued = max(most_queued, int(broker.llen(queue)))
+        time.sleep(0.05)
+    assert batch.status().request_counts["completed"] == 40
+    assert 1 <= most_running <= WINDOW, most_running
+    # A kick per line would have put ~40 in the queue; the window keeps it near its size.
+    assert most_queued <= 2 * WINDOW, most_queued
+
+
+def test_an_emptied_redis_does_not_stall_a_batch(chaos: Chaos) -> None:
+    batch = chaos.client.submit_batch(lines("slow", 16), root=chaos.workspace)
+    wait_until(lambda: batch.status().counts.completed >= 2, what="some lines to end")
+    flush_redis(chaos.redis_url)  # every kick, work mark and lock: gone
+    rows = list(batch.results(timeout=120))
+    assert sorted(r["custom_id"] for r in rows) == sorted(f"slow{n}" for n in range(16))
+    assert batch.status().status == "completed"
+
+
+def test_an_interactive_turn_starts_at_once_beside_a_batch(chaos: Chaos) -> None:
+    batch = chaos.client.submit_batch(lines("slow", 40), root=chaos.workspace)
+    wait_until(lambda: batch.status().counts.running >= 1, what="the batch to run")
+    session = chaos.client.open_session(chaos.workspace)
+    started = threading.Event()
+    submitted = time.monotonic()
+    handle = session.submit("hello")
+    for event in handle.events():
+        if event.kind.value == "token":
+            started.set()
+            break
+    waited = time.monotonic() - submitted
+    assert started.is_set()
+    assert handle.wait(30).outcome is TurnStatus.FINISHED
+    assert not batch.status().ended, "the batch ended first: the test proves nothing"
+    assert waited < 3, f"the interactive turn waited {waited:.1f}s behind the batch"
+    batch.cancel()
