@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
 
@@ -849,3 +850,68 @@ def test_titles_the_head_mark_banners_and_the_offline_agents_files(
     assert below is not None and above is not None
     assert above["y"] + above["height"] <= below["y"] + 1, (above, below)
     shot(page, "banner")
+
+
+def submit_batch(gateway: Gateway, prompts: list[str], *, broken: bool = False) -> str:
+    """A batch through the gateway (upload, then create), as the openai client makes one."""
+    rows = [
+        json.dumps(
+            {"custom_id": f"c{n}", "method": "POST", "url": "/v1/responses", "body": {"input": p}}
+        )
+        for n, p in enumerate(prompts)
+    ]
+    if broken:
+        rows.append("{not json")
+    headers = {"Authorization": f"Bearer {gateway.token}"}
+    files = {"file": ("lines.jsonl", ("\n".join(rows) + "\n").encode())}
+    upload = httpx.post(
+        f"{gateway.base}/v1/files", headers=headers, files=files, data={"purpose": "batch"}
+    )
+    assert upload.status_code == 200, upload.text
+    body = {
+        "input_file_id": upload.json()["id"],
+        "endpoint": "/v1/responses",
+        "completion_window": "24h",
+    }
+    created = httpx.post(f"{gateway.base}/v1/batches", headers=headers, json=body)
+    assert created.status_code == 200, created.text
+    batch_id: str = created.json()["id"]
+    return batch_id
+
+
+def test_the_page_lists_the_batches_and_a_line_opens_as_its_session(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "batches")
+    submit_batch(gateway, [f"tell me a slow story {n}" for n in range(3)])
+    quick = submit_batch(gateway, [f"ticket {n}" for n in range(4)], broken=True)
+    page.goto(gateway.url)
+
+    section = page.locator("#batches-section")
+    expect(section).to_be_visible()
+    items = page.locator("#batch-list .batch-item")
+    expect(items).to_have_count(2)
+    # Newest first; the quick batch's counts reach its end, its bad line failed.
+    first = items.nth(0)
+    expect(first).to_contain_text(f"Batch {quick.removeprefix('batch_')[:8]}")
+    expect(first.locator(".batch-counts")).to_contain_text(
+        "5/5 · 4 done · 1 failed", timeout=30_000
+    )
+    expect(first.locator(".batch-status")).to_have_text("completed")
+    expect(items.nth(1).locator(".batch-status")).to_have_text("in progress")
+    expect(items.nth(1).locator(".batch-counts")).to_contain_text("running")
+    shot(page, "list")
+
+    first.click()
+    expect(first).to_have_attribute("aria-expanded", "true")
+    lines = page.locator("#batch-list .batch.open .batch-line")
+    expect(lines).to_have_count(5)
+    expect(lines.nth(4)).to_contain_text("invalid_json")
+    shot(page, "lines")
+    lines.nth(2).click()
+    expect(turns(page).nth(0).locator(".agent-body")).to_contain_text("You said: ticket 2")
+    expect(page.locator("#session-title")).to_contain_text("ticket 2")
+    shot(page, "line-session")
+    # The slow batch ends on the page by itself.
+    expect(items.nth(1).locator(".batch-status")).to_have_text("completed", timeout=60_000)
+    expect(items.nth(1).locator(".batch-counts")).to_contain_text("3/3 · 3 done")

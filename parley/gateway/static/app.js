@@ -1,9 +1,10 @@
-// parley's web page: sessions, a session's tree, the conversation root → head, and the
-// running turn streamed live.  Plain ES modules, no build step: this one wires the page's
+// parley's web page: sessions, batches, a session's tree, the conversation root → head,
+// and the running turn streamed live.  Plain ES modules, no build step: this one wires the page's
 // controls and starts it; page/ holds the rest, a module for each thing it shows or does.
 // Every piece of model or user text goes into the page as a text node (never as markup),
 // except the agent's replies: Markdown, rendered and sanitized by page/markdown.js.
 
+import { loadBatches } from "./page/batches.js";
 import { autosize, box, focusBox, send, updateComposer } from "./page/composer.js";
 import { renderConversation } from "./page/conversation.js";
 import { $ } from "./page/dom.js";
@@ -91,6 +92,7 @@ async function main() {
   }
   await loadSessions();
   if (state.locked) return;
+  loadBatches();
   const wanted = sessionFromHash() || state.sessions[0]?.id;
   if (wanted) await selectSession(wanted);
   else renderConversation();
