@@ -10,7 +10,10 @@ scripts/setup.sh dev
 .venv/bin/mypy
 .venv/bin/lint-imports
 set +e
-.venv/bin/pytest "$@"
+# Two test processes (pytest-xdist), each file on one of them: most of the suite's time
+# is fleets and servers waiting, so two share the machine's two cores well.
+# PARLEY_TEST_PROCESSES=0 runs it in this one.
+.venv/bin/pytest -n "${PARLEY_TEST_PROCESSES:-2}" --dist loadfile "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

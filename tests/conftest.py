@@ -6,13 +6,34 @@ machine's, on 127.0.0.1) is unreachable, the tests that need it fail."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.databases import fresh_postgres_database
+from tests.support.databases import fresh_postgres_database  # (neither reads the Redis settings)
 from tests.support.rabbitmq import run_vhost
+
+
+def _redis_databases_per_process() -> None:
+    """Under pytest-xdist, each test process empties Redis databases of its own: the
+    first keeps the defaults (9 and 10), the second 11 and 12, the third 13 and 14.  Set
+    here, before any test module reads them (``PYTEST_XDIST_WORKER`` is set before the
+    conftest files load); a variable set by the caller wins."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    number = int(worker.removeprefix("gw") or 0)
+    if number == 0:
+        return
+    if number > 2:
+        raise pytest.UsageError("the suite has Redis databases for at most three processes (-n 3)")
+    base = 9 + 2 * number
+    os.environ.setdefault("PARLEY_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{base}")
+    os.environ.setdefault("PARLEY_TEST_CHAOS_REDIS_URL", f"redis://127.0.0.1:6379/{base + 1}")
+
+
+_redis_databases_per_process()
+
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
