@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -255,6 +256,27 @@ def test_another_tenants_batches_and_files_are_not_found(api: OpenAI, gateway: G
                 completion_window="24h",
             )
         assert refused.value.body["param"] == "input_file_id"  # type: ignore[index]
+
+
+def test_a_repeated_idempotency_key_answers_the_same_batch_and_makes_no_other(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    # What a client does when the answer to its create was lost (a gateway died, say):
+    # it sends the same request again, with the same key.
+    body = {"input_file_id": "", "endpoint": "/v1/responses", "completion_window": "24h"}
+    body["input_file_id"] = upload(api, [line("one", "hello"), line("two", "again")])
+    key = {"Idempotency-Key": f"retry-{uuid.uuid4().hex}"}
+    first = tenant.http.post("/v1/batches", json=body, headers=key)
+    again = tenant.http.post("/v1/batches", json=body, headers=key)
+    assert first.status_code == again.status_code == 200, (first.text, again.text)
+    assert first.json()["id"] == again.json()["id"]
+    assert [b.id for b in api.batches.list().data].count(first.json()["id"]) == 1
+    batch = watch(api, first.json()["id"])
+    assert batch.request_counts.total == 2  # two lines, each run once
+    other = tenant.http.post("/v1/batches", json=body)  # no key: a batch of its own
+    assert other.status_code == 200 and other.json()["id"] != batch.id
+    too_long = tenant.http.post("/v1/batches", json=body, headers={"Idempotency-Key": "k" * 201})
+    assert too_long.status_code == 400, too_long.text
 
 
 def test_bad_requests_are_refused_in_openais_form_and_change_nothing(

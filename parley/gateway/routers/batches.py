@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,7 +31,7 @@ from parley.gateway.settings import GatewaySettings
 from parley.openai_api.batch_lines import jsonl_lines
 from parley.openai_api.batch_objects import batch_object
 from parley.openai_api.errors import OpenAIError, OpenAIErrorBody
-from parley.validation import check_metadata
+from parley.validation import MAX_REQUEST_ID, check_metadata
 from schemas.batches import FileKind
 
 MAX_LIST = 100
@@ -64,21 +64,33 @@ class BatchCreate(BaseModel):
 
 @router.post("/batches")
 async def create_batch(
-    body: BatchCreate, client: ClientDep, settings: SettingsDep, owner: Tenant
+    body: BatchCreate,
+    client: ClientDep,
+    settings: SettingsDep,
+    owner: Tenant,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=MAX_REQUEST_ID)] = None,
 ) -> JSONResponse:
     """Make a batch of the file's lines: each a turn (``priority="batch"``), in a
     session of its own or the conversation it continues.  A malformed line is refused
-    alone (in the error file).  Answers the Batch object, ``in_progress``."""
+    alone (in the error file).  Answers the Batch object, ``in_progress``.  The same
+    ``Idempotency-Key`` again (a client retrying an answer it lost) answers the batch it
+    made, and makes no other."""
     if body.metadata is not None:
         try:
             check_metadata(body.metadata)
         except errors.InvalidRequest as exc:
             raise OpenAIError(400, str(exc), param="metadata") from None
-    record = await asyncio.to_thread(_create, client, settings, owner, body)
+    record = await asyncio.to_thread(_create, client, settings, owner, body, idempotency_key)
     return JSONResponse(batch_object(record))
 
 
-def _create(client: Client, settings: GatewaySettings, owner: str, body: BatchCreate) -> Any:
+def _create(
+    client: Client,
+    settings: GatewaySettings,
+    owner: str,
+    body: BatchCreate,
+    request_id: str | None,
+) -> Any:
     try:
         upload = file_of_tenant(client, body.input_file_id, owner)
     except errors.FileNotFound:
@@ -103,6 +115,7 @@ def _create(client: Client, settings: GatewaySettings, owner: str, body: BatchCr
             Placement(tenant=owner, root=None, workspaces=settings.workspaces),
             input_file_id=upload.file_id,
             metadata=body.metadata,
+            request_id=request_id,
         )
     except errors.InvalidRequest as exc:
         raise OpenAIError(400, f"input file: {exc}", param="input_file_id") from None
