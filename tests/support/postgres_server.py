@@ -53,10 +53,12 @@ class PostgresServer:
             _bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start"
         )
 
-    def stop(self) -> None:
-        """What an operator's `systemctl stop postgresql` does: every connection is
-        closed, transactions in flight roll back, and the server exits."""
-        self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+    def stop(self, mode: str = "fast") -> None:
+        """What an operator's `systemctl stop postgresql` does (``mode`` ``fast``): every
+        connection is closed, transactions in flight roll back, and the server exits.
+        ``immediate`` is a crash: the server exits at once and recovers from its log at
+        the next start."""
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def close(self) -> None:
         """Stop the server if it runs, and remove its files."""
