@@ -48,7 +48,7 @@ class MemorySampler:
     def _sample(self, at: float) -> None:
         for role, pid in self.topology.processes().items():
             rss = rss_of(pid)
-            if rss is not None:
+            if rss:  # (none, or 0 for a process that died and was not reaped yet)
                 self.samples.append(Sample(at, role, pid, rss))
 
     def by_role(self) -> dict[str, dict[str, float]]:

@@ -91,6 +91,10 @@ class Report:
             "client errors": journal.errors[:50],
             "faults": dict(Counter(f.kind for f in faults)),
             "faults that failed to strike": [f"{f.kind}: {f.error}" for f in faults if f.error],
+            "fault log": [
+                {"kind": f.kind, "at": f.at, "target": f.target, "seconds": f.seconds}
+                for f in faults
+            ],
             "crash → resumed (s)": spread(finite) | {"never": len(resumed) - len(finite)},
             "resume bounds": SETTINGS,
             "first token (s), calm": spread(first["calm"]),
@@ -123,7 +127,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
     console = console or Console(width=120)
     table = Table(title="parley soak", show_header=False)
     for key, value in report.figures.items():
-        if key == "memory (MiB)":
+        if key in ("memory (MiB)", "fault log"):
             continue
         table.add_row(key, _fmt(value))
     console.print(table)
