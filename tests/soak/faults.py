@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -143,23 +144,23 @@ class Faults:
         return self.topology.database_url.replace("postgresql+psycopg://", "postgresql://")
 
     def _kill_worker(self, fault: Fault) -> None:
-        victim = self.rng.choice([w for w in self.topology.workers if w.poll() is None])
-        fault.target = f"pid {victim.pid}"
-        turns = self._running_on(victim.pid)
-        os.killpg(victim.pid, signal.SIGKILL)
-        struck = time.monotonic()
+        victim = self._strike_worker(fault, signal.SIGKILL)
         self.topology.replace_worker(victim)
-        self._watch(fault, victim.pid, turns, struck)
 
     def _stop_worker(self, fault: Fault) -> None:
+        victim = self._strike_worker(fault, signal.SIGSTOP)
+        time.sleep(STOP_PAST_LOCK_SECONDS)
+        os.killpg(victim.pid, signal.SIGCONT)
+
+    def _strike_worker(self, fault: Fault, signal_number: int) -> subprocess.Popen[bytes]:
+        """Send a live worker's group ``signal_number``, and watch its running turns go to
+        another worker; the worker struck."""
         victim = self.rng.choice([w for w in self.topology.workers if w.poll() is None])
         fault.target = f"pid {victim.pid}"
         turns = self._running_on(victim.pid)
-        os.killpg(victim.pid, signal.SIGSTOP)
-        struck = time.monotonic()
-        self._watch(fault, victim.pid, turns, struck)
-        time.sleep(STOP_PAST_LOCK_SECONDS)
-        os.killpg(victim.pid, signal.SIGCONT)
+        os.killpg(victim.pid, signal_number)
+        self._watch(fault, victim.pid, turns, time.monotonic())
+        return victim
 
     def _kill_gateway(self, fault: Fault) -> None:
         number = self.rng.randrange(len(self.topology.gateways))

@@ -279,9 +279,6 @@ class Load:
     async def reply(self, session_id: str) -> None:
         await self.wait_end(await self.submit(session_id, "reply"))
 
-    async def queued(self, session_id: str) -> None:
-        await self.wait_end(await self.submit(session_id, "reply"))
-
     async def tools(self, session_id: str) -> None:
         await self.wait_end(await self.submit(session_id, "tools"))
 
@@ -420,7 +417,7 @@ class Load:
 
 FLOWS: dict[str, Callable[[Load, str], Awaitable[None]]] = {
     "reply": Load.reply,
-    "queued": Load.queued,
+    "queued": Load.reply,  # (a reply: only the session it goes to differs)
     "tools": Load.tools,
     "steer": Load.steer,
     "interrupt": Load.interrupt,

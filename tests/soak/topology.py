@@ -20,6 +20,7 @@ import psycopg
 from tests.support.fleet import Fleet, procfile_worker
 from tests.support.gateway import printed_url_of
 from tests.support.postgres_server import PostgresServer
+from tests.support.processes import stop_group
 from tests.support.rabbitmq import RabbitServer
 from tests.support.redis_server import RedisServer
 from workers.store.database import create_database_engine, migrate
@@ -92,13 +93,8 @@ class SoakGateway:
         self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(5)
+        if self.process is not None:
+            stop_group(self.process)
 
 
 @dataclass

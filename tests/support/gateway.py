@@ -32,6 +32,7 @@ import pytest
 from tests.support.fleet import REPO, Fleet
 from tests.support.helpers import Control
 from tests.support.probes import ProcessProbes
+from tests.support.processes import stop_group
 from tests.support.sse import SseMessage, sse_messages
 
 URL_LINE = "parley gateway: open "
@@ -190,13 +191,7 @@ class Gateway(ProcessProbes):
         """Stop the process (SIGTERM, then SIGKILL); its exit status."""
         for http in self._clients:
             http.close()
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(5)
+        stop_group(self.process)
         return self.process.returncode
 
     def kill(self) -> None:
