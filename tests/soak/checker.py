@@ -315,11 +315,15 @@ class Checker:
             self._parents(accepted)
             self._start_order(stored)
         for snapshot in self.journal.snapshots:
-            for turn_id, parent_id, prompt in snapshot.turns:
+            for turn_id, parent_id, prompt, status in snapshot.turns:
                 stored_turn = self.store.turns.get(turn_id)
-                if stored_turn is None or (stored_turn["parent_id"], stored_turn["prompt"]) != (
-                    parent_id,
-                    prompt,
+                # A turn takes its place under the head when it first starts: until then
+                # (queued) it has no parent yet, and gaining one is not a change.
+                unplaced = parent_id is None and status == "queued"
+                if (
+                    stored_turn is None
+                    or stored_turn["prompt"] != prompt
+                    or (stored_turn["parent_id"] != parent_id and not unplaced)
                 ):
                     self.flag(
                         "the tree is append-only", turn_id, f"snapshot of {snapshot.session_id}"

@@ -86,10 +86,11 @@ class Head:
 
 @dataclass
 class TreeSnapshot:
-    """A session's tree as the gateway answered during the run: (turn, parent, prompt)."""
+    """A session's tree as the gateway answered during the run: (turn, parent, prompt,
+    status)."""
 
     session_id: str
-    turns: list[tuple[str, str | None, str]]
+    turns: list[tuple[str, str | None, str, str]]
 
 
 @dataclass
@@ -124,7 +125,7 @@ class Journal:
             batches=[Batch(**b) for b in raw["batches"]],
             heads=[Head(**h) for h in raw["heads"]],
             snapshots=[
-                TreeSnapshot(s["session_id"], [(t[0], t[1], t[2]) for t in s["turns"]])
+                TreeSnapshot(s["session_id"], [(t[0], t[1], t[2], t[3]) for t in s["turns"]])
                 for s in raw["snapshots"]
             ],
             errors=raw["errors"],

@@ -385,7 +385,10 @@ class Load:
     async def _snapshot(self) -> None:
         for session_id in self.rng.sample(self.session_ids, min(5, len(self.session_ids))):
             answer = await self.request("GET", f"/v1/sessions/{session_id}/tree")
-            turns = [(t["turn_id"], t["parent_id"], t["prompt"]) for t in answer.json()["turns"]]
+            turns = [
+                (t["turn_id"], t["parent_id"], t["prompt"], t["status"])
+                for t in answer.json()["turns"]
+            ]
             self.journal.snapshots.append(TreeSnapshot(session_id, turns))
 
     async def finish(self, timeout: float) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.soak.checker import Checker, Store
-from tests.soak.journal import Answer, Head, Journal, Reader, Say, Turn
+from tests.soak.journal import Answer, Head, Journal, Reader, Say, TreeSnapshot, Turn
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -62,6 +62,12 @@ def healthy() -> tuple[Store, Journal, dict[tuple[str, str], list[float]]]:
         Reader("t2", [1, 2, 3, 4, 5], ["queued", "started", "steer", "step", "end"], 1, True)
     )
     journal.heads.append(Head("s", "t2", ["t1", "t2"]))
+    # Read while t2 was still queued: it had not yet taken its place under t1.
+    journal.snapshots.append(
+        TreeSnapshot(
+            "s", [("t1", None, "tools t1", "finished"), ("t2", None, "tools t2", "queued")]
+        )
+    )
     ledger = {("t1", "mt1"): [T0.timestamp() + 0.3], ("t2", "mt2"): [T0.timestamp() + 1.3]}
     return store, journal, ledger
 
@@ -138,6 +144,14 @@ def _never_ended(store: Store, journal: Journal, ledger: Any) -> None:
     store.turns["t2"]["status"] = "running"
 
 
+def _parent_changed(store: Store, journal: Journal, ledger: Any) -> None:
+    journal.snapshots.append(TreeSnapshot("s", [("t2", None, "tools t2", "running")]))
+
+
+def _prompt_changed(store: Store, journal: Journal, ledger: Any) -> None:
+    journal.snapshots.append(TreeSnapshot("s", [("t1", None, "other", "finished")]))
+
+
 def _started_out_of_order(store: Store, journal: Journal, ledger: Any) -> None:
     store.events["t2"][1] = (2, "started", {}, at(-1))
 
@@ -162,6 +176,8 @@ def _started_out_of_order(store: Store, journal: Journal, ledger: Any) -> None:
         (_step_twice, "no step committed twice"),
         (_never_ended, "every turn ends"),
         (_started_out_of_order, "turns of a session start in order"),
+        (_parent_changed, "the tree is append-only"),
+        (_prompt_changed, "the tree is append-only"),
     ],
 )
 def test_each_violation_is_found(break_it: Any, rule: str) -> None:
