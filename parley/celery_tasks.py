@@ -40,7 +40,7 @@ from parley.webhooks import WebhookSettings
 from schemas.errors import StoreError
 from workers.coordination import constants as c
 from workers.engine.call_admission import AdmissionSettings
-from workers.runtime.batch_window import kick_successor
+from workers.runtime.batch_window import batch_window, fill_batch_window
 from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
 from workers.runtime.fleet import FleetRuntime, drive_session, sweep
 from workers.runtime.per_process import PerProcess
@@ -208,15 +208,15 @@ def kick_later(session_id: str, seconds: float, priority: str) -> None:
 
 @app.task(name=c.DRIVE_TASK, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
 def drive(task: Any, session_id: str) -> int:
-    """Handle a kick for ``session_id``; a batch kick that ran a turn passes its place
-    in the batch window on (workers/runtime/batch_window.py)."""
+    """Handle a kick for ``session_id``; a batch kick that ran a turn tops the batch
+    window up again, into the place it left (workers/runtime/batch_window.py)."""
     validate_ids(session_id)
     fleet = runtime()
     ran = drive_session(fleet, session_id, stopping=stopping, hand_over=hand_over, defer=kick_later)
     delivery = task.request.delivery_info or {}
     if ran and delivery.get("routing_key") == settings.batch_queue:
         try:
-            kick_successor(fleet.store, fleet.coordinator, _kick_batch)
+            fill_batch_window(fleet.store, fleet.coordinator, _kick_batch, window=batch_window())
         except Exception:
             log.warning("could not kick the next batch line; the sweeper will", exc_info=True)
     return ran

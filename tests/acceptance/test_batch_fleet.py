@@ -31,7 +31,8 @@ LEDGER: dict[str, Any] = {
     "when": "^ledger",
     "steps": [
         {"tool_calls": [{"name": "record_call", "arguments": {}}]},
-        {"text": "recorded: {last_message}", "chunk_chars": 4, "delay_ms": 40},
+        # Streamed slowly (about a second a line) so that the kill lands mid-line.
+        {"text": "recorded: {last_message}", "chunk_chars": 2, "delay_ms": 100},
     ],
 }
 SLOW: dict[str, Any] = {

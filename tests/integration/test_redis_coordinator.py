@@ -296,7 +296,7 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
     # on both.
     turn_id = str(uuid.uuid4())
     listener = redis.Redis.from_url(REDIS_TEST_URL)
-    subscription = listener.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    subscription = listener.pubsub(ignore_subscribe_messages=True)
     subscription.subscribe(c.deltas_channel(turn_id))
     deadline = time.monotonic() + 5  # subscribed for sure before anything is published
     while listener.pubsub_numsub(c.deltas_channel(turn_id))[0][1] < 1:

@@ -6,10 +6,15 @@ and would leave nothing for an interactive turn's kick to overtake but the broke
 queue order.  Instead the oldest queued batch runs are started a window at a time
 (``PARLEY_BATCH_WINDOW``, default 64 batch runs in flight fleet-wide: driven, or waiting
 for provider capacity): whoever creates a batch fills the window, a worker that finishes
-a batch session kicks one successor, and the sweeper tops the window up every sweep (so
-a lost kick or a dead worker costs a slot for one sweep, no more).  A window larger than
-the fleet's worker slots keeps every slot busy; admission decides whose model calls go
-first within it (docs/admission.md).
+a batch session tops it up again, and so does the sweeper every sweep (so a lost kick or
+a dead worker costs a slot for one sweep, no more).  A window larger than the fleet's
+worker slots keeps every slot busy; admission decides whose model calls go first within
+it (docs/admission.md).
+
+Every one of them fills the window the same way, from the same count, so two filling at
+once (a worker whose line just ended and the sweeper, say) share the places they see
+free rather than each filling the same place: a place is a run in flight or a session
+with a kick on its way, and a kick is a work mark's flag that only one of them raises.
 """
 
 from __future__ import annotations
@@ -24,9 +29,6 @@ from workers.store.sql_store import SqlStore
 log = logging.getLogger("parley.batches")
 
 DEFAULT_WINDOW = 64
-SUCCESSOR_CANDIDATES = 16
-"""How many of the oldest queued batch sessions a successor kick looks among: workers
-finishing at once race for the oldest, and each needs one the others have not taken."""
 
 
 class Coordinator(Protocol):
@@ -61,21 +63,17 @@ def fill_batch_window(
     """Kick the oldest queued batch sessions until ``window`` batch runs are in flight
     (driven, waiting for capacity, or with a kick on its way); returns how many were
     kicked."""
-    room = window - store.batch_runs_in_flight()
-    if room <= 0:
+    guess = window - store.batch_runs_in_flight()
+    if guess <= 0:  # full (the common case mid-batch): nothing more to read
         return 0
-    candidates = store.oldest_queued_batch_sessions(room + window)
-    # Those with a fresh kick on its way, or a driver, hold a place already.
+    # The queue is read before the count that decides: a line that starts between the
+    # two reads is then counted twice (the window runs one short until the next fill),
+    # where the other order would miss it (one too many, for as long as it runs).
+    candidates = store.oldest_queued_batch_sessions(guess + window)
     free = coordinator.unattended(candidates)
-    room -= len(candidates) - len(free)
-    return _kick_some(coordinator, kick, free, room)
-
-
-def kick_successor(store: SqlStore, coordinator: Coordinator, kick: Callable[[str], None]) -> int:
-    """After a batch session's drive: kick the oldest queued batch session nobody has
-    taken, into the place it left (0 or 1)."""
-    candidates = store.oldest_queued_batch_sessions(SUCCESSOR_CANDIDATES)
-    return _kick_some(coordinator, kick, coordinator.unattended(candidates), 1)
+    # Those with a fresh kick on its way, or a driver, hold a place already.
+    room = window - store.batch_runs_in_flight() - (len(candidates) - len(free))
+    return _kick_some(coordinator, kick, free, room) if room > 0 else 0
 
 
 def _kick_some(
