@@ -18,6 +18,7 @@ from sqlalchemy import text
 from schemas.batches import LinePlan
 from tests.conftest import BACKENDS
 from tests.integration.drive import Driving, finish, migrated_store, start
+from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination import constants as c
 from workers.coordination.redis_coordinator import RedisCoordinator
@@ -31,14 +32,23 @@ from workers.store.sql_store import SqlStore
 WINDOW = 2
 
 
+@pytest.fixture(scope="module")
+def window_postgres_url() -> Iterator[str]:
+    """A database of this module's own: the window counts every batch run in flight in
+    its database, and another test's client may still be running some in the shared
+    one."""
+    with fresh_postgres_database("window") as url:
+        yield url
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[SqlStore]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     else:
-        url = request.getfixturevalue("postgres_url")
+        url = request.getfixturevalue("window_postgres_url")
     with migrated_store(url) as opened:
-        with opened.engine.begin() as db:  # what an earlier test left queued
+        with opened.engine.begin() as db:  # what this module's earlier test left
             db.execute(
                 text(
                     "UPDATE runs SET status = 'cancelled' WHERE priority = 'batch' "
