@@ -285,6 +285,9 @@ class EmbeddedKicker:
             # After the drivers: their last turns' deliveries have their outbox rows.
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._housekeeping.stop(wait=wait, timeout=left)
+        if self._leases is not None:
+            # Its renewals must not outlive the store's close either.
+            self._leases.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 class FleetKicker:

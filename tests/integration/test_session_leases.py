@@ -75,6 +75,17 @@ def test_a_holder_renews_its_leases_while_it_holds_them(store: SqlStore) -> None
     assert other.unheld(sessions) == [sessions[0]]
     for session in sessions[1:]:
         holder.release(session)
+    holder.close()  # no renewal may outlive the store's close
+
+
+def test_a_closed_holder_renews_nothing_more(store: SqlStore) -> None:
+    session = new_session(store)
+    holder = ProcessLeases(store, seconds=0.6, beat=0.1)
+    other = ProcessLeases(store, seconds=0.6, beat=0.1)
+    assert holder.acquire(session)
+    holder.close()  # as its client closes: the store is about to be closed too
+    time.sleep(0.8)
+    assert other.unheld([session]) == [session]  # its lease ran out, unrenewed
 
 
 class FailingRenewals(LeaseStore):
@@ -91,6 +102,7 @@ def test_a_holder_whose_renewals_fail_stops_believing_it_holds(store: SqlStore) 
     time.sleep(0.7)
     assert not holder.valid()  # its drivers stop at their next boundary
     holder.release(session)
+    holder.close()
 
 
 def test_a_lease_of_a_process_gone_from_this_machine_is_taken_at_once(store: SqlStore) -> None:

@@ -74,6 +74,7 @@ class ProcessLeases:
         self._renewed = 0.0  # when (monotonic) the latest renewal that went through began
         self._beating: threading.Thread | None = None
         self._failing = False
+        self._closed = threading.Event()
 
     def acquire(self, session_id: str) -> bool:
         """Hold the session, unless another live process does."""
@@ -141,12 +142,22 @@ class ProcessLeases:
             or gone(lease.owner)
         ]
 
+    def close(self, timeout: float | None = None) -> None:
+        """Stop renewing, and wait (up to ``timeout``) for a renewal under way to end:
+        nothing of this holder uses the store once its owner closes it.  Leases still
+        held then expire within a lease's time."""
+        self._closed.set()
+        with self._guard:
+            beating = self._beating
+        if beating is not None:
+            beating.join(timeout)
+
     def _beat_while_held(self) -> None:
         while True:
-            time.sleep(self._beat)
+            closed = self._closed.wait(self._beat)
             with self._guard:
                 held = sorted(self._held)
-                if not held:
+                if closed or not held:
                     self._beating = None
                     return
             began = time.monotonic()
