@@ -15,13 +15,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from schemas.batches import BatchStatus, FileKind, FileRecord, LinePlan, LineRefusal
 from schemas.errors import BatchNotFound, SessionNotFound
 from schemas.events import EventKind
 from schemas.records import TurnStatus
 from tests.conftest import BACKENDS
+from tests.integration.batch_plans import clear_batch_runs, new_batch, opening, wait_for_capacity
 from tests.integration.drive import finish, migrated_store, new_session, start
 from workers.store.batches import CANCELLED_UNSTARTED, NewBatch
 from workers.store.clock import utc_now
@@ -37,25 +37,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[SqlStore]:
         url = request.getfixturevalue("postgres_url")
     with migrated_store(url) as opened:
         yield opened
-
-
-def new_batch(tenant: str | None = "acme", request_id: str | None = None) -> NewBatch:
-    hexes = [uuid.uuid4().hex for _ in range(3)]
-    return NewBatch(
-        batch_id=f"batch_{hexes[0]}",
-        tenant=tenant,
-        input_file_id=None,
-        output_file_id=f"file-{hexes[1]}",
-        error_file_id=f"file-{hexes[2]}",
-        endpoint="/v1/responses",
-        completion_window="24h",
-        metadata={"job": "tickets"},
-        request_id=request_id,
-    )
-
-
-def opening(n: int, root: str = "/tmp") -> LinePlan:
-    return LinePlan(line=n, custom_id=f"c{n}", prompt=f"ticket {n}", session_id=new_id(), root=root)
 
 
 def refusal(n: int) -> LineRefusal:
@@ -167,7 +148,7 @@ def test_a_cancel_ends_the_unstarted_lines_unrun_and_leaves_a_taken_one_to_its_d
 
 
 def test_the_window_reads_the_oldest_startable_batch_runs(store: SqlStore) -> None:
-    _clear_batch_runs(store)
+    clear_batch_runs(store)
     batch, _ = store.create_batch(new_batch(), [opening(n) for n in range(1, 5)], [])
     lines = store.batch_lines(batch.batch_id, None, 0, 10)
     sessions = [line.session_id for line in lines]
@@ -175,11 +156,7 @@ def test_the_window_reads_the_oldest_startable_batch_runs(store: SqlStore) -> No
     # Queued batch runs are the window's to start, not the sweeper's.
     assert not set(sessions) & set(store.sessions_with_work())
     taken = start(store, sessions[0] or "")
-    with store.engine.begin() as db:  # as a deferral leaves it (waiting for capacity)
-        db.execute(
-            text("UPDATE runs SET not_before = :t WHERE turn_id = :turn"),
-            {"t": utc_now() + timedelta(minutes=5), "turn": lines[1].turn_id},
-        )
+    wait_for_capacity(store, lines[1].turn_id)
     assert store.oldest_queued_batch_sessions(10) == sessions[2:]
     assert store.batch_runs_in_flight() == 2  # the one driven, the one waiting for capacity
     assert sessions[0] in store.sessions_with_work()  # a taken line is recovered as any
@@ -217,17 +194,6 @@ def test_prune_deletes_the_batches_that_ended_before_the_cut_with_their_files(
         with pytest.raises(Exception, match="no file"):
             store.get_file(file_id)
     assert store.get_batch(running.batch_id).status is BatchStatus.IN_PROGRESS
-
-
-def _clear_batch_runs(store: SqlStore) -> None:
-    """End every queued batch run an earlier test left in the shared database."""
-    with store.engine.begin() as db:
-        db.execute(
-            text(
-                "UPDATE runs SET status = 'cancelled' WHERE priority = 'batch' "
-                "AND status IN ('queued', 'running')"
-            )
-        )
 
 
 def test_a_batch_whose_continuations_are_all_refused_fails_saying_why(store: SqlStore) -> None:

@@ -7,29 +7,24 @@ into the same place, and the window ran one over for as long as both lines ran."
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
-from schemas.batches import LinePlan
 from tests.conftest import BACKENDS
+from tests.integration.batch_plans import clear_batch_runs, new_batch, opening, wait_for_capacity
 from tests.integration.drive import Driving, finish, migrated_store, start
 from tests.support.databases import fresh_postgres_database
-from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination import constants as c
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.coordination.redis_locks import RedisLock
 from workers.runtime.batch_window import fill_batch_window
-from workers.store.batches import NewBatch
-from workers.store.clock import utc_now
-from workers.store.ids import new_id
 from workers.store.sql_store import SqlStore
 
 WINDOW = 2
+# The shared coordinator fixture, as the fleet has it: the window's kicks are Redis flags.
+pytestmark = pytest.mark.parametrize("coordinator", ["redis"], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +43,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[SqlStore]:
     else:
         url = request.getfixturevalue("window_postgres_url")
     with migrated_store(url) as opened:
-        with opened.engine.begin() as db:  # what this module's earlier test left
-            db.execute(
-                text(
-                    "UPDATE runs SET status = 'cancelled' WHERE priority = 'batch' "
-                    "AND status IN ('queued', 'running')"
-                )
-            )
+        clear_batch_runs(opened)  # what this module's earlier test left
         yield opened
-
-
-@pytest.fixture
-def coordinator() -> Iterator[RedisCoordinator]:
-    flush_redis(REDIS_TEST_URL)
-    coordinator = RedisCoordinator(REDIS_TEST_URL)
-    yield coordinator
-    coordinator.close()
 
 
 class Window:
@@ -73,14 +54,9 @@ class Window:
         self.store, self.coordinator = store, coordinator
         self.kicks: list[str] = []
         self.driven: dict[str, tuple[RedisLock, Driving]] = {}
-        plans = [
-            LinePlan(line=n, custom_id=f"c{n}", prompt=f"line {n}", session_id=new_id(), root="/")
-            for n in range(1, lines + 1)
-        ]
-        batch, _ = store.create_batch(_new_batch(), plans, [])
-        self.sessions = [
-            line.session_id or "" for line in store.batch_lines(batch.batch_id, None, 0, lines)
-        ]
+        batch, _ = store.create_batch(new_batch(), [opening(n) for n in range(1, lines + 1)], [])
+        self.lines = store.batch_lines(batch.batch_id, None, 0, lines)
+        self.sessions = [line.session_id or "" for line in self.lines]
 
     def fill(self) -> list[str]:
         """One filler's pass (a creator's, the sweeper's, a finishing worker's): the
@@ -100,21 +76,6 @@ class Window:
         lock, driving = self.driven.pop(session_id)
         finish(self.store, driving, driving.next_seq)
         lock.release()
-
-
-def _new_batch() -> NewBatch:
-    hexes = [uuid.uuid4().hex for _ in range(3)]
-    return NewBatch(
-        batch_id=f"batch_{hexes[0]}",
-        tenant=None,
-        input_file_id=None,
-        output_file_id=f"file-{hexes[1]}",
-        error_file_id=f"file-{hexes[2]}",
-        endpoint="/v1/responses",
-        completion_window="24h",
-        metadata={},
-        request_id=None,
-    )
 
 
 def test_a_creator_fills_the_window_and_a_second_fill_adds_nothing(
@@ -170,11 +131,7 @@ def test_a_line_waiting_for_capacity_holds_its_place(
     window.fill()
     window.take(one)
     window.take(two)
-    with store.engine.begin() as db:  # as a deferral leaves it (waiting for capacity)
-        db.execute(
-            text("UPDATE runs SET status = 'queued', not_before = :t WHERE session_id = :session"),
-            {"t": utc_now() + timedelta(minutes=5), "session": one},
-        )
+    wait_for_capacity(store, window.lines[0].turn_id)
     assert window.fill() == []
     window.end(two)
     assert window.fill() == [three]
