@@ -274,20 +274,23 @@ class EmbeddedKicker:
             timer.cancel()
         self._stop.set()
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         if wait:
             for thread in drivers:
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                thread.join(left())
         recovery = self._recovery
         if recovery is not None:
             # Its look at the store is short, and must not outlive the store's close.
-            recovery.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            recovery.join(left())
         if self._housekeeping is not None:
             # After the drivers: their last turns' deliveries have their outbox rows.
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._housekeeping.stop(wait=wait, timeout=left)
+            self._housekeeping.stop(wait=wait, timeout=left())
         if self._leases is not None:
             # Its renewals must not outlive the store's close either.
-            self._leases.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._leases.close(left())
 
 
 class FleetKicker:
