@@ -81,9 +81,20 @@ def test_a_worker_killed_mid_batch_loses_and_doubles_no_line(chaos: Chaos) -> No
             if line.turn_id and store.run_state(line.turn_id).status is TurnStatus.RUNNING
         ]
 
-    driven = wait_until(running, what="a line to be running")
-    victim = chaos.driver_pid(driven[0])
-    os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
+    def frozen_mid_line() -> int | None:
+        """A worker group stopped while a line it drives is still running (None: the line
+        ended first; the group runs on). Checking only before the kill left a gap in which
+        the line could end, and then the kill interrupted nothing."""
+        driven = wait_until(running, what="a line to be running")
+        group = chaos.worker_group_of(chaos.driver_pid(driven[0]))
+        os.killpg(group, signal.SIGSTOP)
+        time.sleep(0.2)  # a commit already on its way to PostgreSQL lands
+        if store.run_state(driven[0]).status is TurnStatus.RUNNING:
+            return group
+        os.killpg(group, signal.SIGCONT)
+        return None
+
+    os.killpg(wait_until(frozen_mid_line, what="a worker stopped mid-line"), signal.SIGKILL)
 
     rows = list(batch.results(timeout=120))
 
