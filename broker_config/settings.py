@@ -13,6 +13,7 @@ from workers.runtime.concurrency import DATABASE_POOL_SIZE
 
 # Redis refuses an EXPIRE far enough out; no replay needs more than a year.
 MAX_REPLAY_SECONDS = 365 * 86_400
+MAX_STREAM_FLUSH_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,7 @@ class FleetSettings:
     queue: str = c.TURN_QUEUE
     sweep_seconds: float = c.SWEEP_SECONDS
     replay_seconds: int = c.ENDED_BUFFER_SECONDS
+    stream_flush_seconds: float = c.STREAM_FLUSH_SECONDS
     database_pool_size: int = DATABASE_POOL_SIZE
 
     @property
@@ -42,7 +44,8 @@ class FleetSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> FleetSettings:
         """``PARLEY_DATABASE_URL``, ``PARLEY_REDIS_URL``, ``PARLEY_HOST``, and optionally
         ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE``,
-        ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS`` and
+        ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS``,
+        ``PARLEY_STREAM_FLUSH_SECONDS`` (0: send each delta as it comes) and
         ``PARLEY_DATABASE_POOL_SIZE``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
@@ -64,6 +67,7 @@ class FleetSettings:
             queue=env.get("PARLEY_QUEUE") or c.TURN_QUEUE,
             sweep_seconds=sweep_seconds,
             replay_seconds=int(replay_seconds),
+            stream_flush_seconds=_flush_seconds(env),
             database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
         )
 
@@ -94,4 +98,21 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise InvalidRequest(f"{name} must be a number of seconds, not {text!r}") from None
     if not 0 < value < math.inf:
         raise InvalidRequest(f"{name} must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _flush_seconds(env: Mapping[str, str]) -> float:
+    """``PARLEY_STREAM_FLUSH_SECONDS``: from 0 (each delta sent as it comes) to a second
+    (readers would see text that much later)."""
+    name, text = "PARLEY_STREAM_FLUSH_SECONDS", env.get("PARLEY_STREAM_FLUSH_SECONDS")
+    if not text:
+        return c.STREAM_FLUSH_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a number of seconds, not {text!r}") from None
+    if not 0 <= value <= MAX_STREAM_FLUSH_SECONDS:
+        raise InvalidRequest(
+            f"{name} must be from 0 to {MAX_STREAM_FLUSH_SECONDS} seconds, not {text!r}"
+        )
     return value

@@ -70,6 +70,7 @@ def _build_runtime() -> FleetRuntime:
         redis_url=settings.redis_url,
         host=host,
         replay_seconds=settings.replay_seconds,
+        flush_seconds=settings.stream_flush_seconds,
         budget=_budget,
         role=_role,
     )

@@ -5,7 +5,10 @@
 Needs the machine's PostgreSQL and Redis (Redis database 11 is flushed).  Starts two
 single-process `parley worker`s and `parley beat`, and, for the floor, two
 single-process Celery workers running a noop task with the same broker settings on
-kombu's own Redis channel (then once more on parley's, for comparison only).
+kombu's own Redis channel (then once more on parley's, for comparison only).  Before
+them, when ``../shared/floor`` is there, the fleet's pipeline floor
+(:mod:`tests.bench.pipeline_floor`), whose first token and throughput parley's are
+judged against.
 
 Then the slow-model load (alone with ``--slow-model``): 1000 sessions each submit one
 turn whose model streams for two seconds, all at once, to one `parley worker` on
@@ -35,6 +38,7 @@ import redis
 import parley
 from schemas.events import EventKind
 from tests.bench.common import ms, pct, start_scripted_fleet
+from tests.bench import pipeline_floor
 from tests.bench.noop_floor import NoopFloor
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis, procfile_worker
@@ -373,6 +377,7 @@ def main() -> int:
         ):
             slow_model(database_url, Path(tmp), args.turns)
         return 0
+    pipeline = pipeline_floor.measure() if pipeline_floor.available() else None
     flush_redis(REDIS_URL)
     with fresh_postgres_database("bench") as database_url, tempfile.TemporaryDirectory() as tmp:
         with NoopFloor(database_url, REDIS_URL, "parley") as channel:
@@ -406,6 +411,13 @@ def main() -> int:
                 fleet.stop()
 
     noop = statistics.median(round_trips)
+    if pipeline is not None:
+        print(pipeline.line())
+        print(
+            f"  parley against it: first token "
+            f"{1e3 * statistics.median(first) / pipeline.first_token_ms:4.2f}× (target ≤ 1.5), "
+            f"throughput {rate / pipeline.turns_per_second:4.2f}× (target ≥ 0.9)"
+        )
     print(f"bare Celery noop round trip   p50 {ms(noop)}   p95 {ms(pct(round_trips, 0.95))}")
     print(f"bare Celery noop throughput   {noop_rate:7.1f} tasks/s (2 workers)")
     print(

@@ -1,5 +1,6 @@
 """The Redis coordinator against the machine's Redis: deltas that pile up behind a send
-join one token event, a slow stream still sends each delta, nothing is merged across
+join one token event, and so do a turn's deltas within the flush interval (other turns'
+in between), a stream slower than that still sends each delta, nothing is merged across
 another event, a work mark cannot come back to a driver's value, buffers and steer lists
 expire, a server that lost its scripts gets them again, and a steer list is read in as few
 round trips as it can be.  What it promises as a coordinator is tested, with the
@@ -66,6 +67,48 @@ def test_a_queued_token_event_stops_growing_past_its_limit(coordinator: RedisCoo
     texts = [text for _seq, _kind, text in _buffered(coordinator, turn_id)]
     assert "".join(texts) == "x" * 10_000
     assert [len(t) for t in texts] == [5000, 5000]  # merging stops once 4096 is passed
+
+
+def test_deltas_within_the_flush_interval_travel_as_one_event(
+    coordinator: RedisCoordinator,
+) -> None:
+    """The flusher sends at most once per interval (0.05 s by default): a stream slower
+    than the flusher, which each delta used to cost an event of, costs an event per
+    interval, its text whole."""
+    turn_id = str(uuid.uuid4())
+    emitter = Emitter(turn_id, 1, coordinator, fence=1)
+    deltas = [f"d{n}" for n in range(10)]
+    for text in deltas:
+        emitter.emit_delta(0, text)
+        time.sleep(0.002)
+    events = _buffered(coordinator, turn_id)
+    assert "".join(text for _seq, _kind, text in events) == "".join(deltas)
+    assert len(events) <= 3, events  # (the first after a quiet spell goes at once)
+
+
+def test_deltas_of_interleaved_turns_each_join_their_own_token_event(
+    coordinator: RedisCoordinator,
+) -> None:
+    """Turns streaming side by side in one process: a turn's delta joins its queued token
+    event though another turn's was queued after it."""
+    emitters = [Emitter(str(uuid.uuid4()), 1, coordinator, fence=1) for _ in range(3)]
+    with coordinator._sending:  # a send in flight: whatever arrives meanwhile waits
+        for n in range(5):
+            for emitter in emitters:
+                emitter.emit_delta(0, f"{n}")
+    for emitter in emitters:
+        assert _buffered(coordinator, emitter.turn_id) == [(1, "token", "01234")]
+        assert emitter.next_seq == 2
+
+
+def test_with_no_flush_interval_a_slow_stream_sends_every_delta_as_its_own_event(
+    coordinator: RedisCoordinator,
+) -> None:
+    coordinator = RedisCoordinator(REDIS_TEST_URL, flush_seconds=0)
+    try:
+        test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator)
+    finally:
+        coordinator.close()
 
 
 def test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator: RedisCoordinator) -> None:

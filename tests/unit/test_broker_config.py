@@ -64,6 +64,18 @@ def test_the_replay_period_is_whole_seconds_up_to_a_year(value: str) -> None:
         FleetSettings.from_env({**ENV, "PARLEY_REPLAY_SECONDS": value})
 
 
+@pytest.mark.parametrize("value", ["soon", "-0.01", "1.5", "nan", "inf"])
+def test_a_bad_stream_flush_interval_is_a_clear_error(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="PARLEY_STREAM_FLUSH_SECONDS"):
+        FleetSettings.from_env({**ENV, "PARLEY_STREAM_FLUSH_SECONDS": value})
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("0", 0.0), ("0.02", 0.02), ("", 0.05)])
+def test_the_stream_flush_interval_is_from_zero_to_a_second(value: str, seconds: float) -> None:
+    settings = FleetSettings.from_env({**ENV, "PARLEY_STREAM_FLUSH_SECONDS": value})
+    assert settings.stream_flush_seconds == seconds
+
+
 def test_an_empty_setting_is_an_unset_one() -> None:
     settings = FleetSettings.from_env(
         {**ENV, "PARLEY_SWEEP_SECONDS": "", "PARLEY_REPLAY_SECONDS": "", "PARLEY_QUEUE": ""}

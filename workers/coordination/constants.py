@@ -29,6 +29,11 @@ over after this; one that died on this machine, at once."""
 KICK_THROTTLE_SECONDS = 5
 """The sweeper kicks one session at most once per this long, so a backlog larger than the
 fleet does not flood the queue with kicks."""
+STREAM_FLUSH_SECONDS = 0.05
+"""How often at most a process's delta flusher sends, unless the fleet's
+``PARLEY_STREAM_FLUSH_SECONDS`` says otherwise: a turn's deltas within it travel as one
+event (a step's first delta, and every event but tokens, go at once).  Readers see text at
+most this much later; Redis and the worker do one append per turn per interval."""
 ENDED_BUFFER_SECONDS = 3_600
 """How long a finished turn's replay buffer (tokens included) is kept, unless the fleet's
 ``PARLEY_REPLAY_SECONDS`` says otherwise.  Each costs Redis some 5 KB plus its events."""

@@ -46,10 +46,12 @@ class RedisCoordinator(RedisSteers, RedisReplay, Coordinator):
         *,
         replay_seconds: int = c.ENDED_BUFFER_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
+        flush_seconds: float = c.STREAM_FLUSH_SECONDS,
     ) -> None:
         """``replay_seconds``: how long the replay buffer of a turn this process ends is
         kept after its end (a driver's setting).  ``max_connections``: how many
-        connections each of its pools (commands, blocking reads) may open."""
+        connections each of its pools (commands, blocking reads) may open.
+        ``flush_seconds``: how often at most queued events are sent (0: as they come)."""
         self.url = url
         self.replay_seconds = replay_seconds
         # Blocking pools: a thread that finds every connection in use waits for one (as
@@ -81,7 +83,7 @@ class RedisCoordinator(RedisSteers, RedisReplay, Coordinator):
         self.reachability = Reachability(
             redis_address(self.redis.connection_pool.connection_kwargs)
         )
-        self._start_deltas()
+        self._start_deltas(flush_seconds)
         self._start_steers()
 
     def close(self) -> None:

@@ -1,14 +1,17 @@
 """Publishing a turn's events through Redis: ``publish`` queues them and a flusher thread
 sends whatever has accumulated in one pipeline of Lua calls (append to the turn's stream,
-publish the batch on its channel, report the length of its steer list), so under load one
-round trip carries many deltas, and an idle stream sends each delta at once.  A token
-event still queued takes the deltas after it (:meth:`RedisDeltas.coalesce`).  What a
+publish the batch on its channel, report the length of its steer list), so one round trip
+carries many deltas.  The flusher sends at most once per flush interval: a delta after a
+quiet spell goes out at once, and the ones that follow it within the interval wait for the
+next send, a turn's joining its queued token event (:meth:`RedisDeltas.coalesce`), so a
+streaming turn costs Redis an event per interval rather than one per delta.  What a
 driver's turns cost is counted per driver (:class:`Tally`)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,9 +53,14 @@ class RedisDeltas:
     scripts: Scripts
     replay_seconds: int
 
-    def _start_deltas(self) -> None:
-        """The publishing state, empty (called once, by the coordinator's constructor)."""
+    def _start_deltas(self, flush_seconds: float) -> None:
+        """The publishing state, empty (called once, by the coordinator's constructor);
+        the flusher sends at most once per ``flush_seconds``."""
+        self._flush_seconds = flush_seconds
         self._pending: list[tuple[int, Event]] = []
+        # Per turn, its queued token event while nothing of the turn was queued after it:
+        # what the turn's next delta may join (cleared as the queue is taken to be sent).
+        self._open_tokens: dict[str, Event] = {}
         self._wake = threading.Condition()
         self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
@@ -87,6 +95,11 @@ class RedisDeltas:
             return
         with self._wake:
             self._pending.extend((fence, e) for e in events)
+            for event in events:
+                if event.kind is EventKind.TOKEN:
+                    self._open_tokens[event.turn_id] = event
+                else:
+                    self._open_tokens.pop(event.turn_id, None)
             if self._flusher is None:
                 self._flusher = threading.Thread(
                     target=self._flush_loop, name="parley-deltas", daemon=True
@@ -124,9 +137,10 @@ class RedisDeltas:
                 self._tally_of[event.turn_id] = tally
 
     def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:
-        """Append ``text`` to ``token`` while it is the last queued event, unsent."""
+        """Append ``text`` to ``token`` while it is queued, unsent, and nothing of its
+        turn was queued after it."""
         with self._wake:
-            if not self._pending or self._pending[-1][1] is not token:
+            if self._open_tokens.get(token.turn_id) is not token:
                 return None
             if len(token.data["text"]) >= COALESCED_TEXT_LIMIT:
                 return None
@@ -147,6 +161,7 @@ class RedisDeltas:
         with self._sending:
             with self._wake:
                 events, self._pending = self._pending, []
+                self._open_tokens.clear()
             self._flush([*events, *then])
 
     def _send_queued_with(
@@ -160,6 +175,7 @@ class RedisDeltas:
         with self._sending:
             with self._wake:
                 queued, self._pending = self._pending, []
+                self._open_tokens.clear()
             batch = [*queued, *then]
             turns: list[str] = []
 
@@ -173,12 +189,17 @@ class RedisDeltas:
             return replies[len(turns) :], twice, at
 
     def _flush_loop(self) -> None:
+        sent_at = -math.inf
         while True:
             with self._wake:
                 while not self._pending and not self._closed:
                     self._wake.wait()
                 if self._closed:
                     return
+            # A sleep, not a wait on the condition: every delta published meanwhile
+            # would wake it.  (Closing waits for at most this long.)
+            time.sleep(max(0.0, sent_at + self._flush_seconds - time.monotonic()))
+            sent_at = time.monotonic()
             self._send_pending()
 
     def pipeline(self, queue: Callable[[Any], object]) -> tuple[list[Any], bool]:

@@ -44,6 +44,7 @@ class FleetRuntime:
         redis_url: str,
         host: HostPort | None,
         replay_seconds: int = c.ENDED_BUFFER_SECONDS,
+        flush_seconds: float = c.STREAM_FLUSH_SECONDS,
         budget: ConnectionBudget | None = None,
         role: str = "parley-worker",
     ) -> FleetRuntime:
@@ -58,7 +59,10 @@ class FleetRuntime:
             role=role,
         )
         coordinator = RedisCoordinator(
-            redis_url, replay_seconds=replay_seconds, max_connections=budget.redis
+            redis_url,
+            replay_seconds=replay_seconds,
+            max_connections=budget.redis,
+            flush_seconds=flush_seconds,
         )
         engine = None
         if host is not None:
