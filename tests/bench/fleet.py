@@ -37,8 +37,8 @@ import redis
 
 import parley
 from schemas.events import EventKind
-from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.bench import pipeline_floor
+from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.bench.noop_floor import NoopFloor
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis, procfile_worker
