@@ -112,11 +112,13 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
             c.SWEEP_TASK: {"queue": settings.queue},
         },
         worker_hijack_root_logger=False,
-        # Task events, so that Flower and `celery -A parley.celery_tasks inspect|events`
-        # see each kick: sent, received, started, succeeded (a few small PUBLISHes per
-        # kick, to nobody unless a monitor listens).
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Task events (PARLEY_TASK_EVENTS=1), so that Flower and `celery -A
+        # parley.celery_tasks events` see each kick: sent, received, started, succeeded.
+        # Off by default: four PUBLISHes through kombu's fanout per kick, to nobody
+        # unless a monitor listens, cost a streaming worker some 7% of its CPU.  (Flower
+        # also turns the workers' on by remote control as it starts.)
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
     )
     return app
 

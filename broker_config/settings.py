@@ -28,6 +28,7 @@ class FleetSettings:
     sweep_seconds: float = c.SWEEP_SECONDS
     replay_seconds: int = c.ENDED_BUFFER_SECONDS
     stream_flush_seconds: float = c.STREAM_FLUSH_SECONDS
+    task_events: bool = False
     database_pool_size: int = DATABASE_POOL_SIZE
 
     @property
@@ -45,7 +46,8 @@ class FleetSettings:
         """``PARLEY_DATABASE_URL``, ``PARLEY_REDIS_URL``, ``PARLEY_HOST``, and optionally
         ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE``,
         ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS``,
-        ``PARLEY_STREAM_FLUSH_SECONDS`` (0: send each delta as it comes) and
+        ``PARLEY_STREAM_FLUSH_SECONDS`` (0: send each delta as it comes),
+        ``PARLEY_TASK_EVENTS`` (1: Celery's task events, for Flower) and
         ``PARLEY_DATABASE_POOL_SIZE``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
@@ -68,6 +70,7 @@ class FleetSettings:
             sweep_seconds=sweep_seconds,
             replay_seconds=int(replay_seconds),
             stream_flush_seconds=_flush_seconds(env),
+            task_events=read_flag(env, "PARLEY_TASK_EVENTS"),
             database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
         )
 
@@ -116,3 +119,11 @@ def _flush_seconds(env: Mapping[str, str]) -> float:
             f"{name} must be from 0 to {MAX_STREAM_FLUSH_SECONDS} seconds, not {text!r}"
         )
     return value
+
+
+def read_flag(env: Mapping[str, str], name: str) -> bool:
+    """``env[name]`` as 1 or 0 (0 if unset or empty)."""
+    text = env.get(name) or "0"
+    if text not in {"0", "1"}:
+        raise InvalidRequest(f"{name} must be 1 or 0, not {text!r}")
+    return text == "1"

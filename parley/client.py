@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from broker_config.settings import FleetSettings
+from broker_config.settings import FleetSettings, read_flag
 from parley.batches import BATCH_ID, Batch, submit_batch
 from parley.deployment import fleet_redis_url
 from parley.embedded import embedded_kicker, local_coordinator
@@ -108,6 +108,7 @@ def connect(
         broker_url=broker_url or os.environ.get("PARLEY_BROKER_URL") or redis_url,
         host=None,
         queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
+        task_events=read_flag(os.environ, "PARLEY_TASK_EVENTS"),  # (the kicks' "sent")
     )
     return _fleet_client(store, settings)
 

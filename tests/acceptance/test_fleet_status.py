@@ -1,7 +1,8 @@
 """``parley status`` and Celery's own monitoring against real processes: a fleet with a
 queued, a running and a waiting (approval) turn, its worker answering ``celery inspect
-ping`` and listing its kick under ``inspect active`` (task events are on); then the
-worker killed, which status shows; and an embedded database, which has no Redis."""
+ping`` and listing its kick under ``inspect active``, and Flower seeing the kicks (task
+events on, ``PARLEY_TASK_EVENTS=1``); then the worker killed, which status shows; and an
+embedded database, which has no Redis."""
 
 from __future__ import annotations
 
@@ -54,10 +55,15 @@ def status_json(env: Mapping[str, str]) -> dict[str, Any]:
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_status_and_celery_inspect_show_the_fleet_at_work(workspace: Path) -> None:
+def test_status_and_celery_inspect_show_the_fleet_at_work(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARLEY_TASK_EVENTS", "1")  # the client's kicks' "sent" events
     with fresh_postgres_database("status") as url:
         flush_redis(CHAOS_REDIS_URL)
-        fleet = Fleet(database_url=url, redis_url=CHAOS_REDIS_URL)
+        fleet = Fleet(
+            database_url=url, redis_url=CHAOS_REDIS_URL, environment={"PARLEY_TASK_EVENTS": "1"}
+        )
         worker = fleet.start_worker(2, "threads", celery_args=("--hostname", "status0@%h"))
         client = parley.connect(url, redis_url=CHAOS_REDIS_URL, queue=fleet.queue)
         env = fleet.env()

@@ -76,6 +76,14 @@ def test_the_stream_flush_interval_is_from_zero_to_a_second(value: str, seconds:
     assert settings.stream_flush_seconds == seconds
 
 
+def test_task_events_are_off_unless_asked_for() -> None:
+    assert not create_app(FleetSettings.from_env(ENV)).conf.worker_send_task_events
+    conf = create_app(FleetSettings.from_env({**ENV, "PARLEY_TASK_EVENTS": "1"})).conf
+    assert conf.worker_send_task_events and conf.task_send_sent_event
+    with pytest.raises(InvalidRequest, match="PARLEY_TASK_EVENTS must be 1 or 0"):
+        FleetSettings.from_env({**ENV, "PARLEY_TASK_EVENTS": "yes"})
+
+
 def test_an_empty_setting_is_an_unset_one() -> None:
     settings = FleetSettings.from_env(
         {**ENV, "PARLEY_SWEEP_SECONDS": "", "PARLEY_REPLAY_SECONDS": "", "PARLEY_QUEUE": ""}
