@@ -20,7 +20,7 @@ import psycopg
 from tests.soak.topology import Topology
 
 STOP_PAST_LOCK_SECONDS = 10.0
-"""How long a stopped worker stays stopped: past its lock's TTL (6 s)."""
+"""How long a stopped worker stays stopped: well past its lock's TTL (LOCK_TTL_MS, 3 s)."""
 RESUME_TIMEOUT = 90.0
 
 

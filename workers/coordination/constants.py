@@ -15,17 +15,21 @@ consumes the interactive queue first, then it (docs/admission.md#priority)."""
 DRIVE_TASK = "parley.drive_session"
 SWEEP_TASK = "parley.sweep"
 
-LOCK_TTL_MS = 6_000
-"""A dead worker's session is free again after this long (then the sweeper re-kicks it)."""
-HEARTBEAT_SECONDS = 1.5
-"""How often a driver extends its lock: four beats fit in one TTL."""
+LOCK_TTL_MS = 3_000
+"""A dead worker's session is free again after this long (then the sweeper re-kicks it):
+a crash is resumed within this, less a beat, plus a sweep (docs/how-a-turn-runs.md)."""
+HEARTBEAT_SECONDS = 0.75
+"""How often a driver extends its lock: four beats fit in one TTL (one pipeline per
+process per beat, whatever the number of locks it holds)."""
 SWEEP_SECONDS = 2.0
 """How often the sweeper looks for sessions with work and no live lock (and each embedded
 process, for sessions with work and no live lease)."""
-LEASE_SECONDS = LOCK_TTL_MS / 1000
+LEASE_SECONDS = 6.0
 """An embedded process's session leases (in the database) last this long unless it
-renews them, every HEARTBEAT_SECONDS: a process that died on another machine is taken
-over after this; one that died on this machine, at once."""
+renews them, every LEASE_RENEW_SECONDS: a process that died on another machine is taken
+over after this; one that died on this machine, at once.  (Longer than a fleet lock: a
+renewal is a database write.)"""
+LEASE_RENEW_SECONDS = 1.5
 KICK_THROTTLE_SECONDS = 5
 """The sweeper kicks one session at most once per this long, so a backlog larger than the
 fleet does not flood the queue with kicks."""

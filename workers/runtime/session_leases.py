@@ -61,7 +61,7 @@ class ProcessLeases:
         store: LeaseStore,
         *,
         seconds: float = c.LEASE_SECONDS,
-        beat: float = c.HEARTBEAT_SECONDS,
+        beat: float = c.LEASE_RENEW_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
