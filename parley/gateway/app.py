@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.client import Client
+from parley.gateway.ends_watch import EndsWatcher
 from parley.gateway.errors import (
     JSON_HEADERS,
     BodyLimit,
@@ -43,6 +44,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         feeds.close()
+        ends.close()
         client.close(wait=False)
 
     app = FastAPI(
@@ -54,10 +56,12 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         redoc_url=None,
     )
     feeds = Feeds(client)
+    ends = EndsWatcher(client.coordinator)
     app.state.client = client
     app.state.settings = settings
     app.state.tokens = TokenTable(settings.tokens)
     app.state.feeds = feeds
+    app.state.ends = ends
     install_error_handlers(app)
     app.include_router(native.router)
     app.include_router(agui.router)

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.client import Client
+from parley.gateway.ends_watch import EndsWatcher
 from parley.gateway.errors import unauthorized
 from parley.gateway.feeds import Feeds
 from parley.gateway.settings import GatewaySettings
@@ -39,6 +40,12 @@ async def feeds_of(request: Request) -> Feeds:
     """The process's feeds."""
     feeds: Feeds = request.app.state.feeds
     return feeds
+
+
+async def ends_of(request: Request) -> EndsWatcher:
+    """The process's watcher of the ends of turns requests wait for."""
+    ends: EndsWatcher = request.app.state.ends
+    return ends
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ SettingsDep = Annotated[GatewaySettings, Depends(settings_of)]
 
 FeedsDep = Annotated[Feeds, Depends(feeds_of)]
 """A route parameter: the process's shared feeds of turns' events (``feeds.Feeds``)."""
+
+EndsDep = Annotated[EndsWatcher, Depends(ends_of)]
+"""A route parameter: the process's watcher of turns' ends (``ends_watch.EndsWatcher``)."""
 
 StreamsDep = Annotated[TurnStreams, Depends(turn_streams_of)]
 """A route parameter: the feeds and settings a turn's stream is made with."""

@@ -278,7 +278,9 @@ def test_c_fifty_subscribers_of_one_turn_share_one_redis_reader(gwf: GatewayFlee
 
     asyncio.run(scenario())
     truth = [e.to_json() for e in gwf.stored_events(turn_id)]
-    assert truth[-1]["kind"] == "end" and len(truth) > 50
+    # A second of tokens: the workers' flusher sends a turn's deltas once per 50 ms
+    # (PARLEY_STREAM_FLUSH_SECONDS), so some twenty token events.
+    assert truth[-1]["kind"] == "end" and len(truth) > 20
     for events in seen:
         assert [e.to_json() for e in events] == truth
     # One Redis reader for the whole turn, whatever the number of subscribers, counted

@@ -122,6 +122,16 @@ def ends_key(turn_id: str) -> str:
     return f"parley:ends:{turn_id}"
 
 
+def doorbell_key(name: str) -> str:
+    """A watcher's doorbell: a stream a watcher blocked on many turns' ends streams also
+    reads, so that a waiter for a turn it does not watch yet can wake it."""
+    return f"parley:doorbell:{name}"
+
+
+DOORBELL_SECONDS = 3_600
+"""How long a doorbell outlives its last ring (its watcher may have gone)."""
+
+
 def deltas_channel(turn_id: str) -> str:
     """The turn's pub/sub channel: each message is a JSON list of events."""
     return f"parley:deltas:{turn_id}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from schemas.events import Event, EventKind
 from schemas.records import Steer
@@ -52,6 +52,7 @@ class LocalCoordinator(Coordinator):
         self._held: set[str] = set()  # the sessions whose lock a driver holds
         self._buffers: OrderedDict[str, list[Event]] = OrderedDict()
         self._ends: dict[str, int] = {}  # the newest buffered ``end`` seq of each turn
+        self._rung: set[str] = set()  # doorbells rung and not yet answered (wait_ends)
         # The steers accepted for turns that have a buffer here (a turn without one reads
         # its steers from the store).
         self._steers: dict[str, list[Steer]] = {}
@@ -202,6 +203,23 @@ class LocalCoordinator(Coordinator):
             self._changed.wait_for(lambda: self._ends.get(turn_id, 0) > after, timeout)
             end = self._ends.get(turn_id, 0)
             return end if end > after else 0
+
+    def wait_ends(self, after: Mapping[str, int], timeout: float, doorbell: str) -> dict[str, int]:
+        """The newest buffered ``end`` of each turn of ``after`` past its seq there,
+        waiting up to ``timeout`` for one, or for ``doorbell`` to be rung."""
+
+        def ended() -> dict[str, int]:
+            return {t: self._ends[t] for t, seq in after.items() if self._ends.get(t, 0) > seq}
+
+        with self._changed:
+            self._changed.wait_for(lambda: ended() or doorbell in self._rung, timeout)
+            self._rung.discard(doorbell)
+            return ended()
+
+    def ring(self, doorbell: str) -> None:
+        with self._changed:
+            self._rung.add(doorbell)
+            self._changed.notify_all()
 
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher; returns the newest buffered seq."""

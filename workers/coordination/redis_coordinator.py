@@ -85,6 +85,7 @@ class RedisCoordinator(RedisSteers, RedisReplay, Coordinator):
         )
         self._start_deltas(flush_seconds)
         self._start_steers()
+        self._doorbells: dict[str, Any] = {}  # each doorbell's newest entry id seen
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher and the heartbeat."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ class RedisReplay(RedisDeltas):
     """The coordinator's replay buffers (see the module docstring)."""
 
     _blocking: Any
+    _doorbells: dict[str, Any]
     reachability: Reachability
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
@@ -35,6 +37,43 @@ class RedisReplay(RedisDeltas):
         self.flush()  # what this process still holds counts too
         entries = self._entries_after(c.ends_key(turn_id), after, timeout)
         return _seq_of(entries[-1][0]) if entries else 0
+
+    def wait_ends(self, after: Mapping[str, int], timeout: float, doorbell: str) -> dict[str, int]:
+        """The newest ``end`` past its seq in ``after`` of each turn's ends stream, from
+        one blocking read of them all and the doorbell's stream (read past the last entry
+        this process saw, so a ring sent before the read started still wakes it).  ``{}``
+        if Redis is unreachable (after waiting out the timeout)."""
+        self.flush()  # what this process still holds counts too
+        bell = c.doorbell_key(doorbell)
+        streams = {c.ends_key(turn_id): f"{seq}-0" for turn_id, seq in after.items()}
+        streams[bell] = self._doorbells.get(doorbell, "0-0")
+        try:
+            found = self._blocking.xread(streams, block=max(1, int(timeout * 1000)))
+        except redis.RedisError as exc:
+            self.reachability.failed(exc)
+            time.sleep(timeout)
+            return {}
+        self.reachability.answered()
+        ends: dict[str, int] = {}
+        for key, entries in found or []:
+            name = key.decode() if isinstance(key, bytes) else key
+            newest = entries[-1][0]
+            if name == bell:
+                self._doorbells[doorbell] = newest
+            else:
+                ends[name.removeprefix(c.ends_key(""))] = _seq_of(newest)
+        return ends
+
+    def ring(self, doorbell: str) -> None:
+        """Add to the doorbell's stream (one entry kept; it expires with its watcher)."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xadd(c.doorbell_key(doorbell), {"r": ""}, maxlen=1)
+            pipe.expire(c.doorbell_key(doorbell), c.DOORBELL_SECONDS)
+            pipe.execute()
+        except redis.RedisError as exc:
+            # The watcher's next poll takes the turn in (its wait is bounded by it).
+            self.reachability.failed(exc)
 
     def _entries_after(self, key: str, after: int, timeout: float) -> list[Any]:
         """A stream's entries with ids above ``<after>-0``, blocking up to ``timeout`` for

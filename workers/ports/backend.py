@@ -7,7 +7,7 @@ author implements is in :mod:`workers.ports.host`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -275,6 +275,17 @@ class Coordinator(Protocol):
     def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
         """The seq of the newest ``end`` published with seq > ``after``, waiting up to
         ``timeout`` for one; 0 if none (a hint: the store says whether the turn ended)."""
+        ...
+
+    def wait_ends(self, after: Mapping[str, int], timeout: float, doorbell: str) -> dict[str, int]:
+        """For each turn of ``after`` with an ``end`` published past its seq there, the
+        newest one's seq, waiting up to ``timeout`` for any, or until ``doorbell`` is
+        rung (``{}`` then): one watcher's wait on many turns at once."""
+        ...
+
+    def ring(self, doorbell: str) -> None:
+        """Wake the :meth:`wait_ends` waiting on ``doorbell`` (now, or the next one, if
+        none waits yet): its watcher has a new turn to watch."""
         ...
 
     def buffer_covers(self, turn_id: str, seq: int) -> bool:

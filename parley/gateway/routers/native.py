@@ -2,8 +2,9 @@
 events as Server-Sent Events.
 
 Routes that only touch the store are plain functions, which FastAPI runs on its thread
-pool; the event stream and the result's wait are asynchronous and read the turn through
-the process's shared feed (``feeds.py``), never a thread of their own.
+pool; the event stream and the result's wait are asynchronous, never a thread of their
+own: the stream reads the turn through the process's shared feed (``feeds.py``), the wait
+through the process's one watcher of ends (``ends_watch.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from parley.client import Client
 from parley.errors import InvalidRequest, SessionNotFound
 from parley.gateway import resources as r
-from parley.gateway.dependencies import ClientDep, FeedsDep, SettingsDep, Tenant
+from parley.gateway.dependencies import ClientDep, EndsDep, FeedsDep, SettingsDep, Tenant
 from parley.gateway.feeds import FellBehind
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
@@ -30,7 +31,7 @@ from parley.session import Session
 from parley.turn_handle import TurnHandle
 from parley.validation import MAX_SEQ, check_metadata
 from parley.workspaces import workspace_root
-from schemas.events import Event, EventKind
+from schemas.events import Event
 from schemas.records import TaskContract
 from workers.store.ids import new_id
 
@@ -292,27 +293,20 @@ def event_stream(
 async def result(
     turn_id: str,
     client: ClientDep,
-    feeds: FeedsDep,
+    ends: EndsDep,
     owner: Tenant,
     wait: Annotated[float, Query(ge=0, le=r.MAX_WAIT_SECONDS)] = 0,
 ) -> JSONResponse:
     """The turn once it has ended (``200``), waiting up to ``wait`` seconds for it; ``202``
     with the turn as it stands if it is still going."""
     details = await asyncio.to_thread(_details, client, turn_id, owner)
-    if not details.status.terminal and wait > 0:
-        ended = False
-        try:
-            async with asyncio.timeout(wait):
-                async for event in feeds.subscribe(turn_id, 0):
-                    if event.kind is EventKind.END:
-                        details = await asyncio.to_thread(_details, client, turn_id, owner)
-                        if details.status.terminal:
-                            ended = True
-                            break
-        except TimeoutError:
-            pass
-        if not ended:  # (an end just read is the turn as it stands)
-            details = await asyncio.to_thread(_details, client, turn_id, owner)
+    # The process's one watcher of ends tells when to ask the store again: on an end
+    # published, else every so often (the store holds the truth).
+    loop = asyncio.get_running_loop()
+    deadline, seen = loop.time() + wait, 0
+    while not details.status.terminal and (left := deadline - loop.time()) > 0:
+        seen = await ends.end_after(turn_id, seen, left) or seen
+        details = await asyncio.to_thread(_details, client, turn_id, owner)
     status = 200 if details.status.terminal else 202
     return JSONResponse(details.model_dump(mode="json"), status_code=status)
 
