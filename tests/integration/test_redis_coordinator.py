@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 import redis
 
-from schemas.events import Ended, Event, EventKind, Queued, Started, StepCommitted, ToolCalled
+from schemas.events import (
+    Ended,
+    Event,
+    EventKind,
+    Queued,
+    Started,
+    StepCommitted,
+    Token,
+    ToolCalled,
+)
 from schemas.records import Steer, SteerKind
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from workers.coordination import constants as c
@@ -99,6 +108,28 @@ def test_deltas_of_interleaved_turns_each_join_their_own_token_event(
     for emitter in emitters:
         assert _buffered(coordinator, emitter.turn_id) == [(1, "token", "01234")]
         assert emitter.next_seq == 2
+
+
+def test_a_send_now_takes_only_its_own_turns_queued_events_along(
+    coordinator: RedisCoordinator,
+) -> None:
+    """A driver's send now (a first token, an end) carries its turn's queued events, not
+    every turn's: the others keep joining their token events until the flusher sends."""
+    coordinator = RedisCoordinator(REDIS_TEST_URL, flush_seconds=30)
+    try:
+        warm, queued, sent = (Emitter(str(uuid.uuid4()), 1, coordinator) for _ in range(3))
+        warm.emit_delta(0, "w")
+        deadline = time.monotonic() + 5
+        while coordinator.events_sent < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)  # the flusher sent it: its next send is 30 s away
+        queued.emit_delta(0, "q1")
+        sent.emit_delta(0, "now", now=True)
+        queued.emit_delta(0, "q2")
+        assert coordinator.read_events(queued.turn_id, 0, timeout=0) == []
+        assert [e.data["text"] for e in coordinator.read_events(sent.turn_id, 0, 0)] == ["now"]
+        assert _buffered(coordinator, queued.turn_id) == [(1, "token", "q1q2")]
+    finally:
+        coordinator.close()
 
 
 def test_with_no_flush_interval_a_slow_stream_sends_every_delta_as_its_own_event(
@@ -254,11 +285,13 @@ def test_a_server_that_lost_its_scripts_gets_them_loaded_again(
     turn_id, session_id = str(uuid.uuid4()), str(uuid.uuid4())
     emitter = Emitter(turn_id, 1, coordinator)
     emitter.emit(Queued(run_id="r"))
+    coordinator.flush()
     assert coordinator.mark_work(session_id) is True
     coordinator.redis.script_flush()  # what a restarted server knows of them
-    emitter.emit_delta(0, "after")
-    # The kick flag is still set, yet the pipeline ran twice: kick rather than guess.
-    assert coordinator.mark_work(session_id) is True
+    # The kick flag is still set, yet the pipeline (with the append of the event the mark
+    # carries, as a submission's carries its `queued`) ran twice: kick rather than guess.
+    after = emitter.allocate(Token(step=0, text="after"))
+    assert coordinator.mark_work(session_id, [after]) is True
     assert [text for _seq, _kind, text in _buffered(coordinator, turn_id)] == ["", "after"]
     coordinator.redis.script_flush()
     emitter.emit_delta(0, "again")  # the flusher's own pipelines recover too

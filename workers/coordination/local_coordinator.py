@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from schemas.events import Event, EventKind
 from schemas.records import Steer
@@ -95,7 +95,7 @@ class LocalCoordinator(Coordinator):
 
     # ------------------------------------------------------------------ events
 
-    def flush(self) -> None:
+    def flush(self, turn_ids: Iterable[str] | None = None) -> None:
         """Nothing to send: publishing here is immediate."""
 
     def ping(self) -> bool:

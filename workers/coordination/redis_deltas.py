@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +65,7 @@ class RedisDeltas:
         self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._closed = False
+        self._closing = threading.Event()  # set with _closed: it ends the flusher's pause
         # Per turn: the length and time of the flusher's latest report of its steer list.
         self._heard: dict[str, tuple[int, float]] = {}
         self.round_trips = 0  # pipelines sent, the events they carried, and the deltas
@@ -78,6 +79,7 @@ class RedisDeltas:
         with self._wake:
             self._closed = True
             self._wake.notify_all()
+        self._closing.set()
         if self._flusher is not None:
             self._flusher.join(5)
         self._send_pending()
@@ -89,7 +91,11 @@ class RedisDeltas:
         passes its fence."""
         self._tally_turns(events)
         if now:
-            self._send_pending([(fence, e) for e in events])
+            # Only these events' turns' queued ones go with them (their order within a
+            # turn is all that matters): other turns' wait for the flusher's interval.
+            # (Nothing sent now sends everything queued.)
+            turns = {e.turn_id for e in events} or None
+            self._send_pending([(fence, e) for e in events], turns)
             return
         if not events:
             return
@@ -107,9 +113,10 @@ class RedisDeltas:
                 self._flusher.start()
             self._wake.notify()
 
-    def flush(self) -> None:
-        """Send what is queued now (from the caller's thread)."""
-        self._send_pending()
+    def flush(self, turn_ids: Iterable[str] | None = None) -> None:
+        """Send what is queued now (of ``turn_ids`` only, if given), from the caller's
+        thread."""
+        self._send_pending((), None if turn_ids is None else set(turn_ids))
 
     @contextmanager
     def tally(self) -> Iterator[Tally]:
@@ -153,40 +160,57 @@ class RedisDeltas:
                 tally.coalesced += 1
             return token
 
-    def _send_pending(self, then: Sequence[tuple[int, Event]] = ()) -> None:
-        """Send what is queued, and ``then`` after it, from the caller's thread."""
+    def _send_pending(
+        self, then: Sequence[tuple[int, Event]] = (), turns: set[str] | None = None
+    ) -> None:
+        """Send what is queued (of ``turns`` only, if given), and ``then`` after it, from
+        the caller's thread."""
         # Taking and sending under one lock keeps batches in publish order: a batch sent
         # from the caller's thread can never overtake the flusher's earlier one (the
         # stream skips a seq that arrives after a higher one).
         with self._sending:
-            with self._wake:
-                events, self._pending = self._pending, []
+            self._flush([*self._take(turns), *then])
+
+    def _take(self, turns: set[str] | None) -> list[tuple[int, Event]]:
+        """Take the queued events (of ``turns`` only, if given) off the queue, in order."""
+        with self._wake:
+            if turns is None:
+                everything, self._pending = self._pending, []
                 self._open_tokens.clear()
-            self._flush([*events, *then])
+                return everything
+            taken: list[tuple[int, Event]] = []
+            kept: list[tuple[int, Event]] = []
+            for queued in self._pending:
+                (taken if queued[1].turn_id in turns else kept).append(queued)
+            self._pending = kept
+            for turn_id in turns:
+                self._open_tokens.pop(turn_id, None)
+            return taken
 
     def _send_queued_with(
-        self, then: Sequence[tuple[int, Event]], extra: Callable[[Any], object]
+        self,
+        then: Sequence[tuple[int, Event]],
+        extra: Callable[[Any], object],
+        turns: Iterable[str] = (),
     ) -> tuple[list[Any], bool, float]:
-        """Send what is queued, and ``then`` after it, with the commands ``extra`` puts on
-        the pipeline after theirs, in one round trip from the caller's thread (under the
-        send lock, as :meth:`_send_pending`).  Returns the replies to ``extra``'s
+        """Send ``then``, after what is queued of its turns (and of ``turns``), with the
+        commands ``extra``
+        puts on the pipeline after theirs, in one round trip from the caller's thread
+        (under the send lock, as :meth:`_send_pending`).  Returns the replies to ``extra``'s
         commands, whether the pipeline ran twice, and when it was sent; raises
         ``RedisError`` (the events are then lost to the buffer, as any failed send's)."""
         with self._sending:
-            with self._wake:
-                queued, self._pending = self._pending, []
-                self._open_tokens.clear()
-            batch = [*queued, *then]
-            turns: list[str] = []
+            batch = [*self._take({*turns, *(e.turn_id for _fence, e in then)}), *then]
+            appended: list[str] = []  # the turn of each append call, in order
 
             def send(pipe: Any) -> None:
-                turns[:] = self._queue_appends(pipe, batch)
+                appended[:] = self._queue_appends(pipe, batch)
                 extra(pipe)
 
             at = time.monotonic()
             replies, twice = self.pipeline(send)
-            self._sent(batch, turns, replies[: len(turns)], at)
-            return replies[len(turns) :], twice, at
+            self._sent(batch, appended, replies[: len(appended)], at)
+            return replies[len(appended) :], twice, at
 
     def _flush_loop(self) -> None:
         sent_at = -math.inf
@@ -196,9 +220,9 @@ class RedisDeltas:
                     self._wake.wait()
                 if self._closed:
                     return
-            # A sleep, not a wait on the condition: every delta published meanwhile
-            # would wake it.  (Closing waits for at most this long.)
-            time.sleep(max(0.0, sent_at + self._flush_seconds - time.monotonic()))
+            # A wait on its own event, not on the condition: every delta published
+            # meanwhile would wake it.  Closing sets it.
+            self._closing.wait(max(0.0, sent_at + self._flush_seconds - time.monotonic()))
             sent_at = time.monotonic()
             self._send_pending()
 

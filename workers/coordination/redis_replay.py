@@ -34,7 +34,7 @@ class RedisReplay(RedisDeltas):
     def wait_end(self, turn_id: str, after: int, timeout: float) -> int:
         """The seq of the newest ``end`` past ``after`` on the turn's ends stream, waiting
         up to ``timeout`` (0 if none, or if Redis is unreachable)."""
-        self.flush()  # what this process still holds counts too
+        self.flush([turn_id])  # what this process still holds counts too
         entries = self._entries_after(c.ends_key(turn_id), after, timeout)
         return _seq_of(entries[-1][0]) if entries else 0
 
@@ -43,7 +43,7 @@ class RedisReplay(RedisDeltas):
         one blocking read of them all and the doorbell's stream (read past the last entry
         this process saw, so a ring sent before the read started still wakes it).  ``{}``
         if Redis is unreachable (after waiting out the timeout)."""
-        self.flush()  # what this process still holds counts too
+        self.flush(after)  # what this process still holds counts too
         bell = c.doorbell_key(doorbell)
         streams = {c.ends_key(turn_id): f"{seq}-0" for turn_id, seq in after.items()}
         streams[bell] = self._doorbells.get(doorbell, "0-0")
@@ -95,7 +95,7 @@ class RedisReplay(RedisDeltas):
     def adopt(self, turn_id: str, fence: int) -> int:
         """Make ``fence`` the turn's publisher and return the buffer's newest seq: from
         now on a driver with an older fence cannot add to the buffer."""
-        self.flush()  # what this process still holds counts too
+        self.flush([turn_id])  # what this process still holds counts too
         try:
             return int(
                 self.scripts.adopt(
@@ -109,7 +109,7 @@ class RedisReplay(RedisDeltas):
 
     def last_seq(self, turn_id: str) -> int:
         """The newest buffered seq of a turn (0 if none or Redis is unreachable)."""
-        self.flush()  # what this process still holds counts too
+        self.flush([turn_id])  # what this process still holds counts too
         try:
             last = self.redis.xrevrange(c.events_key(turn_id), count=1)
         except redis.RedisError as exc:

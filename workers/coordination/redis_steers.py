@@ -77,11 +77,13 @@ class RedisSteers(RedisDeltas):
     def publish_listing_steers(
         self, events: Sequence[Event], fence: int, turn_id: str, cursor: int
     ) -> list[Steer]:
-        """Send ``events`` (and what is queued before them) now, and read the turn's
+        """Send ``events`` (and what is queued of the turn before them) now, and read the turn's
         steer list in the same round trip: what :meth:`steers_after` gives."""
         try:
             (length, entries), _twice, at = self._send_queued_with(
-                [(fence, e) for e in events], lambda pipe: _queue_steer_read(pipe, turn_id)
+                [(fence, e) for e in events],
+                lambda pipe: _queue_steer_read(pipe, turn_id),
+                [turn_id],
             )
         except redis.RedisError:
             log.warning("could not publish events nor read the steer list of %s", turn_id)

@@ -7,7 +7,7 @@ author implements is in :mod:`workers.ports.host`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -253,8 +253,9 @@ class Coordinator(Protocol):
         (and anything queued before them) before returning."""
         ...
 
-    def flush(self) -> None:
-        """Send what ``publish`` has queued, from the caller's thread, now."""
+    def flush(self, turn_ids: Iterable[str] | None = None) -> None:
+        """Send what ``publish`` has queued (of ``turn_ids`` only, if given), from the
+        caller's thread, now."""
         ...
 
     def coalesce(self, token: Event, text: str, fence: int = 0) -> Event | None:

@@ -107,7 +107,7 @@ def drive_session(
     with log_context(session_id=session_id):
         with coordinator.tally() as redis_cost:
             ran = driver.drive(session_id)
-            coordinator.flush()
+            coordinator.flush(redis_cost.turns)  # (other drivers' go with the flusher)
         transactions = store.thread_transactions - before
         if ran or transactions:
             # Also a duplicate kick that took the lock and found nothing: what it cost in
