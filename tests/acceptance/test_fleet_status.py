@@ -73,6 +73,14 @@ def test_status_and_celery_inspect_show_the_fleet_at_work(
             control = Control(workspace)
             control.script(RULES)
             control.policy(ask_tools=["record_call"])
+            # Task events go to whoever listens when they are sent: a first kick Flower
+            # has seen tells its receiver listens before the kicks it must see.
+            warm = client.open_session(workspace)
+            warm.submit("warm up").wait(60)
+            wait_until(
+                lambda: flower_tasks(flower_url).get(warm.id, {}).get("state") == "SUCCESS",
+                what="Flower to hear the fleet's task events",
+            )
             gated = client.open_session(workspace)
             running = gated.submit("gate first")
             control.wait_entered()

@@ -194,10 +194,10 @@ class RedisDeltas:
         turns: Iterable[str] = (),
     ) -> tuple[list[Any], bool, float]:
         """Send ``then``, after what is queued of its turns (and of ``turns``), with the
-        commands ``extra``
-        puts on the pipeline after theirs, in one round trip from the caller's thread
-        (under the send lock, as :meth:`_send_pending`).  Returns the replies to ``extra``'s
-        commands, whether the pipeline ran twice, and when it was sent; raises
+        commands ``extra`` puts on the pipeline after theirs, in one round trip from the
+        caller's thread (under the send lock, as :meth:`_send_pending`).  Returns the
+        replies to ``extra``'s commands, whether the pipeline ran twice, and when it was
+        sent; raises
         ``RedisError`` (the events are then lost to the buffer, as any failed send's)."""
         with self._sending:
             batch = [*self._take({*turns, *(e.turn_id for _fence, e in then)}), *then]
