@@ -69,7 +69,14 @@ class FleetSettings:
             queue=env.get("PARLEY_QUEUE") or c.TURN_QUEUE,
             sweep_seconds=sweep_seconds,
             replay_seconds=int(replay_seconds),
-            stream_flush_seconds=_flush_seconds(env),
+            # (Readers see text up to this much later: at most a second.)
+            stream_flush_seconds=_seconds(
+                env,
+                "PARLEY_STREAM_FLUSH_SECONDS",
+                c.STREAM_FLUSH_SECONDS,
+                zero=True,
+                most=MAX_STREAM_FLUSH_SECONDS,
+            ),
             task_events=read_flag(env, "PARLEY_TASK_EVENTS"),
             database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
         )
@@ -89,9 +96,16 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    """``env[name]`` as a positive, finite number of seconds (``default`` if unset or
-    empty, as for every setting)."""
+def _seconds(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    zero: bool = False,
+    most: float = math.inf,
+) -> float:
+    """``env[name]`` as a positive, finite number of seconds (from 0 with ``zero``; at
+    most ``most``), ``default`` if unset or empty, as for every setting."""
     text = env.get(name)
     if not text:
         return default
@@ -99,25 +113,10 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         raise InvalidRequest(f"{name} must be a number of seconds, not {text!r}") from None
-    if not 0 < value < math.inf:
-        raise InvalidRequest(f"{name} must be a positive number of seconds, not {text!r}")
-    return value
-
-
-def _flush_seconds(env: Mapping[str, str]) -> float:
-    """``PARLEY_STREAM_FLUSH_SECONDS``: from 0 (each delta sent as it comes) to a second
-    (readers would see text that much later)."""
-    name, text = "PARLEY_STREAM_FLUSH_SECONDS", env.get("PARLEY_STREAM_FLUSH_SECONDS")
-    if not text:
-        return c.STREAM_FLUSH_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be a number of seconds, not {text!r}") from None
-    if not 0 <= value <= MAX_STREAM_FLUSH_SECONDS:
-        raise InvalidRequest(
-            f"{name} must be from 0 to {MAX_STREAM_FLUSH_SECONDS} seconds, not {text!r}"
-        )
+    least_ok = value >= 0 if zero else value > 0
+    if not (least_ok and value <= most and value < math.inf):
+        bounds = f"from 0 to {most}" if zero else "a positive number of"
+        raise InvalidRequest(f"{name} must be {bounds} seconds, not {text!r}")
     return value
 
 

@@ -74,10 +74,7 @@ class EndsWatcher:
             return 0
         finally:
             with self._guard:
-                waiting = self._waiters.get(turn_id, {})
-                waiting.pop(future, None)
-                if not waiting:
-                    self._waiters.pop(turn_id, None)
+                self._forget(turn_id, [future])
 
     def close(self) -> None:
         """Stop the thread (within a read) and wake it."""
@@ -110,23 +107,25 @@ class EndsWatcher:
 
     def _answer(self, ends: dict[str, int]) -> None:
         """Resolve the futures of the requests waiting past an end now published."""
+        answered: list[tuple[asyncio.Future[int], int]] = []
         with self._guard:
-            answered = [
-                (future, seq)
-                for turn_id, seq in ends.items()
-                for future, after in self._waiters.get(turn_id, {}).items()
-                if seq > after
-            ]
-            # Taken off at once: the next read must not find the same end for them again
-            # before their requests have run.
-            for turn_id in ends:
+            for turn_id, seq in ends.items():
                 waiting = self._waiters.get(turn_id, {})
-                for future, _seq in answered:
-                    waiting.pop(future, None)
-                if not waiting:
-                    self._waiters.pop(turn_id, None)
+                past = [future for future, after in waiting.items() if seq > after]
+                answered += [(future, seq) for future in past]
+                # Taken off at once: the next read must not find the same end for them
+                # again before their requests have run.
+                self._forget(turn_id, past)
         for future, seq in answered:
             future.get_loop().call_soon_threadsafe(_resolve, future, seq)
+
+    def _forget(self, turn_id: str, futures: list[asyncio.Future[int]]) -> None:
+        """Stop waiting for the turn's end on behalf of ``futures`` (under the guard)."""
+        waiting = self._waiters.get(turn_id, {})
+        for future in futures:
+            waiting.pop(future, None)
+        if not waiting:
+            self._waiters.pop(turn_id, None)
 
 
 def _resolve(future: asyncio.Future[int], seq: int) -> None:

@@ -52,6 +52,13 @@ def _buffered(coordinator: RedisCoordinator, turn_id: str) -> list[tuple[int, st
     ]
 
 
+def _wait_sent(coordinator: RedisCoordinator, events: int) -> None:
+    """Wait (up to 5 s) until the coordinator has sent ``events`` events."""
+    deadline = time.monotonic() + 5
+    while coordinator.events_sent < events and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_deltas_queued_behind_a_send_join_one_token_event(coordinator: RedisCoordinator) -> None:
     turn_id = str(uuid.uuid4())
     emitter = Emitter(turn_id, 1, coordinator, fence=1)
@@ -119,9 +126,7 @@ def test_a_send_now_takes_only_its_own_turns_queued_events_along(
     try:
         warm, queued, sent = (Emitter(str(uuid.uuid4()), 1, coordinator) for _ in range(3))
         warm.emit_delta(0, "w")
-        deadline = time.monotonic() + 5
-        while coordinator.events_sent < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)  # the flusher sent it: its next send is 30 s away
+        _wait_sent(coordinator, 1)  # by the flusher: its next send is 30 s away
         queued.emit_delta(0, "q1")
         sent.emit_delta(0, "now", now=True)
         queued.emit_delta(0, "q2")
@@ -147,9 +152,7 @@ def test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator: RedisCoor
     emitter = Emitter(turn_id, 1, coordinator, fence=1)
     for n in range(5):
         emitter.emit_delta(0, f"d{n}")
-        deadline = time.monotonic() + 5
-        while coordinator.events_sent < n + 1 and time.monotonic() < deadline:
-            time.sleep(0.005)  # the flusher sends it before the next delta comes
+        _wait_sent(coordinator, n + 1)  # the flusher sends it before the next delta comes
     assert [text for _seq, _kind, text in _buffered(coordinator, turn_id)] == [
         "d0",
         "d1",
