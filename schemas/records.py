@@ -356,3 +356,9 @@ class RunState:
     host_context: dict[str, Any] = field(default_factory=dict)
     # The run's lane for admission (docs/admission.md): "interactive" or "batch".
     priority: str = "interactive"
+    # The W3C trace context its attempts' spans join (docs/operations.md#traces).
+    trace_context: dict[str, str] | None = None
+    # Since when it waited to be claimed (submitted, deferred, or holding for answers).
+    waiting_since: datetime | None = None
+    # A run deferred for capacity: when its capacity was due (as read by its claim).
+    not_before: datetime | None = None

@@ -166,6 +166,13 @@ runs = Table(
     # A run that let its session go to wait for provider capacity: queued again, and not
     # to be claimed before this time (None: any time).
     Column("not_before", Timestamp, nullable=True),
+    # The W3C trace context of the turn's trace (``traceparent``, ``tracestate``): the
+    # submission's, or its first traced attempt's; every attempt's spans join it
+    # (docs/operations.md#traces).  None: no attempt was traced yet.
+    Column("trace_context", Json, nullable=True),
+    # Since when the run waits to be claimed: submitted or resumed, deferred for
+    # capacity, or holding a step for answers (a trace's wait span starts here).
+    Column("waiting_since", Timestamp, nullable=True),
     Index(None, "session_id", "status"),
     Index(
         "ix_runs_batch_queue",

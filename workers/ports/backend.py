@@ -202,6 +202,11 @@ class Store(Protocol):
         not to be claimed before ``not_before``, and ``events`` are stored; fenced."""
         ...
 
+    def set_trace_context(self, run_id: str, trace_context: dict[str, str]) -> None:
+        """Give a run submitted without a trace context this one (its first traced
+        attempt's); one it has already is kept."""
+        ...
+
     def approvals_of_run(self, run_id: str) -> dict[str, Approval]:
         """A run's approvals by id, in step and call order."""
         ...

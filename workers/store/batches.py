@@ -570,6 +570,7 @@ def _run_row(
         "approval_count": 0,
         "priority": "batch",
         "not_before": None,
+        "waiting_since": now,
     }
 
 
@@ -583,6 +584,7 @@ def _run_binds(
         "b_session_id": plan.session_id,
         "b_contract": plan.contract.to_json() if plan.contract else None,
         "b_host_context": None,
+        "b_trace_context": None,
         "b_now": now,
         "b_position": position,
         "b_priority": "batch",

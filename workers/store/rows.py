@@ -123,7 +123,14 @@ def run_state_of(run: Any) -> RunState:
         ended_at=aware(run.ended_at) if run.ended_at is not None else None,
         host_context=dict(getattr(run, "host_context", None) or {}),
         priority=getattr(run, "priority", None) or "interactive",
+        trace_context=getattr(run, "trace_context", None),
+        waiting_since=_aware_or_none(getattr(run, "waiting_since", None)),
+        not_before=_aware_or_none(getattr(run, "not_before", None)),
     )
+
+
+def _aware_or_none(value: datetime | None) -> datetime | None:
+    return aware(value) if value is not None else None
 
 
 def approval_of(row: Any) -> Approval:

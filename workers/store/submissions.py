@@ -51,6 +51,7 @@ class _Submission:
     if_busy: IfBusy
     host_context: dict[str, Any] | None
     priority: str
+    trace_context: dict[str, str] | None
 
 
 class SubmissionStore(SteerStore):
@@ -66,8 +67,11 @@ class SubmissionStore(SteerStore):
         if_busy: IfBusy,
         host_context: dict[str, Any] | None = None,
         priority: str = "interactive",
+        trace_context: dict[str, str] | None = None,
     ) -> SubmitReceipt:
         """Insert a queued turn and its run, idempotently on ``request_id``.
+        ``trace_context`` is the submission's W3C trace context, stored with the run so
+        that every attempt joins its trace (docs/operations.md#traces).
 
         The transaction holds the session row, which every driver's commit updates: it
         makes no call to anything but the database, so a slow producer (or a slow Redis
@@ -81,6 +85,7 @@ class SubmissionStore(SteerStore):
             if_busy=if_busy,
             host_context=host_context,
             priority=priority,
+            trace_context=trace_context,
         )
         try:
             return self._submit(asked)
@@ -223,6 +228,7 @@ def _submission_binds(
         "b_request_id": asked.request_id,
         "b_contract": asked.contract.to_json() if asked.contract else None,
         "b_host_context": asked.host_context,
+        "b_trace_context": asked.trace_context,
         "b_priority": asked.priority,
         "b_data": queued.data,
         "b_now": record.created_at,

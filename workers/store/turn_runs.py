@@ -60,12 +60,19 @@ class TurnRunStore(TurnEnds):
                 {
                     "b_run_id": run_id,
                     "b_not_before": not_before,
+                    "b_now": utc_now(),
                     "b_last_seq": max((e.seq for e in events), default=0),
                 },
             ).rowcount
             if deferred != 1:
                 raise Fenced(f"run {run_id} moved on; it was not deferred")
             write_events(db, self._q, events, utc_now())
+
+    def set_trace_context(self, run_id: str, trace_context: dict[str, str]) -> None:
+        """Give a run submitted without a trace context this one (its first traced
+        attempt's); one it has already is kept (docs/operations.md#traces)."""
+        with self._tx() as db:
+            db.execute(q.SET_TRACE_CONTEXT, {"b_run_id": run_id, "b_trace_context": trace_context})
 
     def commit_step(
         self,
@@ -160,6 +167,7 @@ class TurnRunStore(TurnEnds):
                 {
                     "b_run_id": run_id,
                     "b_held_step": held_step,
+                    "b_now": now,
                     "b_asked": len(approvals),
                     "b_last_seq": max((e.seq for e in events), default=0),
                 },

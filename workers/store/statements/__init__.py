@@ -253,6 +253,9 @@ from workers.store.statements.runs import (
     SESSION_OF_TURN as SESSION_OF_TURN,
 )
 from workers.store.statements.runs import (
+    SET_TRACE_CONTEXT as SET_TRACE_CONTEXT,
+)
+from workers.store.statements.runs import (
     WAKE_DEFERRED as WAKE_DEFERRED,
 )
 from workers.store.statements.seeds import (

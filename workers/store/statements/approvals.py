@@ -17,6 +17,7 @@ HOLD_RUN = (
     .values(
         status=WAITING,
         held_step=b("held_step", type_=t.Json),
+        waiting_since=b("now"),
         approval_count=t.runs.c.approval_count + b("asked"),
         last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
         worker=None,

@@ -54,6 +54,8 @@ INSERT_RUN = insert(t.runs).values(
     stalled_attempts=0,
     contract=b("contract"),
     host_context=b("host_context", type_=t.Json),
+    trace_context=b("trace_context", type_=t.Json),
+    waiting_since=b("now"),
     steps=0,
     input_tokens=0,
     output_tokens=0,
@@ -139,6 +141,7 @@ DEFER_RUN = (
     .values(
         status=QUEUED,
         not_before=b("not_before"),
+        waiting_since=b("now"),
         worker=None,
         stalled_attempts=case(
             (t.runs.c.stalled_attempts > 0, t.runs.c.stalled_attempts - 1), else_=0
@@ -154,6 +157,14 @@ WAKE_DEFERRED = (
     .where(t.runs.c.id == b("run_id"), t.runs.c.not_before.is_not(None))
     .values(not_before=null())
     .returning(t.runs.c.session_id)
+)
+
+# The first traced attempt of a run submitted without a trace context gives it its own
+# (docs/operations.md#traces); a context already there is kept.
+SET_TRACE_CONTEXT = (
+    update(t.runs)
+    .where(t.runs.c.id == b("run_id"), t.runs.c.trace_context.is_(None))
+    .values(trace_context=b("trace_context", type_=t.Json))
 )
 
 CLOSE_INBOX = update(t.runs).where(t.runs.c.id == b("run_id")).values(inbox_open=False)
@@ -202,6 +213,7 @@ RESUME_RUN = (
     .values(
         status=QUEUED,
         queued_at=b("now"),
+        waiting_since=b("now"),
         queue_position=b("position"),
         # Whoever resumes a turn that gave up gives it a fresh set of attempts.
         stalled_attempts=0,
