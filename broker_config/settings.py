@@ -29,6 +29,7 @@ class FleetSettings:
     replay_seconds: int = c.ENDED_BUFFER_SECONDS
     stream_flush_seconds: float = c.STREAM_FLUSH_SECONDS
     task_events: bool = False
+    trace_celery: bool = False
     database_pool_size: int = DATABASE_POOL_SIZE
 
     @property
@@ -47,7 +48,8 @@ class FleetSettings:
         ``PARLEY_BROKER_URL`` (default: the Redis URL), ``PARLEY_QUEUE``,
         ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS``,
         ``PARLEY_STREAM_FLUSH_SECONDS`` (0: send each delta as it comes),
-        ``PARLEY_TASK_EVENTS`` (1: Celery's task events, for Flower) and
+        ``PARLEY_TASK_EVENTS`` (1: Celery's task events, for Flower),
+        ``PARLEY_TRACE_CELERY`` (1: Celery's spans, with tracing on) and
         ``PARLEY_DATABASE_POOL_SIZE``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
@@ -78,6 +80,7 @@ class FleetSettings:
                 most=MAX_STREAM_FLUSH_SECONDS,
             ),
             task_events=read_flag(env, "PARLEY_TASK_EVENTS"),
+            trace_celery=read_flag(env, "PARLEY_TRACE_CELERY"),
             database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
         )
 

@@ -33,6 +33,7 @@ from broker_config.app import (
     send_kick,
 )
 from broker_config.settings import FleetSettings
+from broker_config.tracing import instrument_celery
 from parley import metrics_export
 from parley.host import host_from_environment, load_host
 from parley.housekeeping import Housekeeper
@@ -46,6 +47,7 @@ from workers.runtime.fleet import FleetRuntime, drive_session, sweep
 from workers.runtime.per_process import PerProcess
 from workers.store.database import unmigrated
 from workers.store.ids import validate_ids
+from workers.telemetry import tracing
 
 log = logging.getLogger("parley.worker")
 
@@ -53,6 +55,7 @@ settings = FleetSettings.from_env()
 # Checked at the start, not at a turn's first model call: a worker with a malformed
 # PARLEY_MODEL_LIMITS (say) stops at once, on one line naming it.
 AdmissionSettings.from_env()
+tracing.check_environment()
 metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
 # What one process drives at once, and the connections it takes: one turn until the
@@ -166,16 +169,19 @@ def _serve_metrics(**_kwargs: Any) -> None:
     # this sets up, and this process serves their sum.
     if metrics_bind is not None:
         metrics_export.serve_worker(metrics_bind)
+    instrument_celery(settings)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
 def _pool_process_exits(**_kwargs: Any) -> None:
     metrics_export.process_exited()
+    tracing.shutdown()  # a pool process's buffered spans leave with it
 
 
 @worker_shutdown.connect  # type: ignore[untyped-decorator]
 def _stop_serving_metrics(**_kwargs: Any) -> None:
     metrics_export.stop_worker()
+    tracing.shutdown()  # the threads pool's spans (its drivers ran in this process)
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]

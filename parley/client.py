@@ -42,6 +42,7 @@ from workers.ports.backend import Coordinator
 from workers.store.approvals import Answered
 from workers.store.database import check_migrated, create_database_engine, migrate
 from workers.store.sql_store import SqlStore
+from workers.telemetry import tracing
 
 log = logging.getLogger("parley.client")
 
@@ -88,6 +89,7 @@ def connect(
             f"host must be a parley.Host, not {type(host).__name__} "
             "(parley.load_host('module:attribute') loads one)"
         )
+    tracing.check_environment()
     url = database_url_of(database_url)
     if not isinstance(url, str):
         raise InvalidRequest(f"database_url must be a string, not {type(url).__name__}")
@@ -109,6 +111,7 @@ def connect(
         host=None,
         queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
         task_events=read_flag(os.environ, "PARLEY_TASK_EVENTS"),  # (the kicks' "sent")
+        trace_celery=read_flag(os.environ, "PARLEY_TRACE_CELERY"),  # (the kicks' publish)
     )
     return _fleet_client(store, settings)
 
@@ -174,6 +177,8 @@ class Client(StoredReads):
         self._kicker.close(wait=wait, timeout=timeout)
         self.coordinator.close()
         self.store.close()
+        # Spans still buffered (a short script's whole turn) leave before it exits.
+        tracing.flush()
 
     def _signal_answered(self, answered: Answered) -> None:
         """Committed answers: publish their events, and get a driver to a turn that is

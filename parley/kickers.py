@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_config.app import BROKER_ERRORS, create_app, send_kick
 from broker_config.settings import FleetSettings
+from broker_config.tracing import instrument_celery
 from parley.errors import InvalidRequest
 from workers.coordination.constants import SWEEP_SECONDS
 from workers.engine.turn_engine import TurnEngine
@@ -299,6 +300,7 @@ class FleetKicker:
     def __init__(self, settings: FleetSettings) -> None:
         self._settings = settings
         self._app: Any = create_app(settings, name="parley-producer")
+        instrument_celery(settings)
 
     def ready(self) -> None:
         """A fleet client can always submit: the workers hold the host."""

@@ -31,7 +31,7 @@ from schemas.operations import WebhookDelivery
 from schemas.records import IfBusy, SessionRecord, TaskContract, TurnRecord, TurnResult
 from workers.coordination.constants import SEEDED
 from workers.ports.admission import Priority
-from workers.telemetry import metrics
+from workers.telemetry import metrics, tracing, turn_spans
 
 if TYPE_CHECKING:
     from parley.client import Client
@@ -181,23 +181,28 @@ class Session:
         client = self._client
         client._check_open()
         client._kicker.ready()  # a client that cannot run turns says so before any write
-        receipt = client.store.submit_turn(
-            session_id=self.id,
-            prompt=text,
-            request_id=request_id,
-            contract=contract,
-            if_busy=busy,
-            host_context=dict(context) if context else None,
-            priority=lane,
-        )
-        for turn_id, steer in receipt.interrupted:
-            client.coordinator.push_steer(turn_id, steer)
-        for answered in receipt.denied:
-            client.coordinator.publish(list(answered.events))
-        # Committed: now publish and kick.  (A repeated request kicks again, in case its
-        # first kick was lost.)
-        name_in_logs(receipt.turn)
-        self._announce(receipt.queued, lane)
+        with turn_spans.submission(self.id, lane) as span:
+            receipt = client.store.submit_turn(
+                session_id=self.id,
+                prompt=text,
+                request_id=request_id,
+                contract=contract,
+                if_busy=busy,
+                host_context=dict(context) if context else None,
+                priority=lane,
+                trace_context=tracing.carrier(),
+            )
+            turn = receipt.turn
+            turn_spans.submitted(span, turn.turn_id, turn.run_id, created=receipt.created)
+            for turn_id, steer in receipt.interrupted:
+                client.coordinator.push_steer(turn_id, steer)
+            for answered in receipt.denied:
+                client.coordinator.publish(list(answered.events))
+            # Committed: now publish and kick (inside the span, so that a traced broker
+            # client's publish is in the turn's trace).  A repeated request kicks again,
+            # in case its first kick was lost.
+            name_in_logs(receipt.turn)
+            self._announce(receipt.queued, lane)
         if receipt.created:
             metrics.turn_submitted()
         return TurnHandle(client, receipt.turn, created=receipt.created)

@@ -14,6 +14,7 @@ from parley.validation import MAX_SEQ, MAX_STEER_BYTES, check_text, check_timeou
 from schemas.events import Event
 from schemas.records import Approval, Decision, SteerKind, TurnRecord, TurnResult
 from workers.store.ids import storable
+from workers.telemetry import turn_spans
 from workers.telemetry.log_context import bind
 
 if TYPE_CHECKING:
@@ -123,8 +124,10 @@ class TurnHandle:
             reason = check_text(reason, "reason", MAX_STEER_BYTES)
         client = self._client
         client._check_open()
-        answered = client.store.answer_approval(self.turn_id, approval_id, decision, reason)
-        client._signal_answered(answered)
+        stored = lambda: client.store.run_state(self.turn_id).trace_context  # noqa: E731
+        with turn_spans.answer(self.turn_id, approval_id, decision.value, stored):
+            answered = client.store.answer_approval(self.turn_id, approval_id, decision, reason)
+            client._signal_answered(answered)
         return answered.approvals[0]
 
     def result(self) -> TurnResult | None:

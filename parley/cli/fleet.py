@@ -9,10 +9,12 @@ import os
 from rich.console import Console
 
 from parley.logs import celery_worker_logging
+from workers.telemetry import tracing
 
 
 def worker(args: argparse.Namespace, console: Console) -> int:
     fleet_environment(args)
+    tracing.name_service("parley-worker")
     import click
     from celery.bin.celery import celery
 
@@ -41,6 +43,7 @@ def worker(args: argparse.Namespace, console: Console) -> int:
 
 def beat(args: argparse.Namespace, console: Console) -> int:
     fleet_environment(args)
+    tracing.name_service("parley-beat")
     from parley.celery_tasks import run_sweeper
 
     run_sweeper()

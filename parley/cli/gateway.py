@@ -12,12 +12,14 @@ import parley
 from parley.cli.connecting import CHAT_SCRIPT, client_for, environment_names_a_host
 from parley.client import database_url_of
 from parley.deployment import is_fleet
+from workers.telemetry import tracing
 
 
 def gateway(args: argparse.Namespace, console: Console) -> int:
     from parley.gateway.server import Bind, admitted, serve
     from parley.gateway.settings import GatewaySettings
 
+    tracing.name_service("parley-gateway")
     bind = Bind.parse(args.bind)
     settings = admitted(GatewaySettings.from_environment(), bind, new_token=args.new_token)
     # The port before the database: one in use stops the start with nothing opened.

@@ -31,6 +31,7 @@ from parley.gateway.settings import GatewaySettings
 from parley.gateway.tenant_limits import TenantLimits
 from parley.gateway.tenants import TokenTable
 from schemas.events import PAYLOADS, payload_adapter
+from workers.telemetry import tracing
 from workers.telemetry.log_context import log_scope
 
 access_log = logging.getLogger("parley.gateway.access")
@@ -100,7 +101,22 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     )
     app.add_middleware(JsonHeaders)
     app.add_middleware(AccessLog)
+    _trace_requests(app)
     return app
+
+
+def _trace_requests(app: FastAPI) -> None:
+    """With tracing on, a server span per request (OpenTelemetry's FastAPI
+    instrumentation, outermost), in the caller's trace when its ``traceparent`` names
+    one: a submission's span, and so its turn's, hangs under it.  Not for probes and
+    metrics, and no span per chunk an event stream sends."""
+    if tracing.tracer() is None:
+        return
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls="/healthz,/readyz,/metrics", exclude_spans=["receive", "send"]
+    )
 
 
 class Cors(CORSMiddleware):

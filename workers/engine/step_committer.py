@@ -16,7 +16,7 @@ from workers.engine.emitter import Emitter
 from workers.engine.fenced_run import FencedStore
 from workers.engine.turn_state import TurnState
 from workers.ports.backend import CommittedStep, StepReceipt, TurnEnd
-from workers.telemetry import metrics
+from workers.telemetry import metrics, turn_spans
 
 EndAt = Callable[[int], TurnEnd]
 """The turn's end, given the seq its ``end`` event takes."""
@@ -66,13 +66,14 @@ class StepCommitter:
             )
         )
         events = [*emitter.take_unstored(), *announced]
-        receipt = self._store.commit_step(
-            step=step,
-            steer_cursor=cursor,
-            events=events,
-            close_inbox_if_idle=idle,
-            end=end(emitter.next_seq) if end is not None else None,
-        )
+        with turn_spans.commit("step", step.index):
+            receipt = self._store.commit_step(
+                step=step,
+                steer_cursor=cursor,
+                events=events,
+                close_inbox_if_idle=idle,
+                end=end(emitter.next_seq) if end is not None else None,
+            )
         self._committed(state, step, cursor, announced, receipt.steer_count)
         if receipt.finished is not None:
             emitter.skip()  # the seq the committed end took

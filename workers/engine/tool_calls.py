@@ -26,7 +26,7 @@ from workers.ports.host import (
     Tool,
     ToolContext,
 )
-from workers.telemetry import metrics
+from workers.telemetry import metrics, turn_spans
 
 log = logging.getLogger("parley.engine")
 
@@ -164,7 +164,9 @@ class ToolRunner:
         self.emitter.emit(
             ToolCalled(step=step, call_id=call.id, name=call.name, arguments=call.arguments)
         )
-        result = self._answer(judged, answer, interrupted)
+        with turn_spans.tool_call(call, step, _decision(judged, answer, interrupted)) as span:
+            result = self._answer(judged, answer, interrupted)
+            turn_spans.tool_answered(span, result)
         # Counted before readers see the result (as every metric is before its event).
         metrics.tool_called(call.name if call.name in self.tools else metrics.UNKNOWN_TOOL)
         self.emitter.emit(ToolAnswered.of(step, result))
@@ -297,3 +299,16 @@ def cap(output: str, limit: int) -> str:
         output[:limit]
         + f"\n[output truncated: {len(output)} characters, showing the first {limit}]"
     )
+
+
+def _decision(judged: Judgement, answer: Answer | None, interrupted: bool) -> str:
+    """What became of a call, as its span says: ``refused`` by the policy or approver,
+    an ``error`` before it could run (bad arguments, an unknown tool), ``denied`` or
+    ``approved`` by a person, ``interrupted`` before it ran, or ``ran``."""
+    if judged.result is not None:
+        return "refused" if judged.refusal is not None else "error"
+    if judged.ask is not None:
+        if answer is None or not answer.approved:
+            return "denied"
+        return "interrupted" if interrupted else "approved"
+    return "interrupted" if interrupted else "ran"

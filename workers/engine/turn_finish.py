@@ -22,6 +22,7 @@ from workers.engine.turn_setup import PrefixChoice
 from workers.engine.turn_state import Deferred, Ending, TurnState
 from workers.ports.backend import FinishReceipt, SeqFloor, TurnEnd
 from workers.ports.host import CommitReceipt, TurnOutcome
+from workers.telemetry import tracing, turn_spans
 
 log = logging.getLogger("parley.engine")
 
@@ -63,11 +64,12 @@ class TurnFinisher:
             if vetoed is not None:
                 ending, completed = vetoed, False
                 outcome = self.outcome(state, ending)
-            receipt = attempt.store.finish_turn(
-                cursor=state.cursor,
-                events=attempt.emitter.take_unstored(),
-                end=self.end_of(ending, attempt.emitter.skip(), choice),
-            )
+            with turn_spans.commit("end", len(state.steps)):
+                receipt = attempt.store.finish_turn(
+                    cursor=state.cursor,
+                    events=attempt.emitter.take_unstored(),
+                    end=self.end_of(ending, attempt.emitter.skip(), choice),
+                )
         turn = attempt.turn
         if ending.status.settled:
             self._cache.put(turn.turn_id, ending.status, turn_replay(turn.prompt, state.steps))
@@ -92,6 +94,9 @@ class TurnFinisher:
         )
         state.streaming = None
         attempt.emitter.publish(event)
+        tracing.set_attributes(
+            {"parley.throttled.model": throttle.model, "parley.throttled.seconds": seconds}
+        )
         return Deferred(seconds=seconds, priority=attempt.claimed.run.priority)
 
     def vetoed(self, outcome: TurnOutcome, choice: PrefixChoice) -> Ending | None:

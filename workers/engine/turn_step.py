@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -37,7 +38,7 @@ from workers.engine.turn_state import Ending, TurnState
 from workers.ports.admission import Demand, Priority
 from workers.ports.backend import CommittedStep
 from workers.ports.host import ModelReply, ModelRequest, ModelThrottled, StreamAborted
-from workers.telemetry import metrics
+from workers.telemetry import metrics, turn_spans
 
 log = logging.getLogger("parley.engine")
 
@@ -166,7 +167,9 @@ class StepRunner:
         )
         try:
             while True:
+                asked = time.time_ns()
                 grant = gate.admit(demand, sink.raise_if_interrupted)
+                turn_spans.waited_in_slot(asked, demand.model)
                 if isinstance(grant, Throttle):
                     return _deferred(grant, demand)
                 try:
@@ -196,21 +199,27 @@ class StepRunner:
         """One admitted call of the model, or how it ended the attempt; a 429 that is
         about rate (:class:`ModelThrottled`) propagates, for admission to handle."""
         attempt = self._attempt
-        try:
-            return attempt.host.model.stream(request, sink)
-        except StreamAborted:
-            return Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
-        except (Fenced, StoreError, ModelThrottled):
-            raise
-        except Exception as exc:
-            turn_id = attempt.turn.turn_id
-            log.warning("model failed on turn %s step %d", turn_id, step.index, exc_info=True)
-            # The step will not commit: retract what it streamed, or a resumed attempt's
-            # tokens would be read as a continuation of it.
-            sink.restart("failed")
-            return Ending(
-                status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
-            )
+        model = attempt.host.model
+        with turn_spans.model_call(model.name, step.index, step.prefix, step.messages) as span:
+            try:
+                reply = model.stream(request, sink)
+            except StreamAborted:
+                turn_spans.stopped(span, "cancelled")
+                return Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
+            except (Fenced, StoreError, ModelThrottled):
+                raise
+            except Exception as exc:
+                turn_id = attempt.turn.turn_id
+                log.warning("model failed on turn %s step %d", turn_id, step.index, exc_info=True)
+                turn_spans.stopped(span, type(exc).__name__)
+                # The step will not commit: retract what it streamed, or a resumed
+                # attempt's tokens would be read as a continuation of it.
+                sink.restart("failed")
+                return Ending(
+                    status=TurnStatus.FAILED, error=f"model failed: {type(exc).__name__}: {exc}"
+                )
+            turn_spans.replied(span, reply)
+            return reply
 
     # ------------------------------------------------------------------ judge
 

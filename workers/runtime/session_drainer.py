@@ -27,7 +27,7 @@ from workers.engine.turn_engine import TurnEngine
 from workers.engine.turn_state import Deferred
 from workers.ports.backend import Claim, ClaimedTurn, FinishReceipt, SessionLock
 from workers.runtime.session_leases import ProcessLeases
-from workers.telemetry import metrics
+from workers.telemetry import metrics, turn_spans
 from workers.telemetry.log_context import log_context
 
 log = logging.getLogger("parley.driver")
@@ -153,11 +153,16 @@ class SessionDrainer:
         running = claim[0]
         # A turn claimed before the stop or the slice's end is run: left claimed, it
         # would cost its next driver an attempt.
-        with _about(running), metrics.Driving(running):
+        with (
+            _about(running),
+            turn_spans.attempt(running, self.store) as span,
+            metrics.Driving(running),
+        ):
             log.info("running turn %s (attempt %d)", running.turn.turn_id, running.run.attempts + 1)
             status, receipt = self.engine.run_claimed(
                 claim, fence, holding=lock.held, claim_next=going_on
             )
+            turn_spans.ended(span, status)
             log.info("turn %s %s", running.turn.turn_id, _ended(status))
         return receipt
 
