@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.errors import InvalidRequest
-from workers.telemetry import metrics
+from workers.telemetry import exemplars, metrics
 from workers.telemetry.metrics import instruments
 
 log = logging.getLogger("parley.metrics")
@@ -133,6 +133,7 @@ def process_exited() -> None:
     directory = os.environ.get(MULTIPROC_VARIABLE)
     if directory and os.getpid() != _served.owner:
         _multiprocess().mark_process_dead(os.getpid(), directory)
+        exemplars.forget(os.getpid(), directory)
 
 
 def stop_worker() -> None:
@@ -203,8 +204,8 @@ class _LiveProcesses:
             pid = os.path.basename(path).rsplit("_", 1)[-1].removesuffix(".db")
             if pid.isdigit() and not _alive(int(pid)):
                 _multiprocess().mark_process_dead(int(pid), self._directory)
-        found: Iterable[Any] = self._collector.collect()
-        return found
+                exemplars.forget(int(pid), self._directory)
+        return exemplars.attach(self._collector.collect(), self._directory)
 
 
 def _multiprocess() -> Any:

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec
 
 from schemas.records import TurnStatus
+from workers.telemetry import exemplars
 
 if TYPE_CHECKING:
     from schemas.messages import StepPayload
@@ -198,6 +199,8 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+_BUCKETS = {spec.name: spec.buckets for spec in METRICS if spec.kind == "histogram"}
+
 
 class _Instruments:
     """This process's prometheus_client metrics, by name (built on first use)."""
@@ -290,6 +293,13 @@ def start_of(claimed: ClaimedTurn) -> str:
     return "resume"
 
 
+def _timed(name: str, seconds: float, **labels: str) -> None:
+    """Observe a latency, with the current trace as the bucket's exemplar (tracing on)."""
+    histogram = instruments()[name]
+    child = histogram.labels(**labels) if labels else histogram
+    exemplars.observe(child, name, labels, _BUCKETS[name], seconds)
+
+
 @_never_fails
 def _turn_claimed(claimed: ClaimedTurn) -> None:
     m = instruments()
@@ -300,7 +310,7 @@ def _turn_claimed(claimed: ClaimedTurn) -> None:
     if start == "new":
         # Wall clocks, the submitter's and this one's: a skew below zero reads as none.
         waited = (datetime.now(UTC) - claimed.turn.created_at).total_seconds()
-        m["parley_queue_wait_seconds"].observe(max(waited, 0.0))
+        _timed("parley_queue_wait_seconds", max(waited, 0.0))
     m["parley_turns_in_flight"].inc()
 
 
@@ -316,7 +326,7 @@ def turn_ended(outcome: str, seconds: float) -> None:
     that whoever sees the end sees it counted."""
     m = instruments()
     m["parley_turns_ended_total"].labels(outcome=outcome).inc()
-    m["parley_turn_duration_seconds"].labels(outcome=outcome).observe(seconds)
+    _timed("parley_turn_duration_seconds", seconds, outcome=outcome)
 
 
 class Driving:
@@ -344,7 +354,7 @@ class Driving:
 @_never_fails
 def first_token(seconds: float) -> None:
     """A turn attempt streamed its first token ``seconds`` after its claim."""
-    instruments()["parley_first_token_latency_seconds"].observe(seconds)
+    _timed("parley_first_token_latency_seconds", seconds)
 
 
 @_never_fails
