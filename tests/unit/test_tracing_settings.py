@@ -1,0 +1,80 @@
+"""When parley traces, as the standard variables say (docs/operations.md#traces), and the
+names it gives a model call's provider and model."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.errors import InvalidRequest
+from workers.telemetry import tracing
+from workers.telemetry.turn_spans import provider_and_model
+
+
+@pytest.fixture(autouse=True)
+def no_otel(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_SDK_DISABLED",
+        "OTEL_TRACES_EXPORTER",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_an_endpoint_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not tracing.configured()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert tracing.configured()
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces")
+    assert tracing.configured()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "  ")
+    assert not tracing.configured()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_SDK_DISABLED", "true"),
+        ("OTEL_SDK_DISABLED", "TRUE"),
+        ("OTEL_TRACES_EXPORTER", "none"),
+    ],
+)
+def test_the_standard_switches_turn_it_off(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv(name, value)
+    assert not tracing.configured()
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", "on"])
+def test_a_malformed_content_switch_is_refused(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="PARLEY_TRACE_CONTENT must be 1 or 0"):
+        tracing.check_environment({"PARLEY_TRACE_CONTENT": value})
+
+
+@pytest.mark.parametrize("value", ["", "0", "1", " 1 "])
+def test_a_content_switch_of_1_or_0_is_taken(value: str) -> None:
+    tracing.check_environment({"PARLEY_TRACE_CONTENT": value})
+
+
+def test_a_model_name_says_its_provider() -> None:
+    assert provider_and_model("openai:gpt-4o-mini") == ("openai", "gpt-4o-mini")
+    assert provider_and_model("anthropic:claude-x:beta") == ("anthropic", "claude-x:beta")
+    assert provider_and_model("scripted") == ("parley", "scripted")
+
+
+def test_off_every_span_is_nothing_and_no_context_is_stored() -> None:
+    tracing.reset_for_tests()
+    try:
+        assert tracing.tracer() is None
+        with tracing.span("anything") as span:
+            assert span is None
+        assert tracing.carrier() is None
+        assert (
+            tracing.context_of({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}) is None
+        )
+        assert tracing.trace_id() is None
+    finally:
+        tracing.reset_for_tests()
