@@ -1,4 +1,4 @@
-"""Traces on the fleet (SPEC §11, docs/operations.md#traces), read by a real OTLP/HTTP
+"""Traces on the fleet (docs/operations.md#traces), read by a real OTLP/HTTP
 receiver on loopback from what the standard exporter of each process sends: a turn
 submitted through the gateway with a ``traceparent`` is one trace from the caller's span
 to the last commit, across the queue hop; a worker SIGKILLed mid-turn leaves the redone

@@ -1,8 +1,8 @@
-"""Traces of the embedded runtime (SPEC §11), read by a real OTLP/HTTP receiver on
-loopback: the caller's current context is the parent of a Python submission; content
-only with ``PARLEY_TRACE_CONTENT=1``; a refused call and a wait for capacity have their
-spans; and without the variables parley makes no provider, no exporter, no thread and no
-span."""
+"""Traces of the embedded runtime (docs/operations.md#traces), read by a real OTLP/HTTP
+receiver on loopback: the caller's current context is the parent of a Python submission;
+content only with ``PARLEY_TRACE_CONTENT=1``; a refused call and a wait for capacity have
+their spans; the latency histograms' exemplars name the turn's trace; and without the
+variables parley makes no provider, no exporter, no thread and no span."""
 
 from __future__ import annotations
 
