@@ -261,3 +261,42 @@ print(metrics_export.exposition("application/openmetrics-text")[0].decode())
     assert list(counts.glob("exemplars_*.json")), "no exemplar file"
     assert _exemplars(done.stdout, "parley_turn_duration_seconds") == {trace_id}
     assert _exemplars(done.stdout, "parley_first_token_latency_seconds") == {trace_id}
+
+
+def test_a_batch_line_is_a_trace_of_its_own_from_its_first_attempt(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    # A batch's lines are stored without a context (a batch of 100 000 lines is not one
+    # trace): each line's first attempt starts its trace, and the run keeps it.
+    client, _session = _client(tmp_path)
+    lines = [
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"input": "hi"},
+        }
+        for i in range(2)
+    ]
+    batch = client.submit_batch(lines, root=str(tmp_path / "repo"))
+    outputs = list(batch.results(timeout=60))
+    assert len(outputs) == 2
+    turns = [o["response"]["body"]["id"] for o in outputs]
+    spans = receiver.wait_for(lambda got: sum(s.name == "invoke_agent parley" for s in got) == 2)
+    client.close()
+    by_turn = {s.attributes["parley.turn.id"]: s for s in spans if s.name == "invoke_agent parley"}
+    assert set(by_turn) == set(turns)
+    assert len({s.trace_id for s in by_turn.values()}) == 2  # a trace each
+    for turn_id, agent in by_turn.items():
+        assert agent.parent_span_id is None, tree(spans)  # the root of its trace
+        assert agent.attributes["parley.priority"] == "batch"
+        wait = next(
+            s
+            for s in spans
+            if s.name == "parley.wait queue" and s.attributes["parley.turn.id"] == turn_id
+        )
+        assert wait.parent_span_id == agent.span_id
+        stored = client.store.run_state(str(turn_id)).trace_context
+        assert stored is not None
+        assert stored["traceparent"].startswith(f"00-{agent.trace_id}-{agent.span_id}-")
+    client.close()
