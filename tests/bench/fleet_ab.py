@@ -1,7 +1,7 @@
 """Two checkouts of parley measured side by side, to tell which is faster.
 
     .venv/bin/python -m tests.bench.fleet_ab OTHER_CHECKOUT [--rounds 12]
-        [--other-python PATH]
+        [--other-python PATH] [--this-env NAME=VALUE ...]
 
 This machine's speed moves more from one run to the next than most changes do, so
 `tests.bench.fleet` before and after a change cannot tell them apart.  This starts a
@@ -10,7 +10,9 @@ database and queue, the same services), then alternates between them: every roun
 one-step turns on each (submit → first token, submit → end), every fourth round the
 200-turn throughput run on each (turns/s, CPU per turn of every process).  It prints
 the medians.  OTHER_CHECKOUT is a tree such as `git worktree add /tmp/before HEAD~1`;
-`--other-python` runs it with another interpreter (another set of packages).
+`--other-python` runs it with another interpreter (another set of packages);
+`--this-env` sets a variable for this checkout's side only (its fleet and client), so
+that one checkout against a worktree of itself measures a setting (tracing on, say).
 """
 
 from __future__ import annotations
@@ -90,6 +92,13 @@ def main() -> int:
     parser.add_argument("other", type=Path, help="the other checkout")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--other-python", default=sys.executable)
+    parser.add_argument(
+        "--this-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable for this checkout's side only (repeatable)",
+    )
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -97,12 +106,18 @@ def main() -> int:
         return 0
     checkouts = {"other": args.other.resolve(), "this": THIS_CHECKOUT}
     pythons = {"other": args.other_python, "this": sys.executable}
+    extra: dict[str, dict[str, str]] = {"other": {}, "this": {}}
+    for setting in args.this_env:
+        name, equals, value = setting.partition("=")
+        if not equals or not name:
+            parser.error(f"--this-env takes NAME=VALUE, not {setting!r}")
+        extra["this"][name] = value
     sides = {}
     for (name, tree), redis_url in zip(checkouts.items(), REDIS_URLS, strict=True):
         sides[name] = subprocess.Popen(
             [pythons[name], str(HERE), str(tree), "--side", redis_url],
             cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree)},
+            env={**os.environ, "PYTHONPATH": str(tree), **extra[name]},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

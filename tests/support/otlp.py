@@ -509,3 +509,21 @@ def _value(value: Any) -> AttributeValue:
     if which == "kvlist_value":
         return _attributes(value.kvlist_value.values)
     return None  # an empty AnyValue: the attribute was set without a value
+
+
+def main() -> None:
+    """``python -m tests.support.otlp``: a receiver that prints its endpoint and serves
+    until interrupted (a benchmark's collector), then how many spans it took."""
+    import signal
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with OtlpReceiver() as receiver:
+        print(receiver.endpoint, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+        print(f"{len(receiver.spans())} spans in {receiver.requests} requests", flush=True)
+
+
+if __name__ == "__main__":
+    main()
