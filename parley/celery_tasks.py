@@ -45,7 +45,7 @@ from workers.runtime.batch_window import batch_window, fill_batch_window
 from workers.runtime.concurrency import ConnectionBudget, drivers_per_process
 from workers.runtime.fleet import FleetRuntime, drive_session, sweep
 from workers.runtime.per_process import PerProcess
-from workers.store.database import unmigrated
+from workers.store.database import pooler_setting, unmigrated
 from workers.store.ids import validate_ids
 from workers.telemetry import tracing
 
@@ -56,6 +56,7 @@ settings = FleetSettings.from_env()
 # PARLEY_MODEL_LIMITS (say) stops at once, on one line naming it.
 AdmissionSettings.from_env()
 tracing.check_environment()
+pooler_setting()
 metrics_bind = metrics_export.MetricsBind.from_env()
 app = create_app(settings)
 # What one process drives at once, and the connections it takes: one turn until the

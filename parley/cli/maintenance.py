@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from rich.console import Console
 from rich.text import Text
@@ -22,7 +23,10 @@ def demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def migrate(args: argparse.Namespace, console: Console) -> int:
-    engine = database.create_database_engine(database_url_of(args.db))
+    # Past a pooler, to PostgreSQL itself when the operator names it: a migration's DDL
+    # and the locks it takes are a session's work, not a transaction pooler's.
+    direct = os.environ.get(database.DIRECT_URL_VARIABLE, "").strip()
+    engine = database.create_database_engine(args.db or direct or database_url_of(None))
     revision = database.migrate(engine)
     engine.dispose()
     console.print(f"schema at revision {revision}")

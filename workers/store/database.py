@@ -42,6 +42,30 @@ the sweeper ``parley-beat``): its connections' ``application_name`` is the role 
 pid, ``parley-worker:4242``, so ``pg_stat_activity`` shows who holds each connection."""
 
 
+DIRECT_URL_VARIABLE = "PARLEY_DATABASE_DIRECT_URL"
+"""PostgreSQL itself, past a pooler: where ``parley migrate`` connects when it is set
+(the processes keep ``PARLEY_DATABASE_URL``, the pooler)."""
+POOLER_VARIABLE = "PARLEY_DATABASE_POOLER"
+POOLERS = ("pgbouncer", "none")
+"""``pgbouncer``: a pooler in transaction mode stands between parley and PostgreSQL (no
+server-side prepared statement outlives its transaction); ``none``: nothing does.
+Unset, a PostgreSQL connection that answers from a port other than the one dialled is
+taken to be behind one (docs/scaling.md#pgbouncer)."""
+
+
+def pooler_setting(env: Any = None) -> str | None:
+    """``PARLEY_DATABASE_POOLER`` (None: unset, detect); :class:`InvalidRequest` for a
+    value that names no pooler."""
+    value = (os.environ if env is None else env).get(POOLER_VARIABLE, "").strip().lower()
+    if not value:
+        return None
+    if value not in POOLERS:
+        raise InvalidRequest(
+            f"{POOLER_VARIABLE} must be one of {', '.join(POOLERS)}, not {value!r}"
+        )
+    return value
+
+
 def normalise_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and drive them through psycopg 3."""
     for prefix in ("postgres://", "postgresql://"):
@@ -115,6 +139,20 @@ def _postgres_engine(url: str, *, pool_size: int, max_overflow: int, role: str) 
         # that holds it.
         params.setdefault("application_name", f"{role}:{os.getpid()}")
 
+    # Behind PgBouncer in transaction mode each transaction may run on another server
+    # connection, where a statement psycopg prepared on the last one does not exist:
+    # psycopg prepares none (prepare_threshold None).  parley keeps no other session
+    # state (no SET, advisory lock or LISTEN; the isolation level is set per BEGIN).
+    setting = pooler_setting()
+    behind: list[bool] = [] if setting is None else [setting == "pgbouncer"]
+
+    @event.listens_for(engine, "connect")
+    def _statements(dbapi_connection: Any, _record: Any) -> None:
+        if not behind:
+            behind.append(_behind_a_pooler(dbapi_connection))
+        if behind[0]:
+            dbapi_connection.prepare_threshold = None
+
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         # A pooled connection is silent while it idles (parley listens for no
@@ -126,6 +164,26 @@ def _postgres_engine(url: str, *, pool_size: int, max_overflow: int, role: str) 
             raise DisconnectionError("the server closed this pooled connection")
 
     return engine
+
+
+def _behind_a_pooler(dbapi_connection: Any) -> bool:
+    """Whether the server answering on this connection listens on another port than the
+    one it was reached on (a pooler forwards it); not over a Unix socket, where the
+    server has no port to tell (set ``PARLEY_DATABASE_POOLER`` there)."""
+    dialled = dbapi_connection.info.port
+    row = dbapi_connection.execute("SELECT inet_server_port()").fetchone()
+    dbapi_connection.rollback()
+    return bool(row and row[0] is not None and int(row[0]) != int(dialled))
+
+
+def behind_pooler(engine: Engine) -> bool:
+    """Whether ``engine``'s connections run without server-side prepared statements (a
+    pooler in transaction mode stands in front of PostgreSQL)."""
+    if engine.dialect.name != "postgresql":
+        return False
+    with engine.connect() as connection:
+        raw = connection.connection.driver_connection
+        return getattr(raw, "prepare_threshold", 5) is None
 
 
 def _readable(dbapi_connection: Any) -> bool:
