@@ -46,12 +46,13 @@ def parley_services() -> dict[str, dict[str, Any]]:
 
 
 def containers() -> list[dict[str, Any]]:
-    """Every container (and init container) of the manifests' pod templates."""
+    """Every container (and init container) of the manifests' pod templates that runs
+    parley's image (PgBouncer's is configured in its own terms)."""
     found = []
     for doc in manifests():
         pod = doc.get("spec", {}).get("template", {}).get("spec", {})
         found += pod.get("containers", []) + pod.get("initContainers", [])
-    return found
+    return [c for c in found if c["image"].split(":")[0] == IMAGE]
 
 
 def of_kind(kind: str, component: str | None = None) -> list[dict[str, Any]]:
@@ -223,6 +224,7 @@ def deploy_environment() -> dict[str, set[str]]:
         key
         for doc in objects
         if doc["kind"] in ("ConfigMap", "Secret")
+        and doc["metadata"]["labels"].get("app.kubernetes.io/component") != "pgbouncer"
         for key in (*doc.get("data", {}), *doc.get("stringData", {}))
     } | {e["name"] for c in containers() for e in c.get("env", [])}
     example = (DEPLOY / "parley.env.example").read_text()
@@ -345,3 +347,30 @@ def test_the_compose_file_runs_the_procfiles_processes_in_order() -> None:
     everything = set(compose()["services"])
     for service in services.values():
         assert set(service["depends_on"]) <= everything
+
+
+def test_every_deploy_puts_pgbouncer_in_transaction_mode_in_front_and_migrates_past_it() -> None:
+    # Compose: the processes through the pooler, the migration to PostgreSQL itself.
+    services = compose()["services"]
+    environment = parley_services()["release"]["environment"]
+    assert "@pgbouncer:" in environment["PARLEY_DATABASE_URL"]
+    assert "@postgres:" in environment["PARLEY_DATABASE_DIRECT_URL"]
+    assert environment["PARLEY_DATABASE_POOLER"] == "pgbouncer"
+    assert services["pgbouncer"]["environment"]["POOL_MODE"] == "transaction"
+    for name in ("worker", "beat", "gateway"):
+        assert services[name]["depends_on"]["pgbouncer"] == {"condition": "service_healthy"}
+    # Kubernetes: the same, the pooler a Deployment behind a Service of its own.
+    [config] = [
+        d
+        for d in manifests()
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "parley-secrets"
+    ]
+    [settings] = [d for d in manifests() if d["kind"] == "ConfigMap"]
+    [pooler] = of_kind("Deployment", "pgbouncer")
+    [service] = of_kind("Service", "pgbouncer")
+    host = config["stringData"]["PARLEY_DATABASE_URL"].split("@")[1].split(":")[0]
+    assert host == service["metadata"]["name"] == pooler["metadata"]["name"]
+    assert "@postgres:" in config["stringData"]["PARLEY_DATABASE_DIRECT_URL"]
+    assert settings["data"]["PARLEY_DATABASE_POOLER"] == "pgbouncer"
+    env = {e["name"]: e.get("value") for e in pod_spec(pooler)["containers"][0]["env"]}
+    assert env["POOL_MODE"] == "transaction"
