@@ -1,0 +1,211 @@
+"""The fleet behind PgBouncer in transaction mode (docs/scaling.md#pgbouncer): Debian's
+``pgbouncer`` on a port of its own in front of the tests' PostgreSQL, every process of
+the fleet (two workers on the Procfile's line, the sweeper, the client) connecting
+through it.  The fleet's scenarios hold: order per session, steers, readers that drop
+their stream and come back, a worker SIGKILLed mid-turn; the server sees no more
+connections than the pooler's pool, however many the fleet opens; and the same fleet
+with psycopg's prepared statements left on breaks, so the first test could fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import parley
+from schemas.events import EventKind
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos
+from tests.support.databases import PG_ADMIN_URL, fresh_postgres_database
+from tests.support.events import assert_once_in_order
+from tests.support.fleet import flush_redis, procfile_worker
+from tests.support.pgbouncer import PgBouncer, pgbouncer
+from workers.store.database import (
+    behind_pooler,
+    create_database_engine,
+    current_revision,
+    head_revision,
+)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+POOL_SIZE = 8
+
+
+@pytest.fixture
+def bouncer() -> Iterator[PgBouncer]:
+    with pgbouncer(pool_size=POOL_SIZE) as started:
+        yield started
+
+
+@pytest.fixture
+def bounced(workspace: Path, bouncer: PgBouncer) -> Iterator[Chaos]:
+    """A fleet whose every connection goes through ``bouncer`` (its pooler setting left
+    unset: each process detects it)."""
+    pool, concurrency = procfile_worker()
+    with fresh_postgres_database("bounced") as url:
+        flush_redis(CHAOS_REDIS_URL)
+        harness = Chaos(bouncer.url_of(url), workspace, pool=pool, concurrency=concurrency)
+        try:
+            yield harness
+        finally:
+            harness.close()
+
+
+def _server_connections(database_url: str) -> int:
+    database = database_url.rsplit("/", 1)[1]
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_the_fleet_behind_pgbouncer_keeps_order_steers_and_readers(bounced: Chaos) -> None:
+    bounced.control.script(
+        [
+            {
+                "when": "busy",
+                "steps": [
+                    {
+                        "text": "reading ",
+                        "chunk_chars": 3,
+                        "delay_ms": 5,
+                        "tool_calls": [{"name": "list_files"}],
+                    },
+                    {"text": "re: {last_message}", "chunk_chars": 3, "delay_ms": 2},
+                ],
+            }
+        ]
+    )
+    sessions = [bounced.client.open_session(bounced.workspace) for _ in range(8)]
+    handles = []
+    for n in range(3):
+        for session in sessions:
+            handle = session.submit(f"busy {n}")
+            handle.say(f"steer for turn {n}")  # queued: lands at the first boundary
+            handles.append(handle)
+    seen: dict[str, list[parley.Event]] = {}
+    peak = [0]
+
+    def read_with_a_reconnect(handle: parley.TurnHandle) -> None:
+        events: list[parley.Event] = []
+        for event in handle.events():  # drop the stream after 5 events...
+            events.append(event)
+            if len(events) == 5:
+                break
+        events.extend(handle.events(after=events[-1].seq))  # ...and come back
+        seen[handle.turn_id] = events
+
+    def watch_the_server() -> None:
+        while len(seen) < len(handles):
+            peak[0] = max(peak[0], _server_connections(bounced.database_url))
+
+    readers = [threading.Thread(target=read_with_a_reconnect, args=(h,)) for h in handles]
+    watcher = threading.Thread(target=watch_the_server, daemon=True)
+    watcher.start()
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(90)
+    for handle in handles:
+        result = handle.wait(60)
+        prompt = handle.record().prompt
+        assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
+        events = seen[handle.turn_id]
+        assert_once_in_order(events)
+        assert events[-1].kind is EventKind.END
+    for session in sessions:
+        history = session.history()
+        assert [t.prompt for t in history] == ["busy 0", "busy 1", "busy 2"]
+        assert [t.parent_id for t in history] == [None, history[0].turn_id, history[1].turn_id]
+    # Two workers of many threads, the sweeper and this client hold far more client
+    # connections than the server ever sees.
+    assert 0 < peak[0] <= POOL_SIZE, peak[0]
+
+
+def test_a_worker_killed_mid_turn_behind_pgbouncer_is_replaced(bounced: Chaos) -> None:
+    bounced.control.script(
+        [
+            {
+                "when": "crash",
+                "steps": [
+                    {"tool_calls": [{"name": "list_files"}]},
+                    {"tool_calls": [{"name": "wait_for_gate"}]},
+                    {"text": "done"},
+                ],
+            }
+        ]
+    )
+    handle = bounced.client.open_session(bounced.workspace).submit("crash inside a tool")
+    bounced.control.wait_entered()
+    victim = bounced.driver_pid(handle.turn_id)
+    os.killpg(bounced.worker_group_of(victim), signal.SIGKILL)
+    bounced.control.open_gate()
+    result = handle.wait(60)
+    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
+    assert [s.index for s in bounced.client.store.steps_of(handle.turn_id)] == [0, 1, 2]
+    assert bounced.client.store.run_state(handle.turn_id).attempts == 2
+    assert bounced.driver_pid(handle.turn_id) != victim
+
+
+def test_a_connection_through_pgbouncer_is_detected(bouncer: PgBouncer) -> None:
+    with fresh_postgres_database("detected") as url:
+        direct = create_database_engine(url)
+        through = create_database_engine(bouncer.url_of(url))
+        try:
+            assert not behind_pooler(direct)
+            assert behind_pooler(through)
+        finally:
+            direct.dispose()
+            through.dispose()
+
+
+def test_with_prepared_statements_left_on_the_same_turns_break(
+    bouncer: PgBouncer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the detection prevents: psycopg prepares a statement after its fifth run on a
+    # connection, and the pooler hands the next transaction another server connection.
+    monkeypatch.setenv("PARLEY_DATABASE_POOLER", "none")
+    host = parley.Host(
+        model=parley.models.ScriptedModel({"rules": [{"when": "", "steps": [{"text": "hi"}]}]})
+    )
+    with fresh_postgres_database("prepared") as url:
+        client = parley.connect(bouncer.url_of(url), host=host)
+        try:
+            session = client.open_session(str(tmp_path))
+            with pytest.raises(parley.errors.StoreError, match="prepared statement"):
+                for n in range(30):
+                    session.turn(f"hello {n}", timeout=30)
+        finally:
+            client.close()
+
+
+def test_parley_migrate_goes_past_the_pooler_to_the_direct_url(bouncer: PgBouncer) -> None:
+    with fresh_postgres_database("direct", migrated=False) as url:
+        env = {
+            **os.environ,
+            "PARLEY_DATABASE_URL": bouncer.url_of(url),
+            "PARLEY_DATABASE_DIRECT_URL": url,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "parley", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        engine = create_database_engine(url)
+        try:
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
+        assert f"schema at revision {head_revision()}" in done.stdout
