@@ -6,13 +6,14 @@ They nest in the turn's trace rather than fork one of their own: a submission se
 kick inside its ``parley.submit`` span, so the publish span, and the worker's run span
 under it, are in the caller's trace; the worker's ``invoke_agent`` span still hangs under
 the submission stored with the run (whoever kicked) and links the run span that started
-it.  A kick from the sweeper or a hand-over makes a trace of its own, linked the same
-way.
+it.  A kick from the sweeper, a hand-over or a kick when capacity is due makes a trace of
+its own (:func:`apart_from_the_current_trace`), linked the same way.
 """
 
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 
 from broker_config.settings import FleetSettings
 from workers.telemetry import tracing
@@ -36,3 +37,12 @@ def instrument_celery(settings: FleetSettings) -> None:
 
         CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
         _instrumented = True
+
+
+def apart_from_the_current_trace() -> AbstractContextManager[None]:
+    """For a kick a worker sends (a hand-over, a kick when capacity is due): its publish
+    span starts a trace of its own rather than join the trace of the task sending it,
+    which is another turn's."""
+    if not _instrumented:
+        return tracing.attached(None)
+    return tracing.attached(tracing.new_root())

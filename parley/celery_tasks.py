@@ -33,7 +33,7 @@ from broker_config.app import (
     send_kick,
 )
 from broker_config.settings import FleetSettings
-from broker_config.tracing import instrument_celery
+from broker_config.tracing import apart_from_the_current_trace, instrument_celery
 from parley import metrics_export
 from parley.host import host_from_environment, load_host
 from parley.housekeeping import Housekeeper
@@ -199,7 +199,8 @@ def hand_over(session_id: str) -> None:
     a duplicate kick is harmless.  The sweeper covers one that cannot be sent."""
     try:
         runtime().coordinator.mark_work(session_id)  # (the work mark and the flag)
-        send_kick(app, settings, session_id)
+        with apart_from_the_current_trace():
+            send_kick(app, settings, session_id)
     except Exception:
         log.warning("could not hand session %s over; the sweeper will", session_id)
 
@@ -209,7 +210,8 @@ def kick_later(session_id: str, seconds: float, priority: str) -> None:
     docs/admission.md), on its lane's queue.  The sweeper covers one that cannot be sent,
     once the turn's capacity is due."""
     try:
-        send_kick(app, settings, session_id, priority=priority, countdown=seconds)
+        with apart_from_the_current_trace():
+            send_kick(app, settings, session_id, priority=priority, countdown=seconds)
     except Exception:
         log.warning("could not schedule session %s's kick; the sweeper will", session_id)
 

@@ -82,8 +82,9 @@ def serve_worker(bind: MetricsBind) -> None:
     if directory:
         os.makedirs(directory, exist_ok=True)
         # An earlier run's files would count again (prometheus_client asks for the
-        # directory to be emptied between runs): only its own, *.db, are removed.
-        for stale in glob.glob(os.path.join(directory, "*.db")):
+        # directory to be emptied between runs): only its own, *.db, are removed, and
+        # parley's exemplar files.
+        for stale in glob.glob(os.path.join(directory, "*.db")) + exemplars.files(directory):
             os.remove(stale)
     else:
         directory = tempfile.mkdtemp(prefix="parley-metrics-")

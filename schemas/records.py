@@ -322,6 +322,16 @@ def _stored_form(server: Any) -> Any:
     return dict(server) if isinstance(server, Mapping) else server
 
 
+class Waiting(StrEnum):
+    """What a run that waits to be claimed waits for: its place in line (submitted or
+    resumed), provider capacity (deferred), or answers to a held step.  The next claim
+    makes a trace's wait span of it."""
+
+    QUEUE = "queue"
+    CAPACITY = "capacity"
+    APPROVAL = "approval"
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunState:
     """The execution record of a turn, as the engine needs it."""
@@ -358,7 +368,8 @@ class RunState:
     priority: str = "interactive"
     # The W3C trace context its attempts' spans join (docs/operations.md#traces).
     trace_context: dict[str, str] | None = None
-    # Since when it waited to be claimed (submitted, deferred, or holding for answers).
+    # Since when, and for what, it waited to be claimed (as read by its claim).
     waiting_since: datetime | None = None
+    waiting_for: Waiting | None = None
     # A run deferred for capacity: when its capacity was due (as read by its claim).
     not_before: datetime | None = None

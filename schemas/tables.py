@@ -170,9 +170,11 @@ runs = Table(
     # submission's, or its first traced attempt's; every attempt's spans join it
     # (docs/operations.md#traces).  None: no attempt was traced yet.
     Column("trace_context", Json, nullable=True),
-    # Since when the run waits to be claimed: submitted or resumed, deferred for
-    # capacity, or holding a step for answers (a trace's wait span starts here).
+    # Since when, and for what, the run waits to be claimed: ``queue`` (submitted or
+    # resumed), ``capacity`` (deferred) or ``approval`` (holding a step for answers); a
+    # trace's wait span is made of them at the next claim.
     Column("waiting_since", Timestamp, nullable=True),
+    Column("waiting_for", String(12), nullable=True),
     Index(None, "session_id", "status"),
     Index(
         "ix_runs_batch_queue",

@@ -300,3 +300,23 @@ def test_a_batch_line_is_a_trace_of_its_own_from_its_first_attempt(
         assert stored is not None
         assert stored["traceparent"].startswith(f"00-{agent.trace_id}-{agent.span_id}-")
     client.close()
+
+
+def test_a_trace_context_that_cannot_be_kept_does_not_fail_the_turn(
+    receiver: OtlpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schemas.errors import StoreError
+    from workers.store.sql_store import SqlStore
+
+    def refuse(_store: SqlStore, _run_id: str, _context: dict[str, str]) -> None:
+        raise StoreError("database error: the disk is full")
+
+    monkeypatch.setattr(SqlStore, "set_trace_context", refuse)
+    client, _session = _client(tmp_path)
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/responses", "body": {"input": "hi"}}
+    outputs = list(client.submit_batch([line], root=str(tmp_path / "repo")).results(timeout=60))
+    client.close()
+    assert outputs[0]["response"]["body"]["status"] == "completed"
+    spans = receiver.wait_for(lambda got: any(s.name == "invoke_agent parley" for s in got))
+    agent = next(s for s in spans if s.name == "invoke_agent parley")
+    assert agent.attributes["parley.outcome"] == "finished"

@@ -3,6 +3,8 @@ names it gives a model call's provider and model."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schemas.errors import InvalidRequest
@@ -78,3 +80,18 @@ def test_off_every_span_is_nothing_and_no_context_is_stored() -> None:
         assert tracing.trace_id() is None
     finally:
         tracing.reset_for_tests()
+
+
+def test_a_calls_input_messages_keep_the_newest_that_fit() -> None:
+    from schemas.messages import UserMessage
+    from workers.telemetry.turn_spans import INPUT_LIMIT, _input_messages
+
+    messages = [UserMessage(text=f"{n}:" + "x" * 5_000) for n in range(40)]
+    shown, left_out = _input_messages(messages)
+    assert len(shown) <= INPUT_LIMIT and left_out > 0
+    kept = json.loads(shown)
+    assert len(kept) == 40 - left_out
+    assert kept[-1]["parts"][0]["content"].startswith("39:")  # the newest are kept
+    assert _input_messages(messages[:2])[1] == 0
+    # One message over the whole budget is still shown (each text is cut anyway).
+    assert json.loads(_input_messages([UserMessage(text="y" * 100_000)])[0])

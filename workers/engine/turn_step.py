@@ -206,7 +206,10 @@ class StepRunner:
             except StreamAborted:
                 turn_spans.stopped(span, "cancelled")
                 return Ending(status=TurnStatus.CANCELLED, partial=sink.text or None)
-            except (Fenced, StoreError, ModelThrottled):
+            except ModelThrottled:
+                turn_spans.stopped(span, "rate_limited")  # a 429: admission handles it
+                raise
+            except (Fenced, StoreError):
                 raise
             except Exception as exc:
                 turn_id = attempt.turn.turn_id

@@ -571,6 +571,7 @@ def _run_row(
         "priority": "batch",
         "not_before": None,
         "waiting_since": now,
+        "waiting_for": q.WAITING_IN_LINE,
     }
 
 

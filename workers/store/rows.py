@@ -22,6 +22,7 @@ from schemas.records import (
     TurnRecord,
     TurnStatus,
     Usage,
+    Waiting,
 )
 from workers.ports.backend import CommittedStep
 from workers.store import statements as q
@@ -125,8 +126,13 @@ def run_state_of(run: Any) -> RunState:
         priority=getattr(run, "priority", None) or "interactive",
         trace_context=getattr(run, "trace_context", None),
         waiting_since=_aware_or_none(getattr(run, "waiting_since", None)),
+        waiting_for=_waiting(getattr(run, "waiting_for", None)),
         not_before=_aware_or_none(getattr(run, "not_before", None)),
     )
+
+
+def _waiting(value: str | None) -> Waiting | None:
+    return Waiting(value) if value is not None and value in Waiting._value2member_map_ else None
 
 
 def _aware_or_none(value: datetime | None) -> datetime | None:

@@ -27,8 +27,13 @@ from workers.telemetry import tracing
 MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 _PREFIX = "exemplars_"
 
+FLUSH_SECONDS = 1.0
+"""How often at most a process writes its exemplar file (a bucket's exemplar is at most
+this much older in the served metrics than in the process)."""
+
 _lock = threading.Lock()
 _latest: dict[str, list[Any]] = {}  # "name|labels|le" -> [trace id, value, time]
+_pending: threading.Timer | None = None
 
 
 def current() -> dict[str, str] | None:
@@ -49,18 +54,46 @@ def observe(
         return
     bound = next((b for b in buckets if value <= b), math.inf)
     key = f"{name}|{json.dumps(labels, sort_keys=True)}|{_le(bound)}"
+    global _pending
     with _lock:
         _latest[key] = [exemplar["trace_id"], value, time.time()]
-        _write(directory, dict(_latest))
+        if _pending is None:
+            # Written at most once a FLUSH_SECONDS, not at every observation.
+            _pending = threading.Timer(FLUSH_SECONDS, flush, args=(directory,))
+            _pending.daemon = True
+            _pending.start()
 
 
-def _write(directory: str, latest: dict[str, list[Any]]) -> None:
-    """Replace this process's file whole (a reader never sees half of one)."""
-    path = os.path.join(directory, f"{_PREFIX}{os.getpid()}.json")
-    partial = f"{path}.{threading.get_ident()}.tmp"
-    with open(partial, "w") as out:
-        json.dump(latest, out)
-    os.replace(partial, path)
+def flush(directory: str) -> None:
+    """Write this process's latest exemplars now (what its timer does)."""
+    global _pending
+    with _lock:
+        if _pending is not None:
+            _pending.cancel()
+            _pending = None
+        if not _latest:
+            return
+        path = os.path.join(directory, f"{_PREFIX}{os.getpid()}.json")
+        # Replaced whole: a reader never sees half of one.
+        with open(f"{path}.tmp", "w") as out:
+            json.dump(_latest, out)
+        os.replace(f"{path}.tmp", path)
+
+
+def _forget_the_parents() -> None:
+    """In a forked child: the parent's exemplars and timer are not this process's."""
+    global _pending, _lock
+    _lock = threading.Lock()
+    _latest.clear()
+    _pending = None
+
+
+os.register_at_fork(after_in_child=_forget_the_parents)
+
+
+def files(directory: str) -> list[str]:
+    """The exemplar files in ``directory`` (an earlier run's, at a worker's start)."""
+    return glob.glob(os.path.join(directory, f"{_PREFIX}*.json"))
 
 
 def forget(pid: int, directory: str) -> None:
@@ -74,6 +107,7 @@ def attach(metrics: Iterable[Any], directory: str) -> list[Any]:
     exemplar from every process's file."""
     from prometheus_client.samples import Exemplar
 
+    flush(directory)  # (a process that serves what it counts: its own, first)
     newest = _newest(directory)
     collected = list(metrics)
     if not newest:
@@ -97,7 +131,7 @@ def attach(metrics: Iterable[Any], directory: str) -> list[Any]:
 def _newest(directory: str) -> dict[str, list[Any]]:
     """Each bucket's newest exemplar over every process's file."""
     newest: dict[str, list[Any]] = {}
-    for path in glob.glob(os.path.join(directory, f"{_PREFIX}*.json")):
+    for path in files(directory):
         try:
             with open(path) as found:
                 kept = json.load(found)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from schemas.errors import InvalidRequest
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Link, Span, SpanKind, Tracer
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 log = logging.getLogger("parley.tracing")
 
@@ -66,9 +68,25 @@ def configured() -> bool:
     """Whether the standard variables ask for traces to be exported over OTLP."""
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() in ("none", ""):
-        return False
+    exporters = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    if "otlp" not in {e.strip() for e in exporters.split(",")}:
+        return False  # none, or only exporters parley does not ship (a warning says so)
     return any(os.environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def _warn_about_what_is_not_shipped() -> None:
+    """parley exports OTLP over HTTP (protobuf): say so once when the variables ask for
+    another protocol or exporter, rather than leave an operator wondering."""
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol != "http/protobuf":
+        log.warning("parley exports traces over OTLP/HTTP (http/protobuf), not %s", protocol)
+    exporters = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporters and exporters != "none" and "otlp" not in exporters.split(","):
+        log.warning("parley exports traces over OTLP only, not %s: no spans", exporters)
 
 
 def check_environment(env: Mapping[str, str] = os.environ) -> None:
@@ -101,6 +119,12 @@ def _decide() -> None:
     except InvalidRequest:
         log.warning("%s is malformed: spans carry no content", CONTENT_VARIABLE)
         _content = False
+    _warn_about_what_is_not_shipped()
+    if not configured() and "opentelemetry.trace" not in sys.modules:
+        # Nobody asked for traces, and no provider can have been installed without this
+        # module: off, without importing even the API.
+        _tracer, _decided = None, True
+        return
     try:
         from opentelemetry import trace
 
@@ -271,12 +295,11 @@ def carrier() -> dict[str, str] | None:
     if tracer() is None:
         return None
     from opentelemetry import trace
-    from opentelemetry.propagate import inject
 
     if not trace.get_current_span().get_span_context().is_valid:
         return None
     headers: dict[str, str] = {}
-    inject(headers)
+    _w3c().inject(headers)
     return headers or None
 
 
@@ -284,9 +307,16 @@ def context_of(stored: Mapping[str, str] | None) -> Context | None:
     """The context a stored carrier names (None: none, or tracing is off)."""
     if not stored or tracer() is None:
         return None
-    from opentelemetry.propagate import extract
+    return _w3c().extract(dict(stored))
 
-    return extract(dict(stored))
+
+def _w3c() -> TraceContextTextMapPropagator:
+    """The W3C trace context propagator, whatever ``OTEL_PROPAGATORS`` says: a run keeps
+    its trace's ``traceparent`` and ``tracestate``, never a caller's baggage (which an
+    instrumented client in the host could send on to a provider)."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator()
 
 
 def link_to_current() -> list[Link]:

@@ -15,11 +15,14 @@ Everything here returns at once when tracing is off (``tracing.tracer()`` is Non
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from schemas.errors import Fenced
+from schemas.records import Waiting
 from workers.telemetry import tracing
 
 if TYPE_CHECKING:
@@ -31,8 +34,13 @@ if TYPE_CHECKING:
     from workers.ports.backend import ClaimedTurn, Store
     from workers.ports.host import ModelReply
 
+log = logging.getLogger("parley.tracing")
+
 AGENT = "parley"
 """``gen_ai.agent.name``: the agent is parley's loop, whatever model it drives."""
+
+INPUT_LIMIT = 65_536
+"""Characters of a call's ``gen_ai.input.messages`` (its newest messages that fit)."""
 
 SHORT_WAIT_NS = 5_000_000
 """A wait for capacity inside an attempt shorter than this is no span of its own."""
@@ -70,7 +78,11 @@ def answer(
     carried it."""
     if tracing.tracer() is None:
         return tracing.span("")
-    stored = tracing.context_of(trace_context())
+    try:
+        stored = tracing.context_of(trace_context())
+    except Exception:  # the answer matters, its span does not: it goes without a parent
+        log.warning("could not read turn %s's trace context", turn_id, exc_info=True)
+        stored = None
     return tracing.span(
         "parley.approval answer",
         parent=stored,
@@ -119,11 +131,31 @@ def attempt(claimed: ClaimedTurn, store: Store) -> Iterator[Span | None]:
         f"invoke_agent {AGENT}", parent=parent, links=links, attributes=attributes
     ) as span:
         if stored is None:
-            here = tracing.carrier()
-            if here is not None:
-                store.set_trace_context(run.run_id, here)
+            _keep_context(store, run.run_id)
             _waited(claimed, None)
-        yield span
+        try:
+            yield span
+        except Fenced:
+            # Another driver holds the turn now: this attempt stops, the turn goes on.
+            if span is not None:
+                span.set_attribute("parley.outcome", "lost_session")
+            raise
+
+
+def _keep_context(store: Store, run_id: str) -> None:
+    """Store this attempt's context with a run that had none, so that later attempts
+    join its trace.  A failure only costs them that: it never fails the turn."""
+    here = tracing.carrier()
+    if here is None:
+        return
+    try:
+        store.set_trace_context(run_id, here)
+    except Exception:
+        log.warning(
+            "could not keep run %s's trace context; its next attempt starts another",
+            run_id,
+            exc_info=True,
+        )
 
 
 def _waited(claimed: ClaimedTurn, parent: Context | None) -> None:
@@ -133,12 +165,7 @@ def _waited(claimed: ClaimedTurn, parent: Context | None) -> None:
     run = claimed.run
     if claimed.previous_status != "queued" or run.waiting_since is None:
         return
-    if run.not_before is not None:
-        what = "capacity"
-    elif run.held_step is not None:
-        what = "approval"
-    else:
-        what = "queue"
+    what = str(run.waiting_for or Waiting.QUEUE)
     tracing.record(
         f"parley.wait {what}",
         started=run.waiting_since,
@@ -204,7 +231,10 @@ def model_call(
         attributes["gen_ai.system_instructions"] = _json(
             [{"type": "text", "content": tracing.clipped(prefix.system_prompt)}]
         )
-        attributes["gen_ai.input.messages"] = _json([_message(m) for m in messages])
+        shown, left_out = _input_messages(messages)
+        attributes["gen_ai.input.messages"] = shown
+        if left_out:
+            attributes["parley.input.messages_left_out"] = left_out
     with tracing.span(f"chat {model}", kind="CLIENT", attributes=attributes) as span:
         yield span
 
@@ -276,7 +306,21 @@ def _json(value: Any) -> str:
 
 
 def _call_part(call: ToolCall) -> dict[str, Any]:
-    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+    arguments = tracing.clipped(call.arguments)
+    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": arguments}
+
+
+def _input_messages(messages: Sequence[Message]) -> tuple[str, int]:
+    """``gen_ai.input.messages`` for a call: its newest messages whose JSON fits in
+    ``INPUT_LIMIT`` (a long turn's history would otherwise grow every call's span with
+    the square of its length), and how many older ones were left out."""
+    shown = [_json(_message(m)) for m in messages]
+    kept, size = 0, 2
+    for text in reversed(shown):
+        if kept and size + len(text) + 2 > INPUT_LIMIT:
+            break
+        kept, size = kept + 1, size + len(text) + 2
+    return "[" + ", ".join(shown[len(shown) - kept :]) + "]", len(shown) - kept
 
 
 def _message(message: Message) -> dict[str, Any]:
@@ -289,5 +333,9 @@ def _message(message: Message) -> dict[str, Any]:
     if message.role == "assistant":
         parts: list[dict[str, Any]] = [{"type": "text", "content": tracing.clipped(message.text)}]
         return {"role": "assistant", "parts": parts + [_call_part(c) for c in message.tool_calls]}
-    response = {"type": "tool_call_response", "id": message.call_id, "response": message.content}
+    response = {
+        "type": "tool_call_response",
+        "id": message.call_id,
+        "response": tracing.clipped(message.content),
+    }
     return {"role": "tool", "parts": [response]}

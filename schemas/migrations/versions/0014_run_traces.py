@@ -2,9 +2,10 @@
 
 ``trace_context``: the W3C trace context (``traceparent``, ``tracestate``) of the turn's
 trace, the submission's or its first traced attempt's, which every attempt on any worker
-restores.  ``waiting_since``: when the run last began to wait to be claimed (submitted or
-resumed, deferred for provider capacity, or holding a step for answers), where the
-trace's wait span starts.  Both null for every run before this revision.
+restores.  ``waiting_since`` and ``waiting_for``: when the run last began to wait to be
+claimed, and for what (``queue``: submitted or resumed; ``capacity``: deferred for
+provider capacity; ``approval``: holding a step for answers), of which the next claim
+makes the trace's wait span.  All null for every run before this revision.
 
 Revision ID: 0014
 Revises: 0013
@@ -31,9 +32,11 @@ def upgrade() -> None:
             )
         )
         batch.add_column(sa.Column("waiting_since", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("waiting_for", sa.String(12), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
+        batch.drop_column("waiting_for")
         batch.drop_column("waiting_since")
         batch.drop_column("trace_context")

@@ -195,6 +195,9 @@ from workers.store.statements.run_status import (
 from workers.store.statements.run_status import (
     WAITING as WAITING,
 )
+from workers.store.statements.run_status import (
+    WAITING_IN_LINE as WAITING_IN_LINE,
+)
 from workers.store.statements.runs import (
     ACTIVE_RUNS as ACTIVE_RUNS,
 )

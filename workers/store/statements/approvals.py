@@ -7,7 +7,12 @@ from sqlalchemy import case, func, select, update
 
 from schemas import tables as t
 from workers.store.statements.binds import b
-from workers.store.statements.run_status import QUEUED, RUNNING, WAITING
+from workers.store.statements.run_status import (
+    QUEUED,
+    RUNNING,
+    WAITING,
+    WAITING_FOR_APPROVAL,
+)
 
 # A driver's step waits for answers: the run waits, holding its step (fenced by the
 # session row the caller locked, and only while it runs).
@@ -18,6 +23,7 @@ HOLD_RUN = (
         status=WAITING,
         held_step=b("held_step", type_=t.Json),
         waiting_since=b("now"),
+        waiting_for=WAITING_FOR_APPROVAL,
         approval_count=t.runs.c.approval_count + b("asked"),
         last_seq=case((t.runs.c.last_seq > b("last_seq"), t.runs.c.last_seq), else_=b("last_seq")),
         worker=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import or_
 
 from schemas import tables as t
-from schemas.records import TurnStatus
+from schemas.records import TurnStatus, Waiting
 
 QUEUED = TurnStatus.QUEUED.value
 RUNNING = TurnStatus.RUNNING.value
@@ -13,6 +13,10 @@ WAITING = TurnStatus.WAITING.value
 ACTIVE = (QUEUED, RUNNING)
 UNFINISHED = (*ACTIVE, WAITING)
 RESUMABLE = tuple(s.value for s in TurnStatus if s.resumable)
+# What a run that waits to be claimed waits for (``runs.waiting_for``).
+WAITING_IN_LINE = Waiting.QUEUE.value
+WAITING_FOR_CAPACITY = Waiting.CAPACITY.value
+WAITING_FOR_APPROVAL = Waiting.APPROVAL.value
 
 # Queued or running, spelt with fixed binds rather than an IN list: SQLAlchemy expands an
 # IN list on every execution, while this is the same SQL each time (prepared once, and

@@ -7,7 +7,13 @@ from sqlalchemy import Boolean, case, func, insert, null, select, update
 
 from schemas import tables as t
 from workers.store.statements.binds import b
-from workers.store.statements.run_status import IS_UNFINISHED, QUEUED, RUNNING
+from workers.store.statements.run_status import (
+    IS_UNFINISHED,
+    QUEUED,
+    RUNNING,
+    WAITING_FOR_CAPACITY,
+    WAITING_IN_LINE,
+)
 
 RUN_BY_TURN = select(t.runs).where(t.runs.c.turn_id == b("turn_id"))
 
@@ -56,6 +62,7 @@ INSERT_RUN = insert(t.runs).values(
     host_context=b("host_context", type_=t.Json),
     trace_context=b("trace_context", type_=t.Json),
     waiting_since=b("now"),
+    waiting_for=WAITING_IN_LINE,
     steps=0,
     input_tokens=0,
     output_tokens=0,
@@ -142,6 +149,7 @@ DEFER_RUN = (
         status=QUEUED,
         not_before=b("not_before"),
         waiting_since=b("now"),
+        waiting_for=WAITING_FOR_CAPACITY,
         worker=None,
         stalled_attempts=case(
             (t.runs.c.stalled_attempts > 0, t.runs.c.stalled_attempts - 1), else_=0
@@ -214,6 +222,7 @@ RESUME_RUN = (
         status=QUEUED,
         queued_at=b("now"),
         waiting_since=b("now"),
+        waiting_for=WAITING_IN_LINE,
         queue_position=b("position"),
         # Whoever resumes a turn that gave up gives it a fresh set of attempts.
         stalled_attempts=0,
