@@ -27,6 +27,7 @@ from tests.support.databases import terminate_backends
 from tests.support.deployments import on_fleet_deployments
 from tests.support.events import assert_once_in_order
 from tests.support.fleet import flush_redis
+from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
 from tests.support.waiting import wait_until
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
@@ -42,34 +43,7 @@ def chaos(workspace: Path, deployment: str, request: pytest.FixtureRequest) -> I
 
 @pytest.mark.also_amqp
 def test_a_worker_killed_during_a_tool_call_is_replaced_and_the_step_redone(chaos: Chaos) -> None:
-    chaos.control.script(
-        [
-            {
-                "when": "crash",
-                "steps": [
-                    {"tool_calls": [{"name": "list_files"}]},
-                    {"tool_calls": [{"name": "wait_for_gate"}]},
-                    {"text": "done"},
-                ],
-            }
-        ]
-    )
-    session = chaos.client.open_session(chaos.workspace)
-    handle = session.submit("crash inside a tool")
-    chaos.control.wait_entered()
-    victim = chaos.driver_pid(handle.turn_id)
-    os.killpg(chaos.worker_group_of(victim), signal.SIGKILL)
-    killed_at = time.monotonic()
-    chaos.control.open_gate()
-
-    result = handle.wait(60)
-    recovered_in = time.monotonic() - killed_at
-    assert (result.turn_id, result.run_id) == (handle.turn_id, handle.run_id)
-    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
-    assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1, 2]
-    state = chaos.client.store.run_state(handle.turn_id)
-    assert state.attempts == 2 and chaos.driver_pid(handle.turn_id) != victim
-    assert chaos.control.gate_calls == 2  # the uncommitted step ran its tool again
+    handle, recovered_in = killed_during_a_tool_call(chaos)
     events = list(handle.events())
     restarts = [e.data for e in events if e.kind is EventKind.STEP_RESTARTED]
     assert restarts == [{"index": 1, "reason": "resumed"}]
@@ -278,57 +252,7 @@ def test_terminating_the_workers_database_backends_mid_turn(chaos: Chaos) -> Non
 
 @pytest.mark.also_amqp
 def test_many_sessions_with_steers_and_reconnecting_readers(chaos: Chaos) -> None:
-    chaos.control.script(
-        [
-            {
-                "when": "busy",
-                "steps": [
-                    {
-                        "text": "reading ",
-                        "chunk_chars": 3,
-                        "delay_ms": 5,
-                        "tool_calls": [{"name": "list_files"}],
-                    },
-                    {"text": "re: {last_message}", "chunk_chars": 3, "delay_ms": 2},
-                ],
-            }
-        ]
-    )
-    sessions = [chaos.client.open_session(chaos.workspace) for _ in range(6)]
-    handles = []
-    for n in range(3):
-        for session in sessions:
-            handle = session.submit(f"busy {n}")
-            handle.say(f"steer for turn {n}")  # queued: lands at the first boundary
-            handles.append(handle)
-
-    seen: dict[str, list[parley.Event]] = {}
-
-    def read_with_a_reconnect(handle: parley.TurnHandle) -> None:
-        events: list[parley.Event] = []
-        for event in handle.events():  # drop the connection after 5 events...
-            events.append(event)
-            if len(events) == 5:
-                break
-        events.extend(handle.events(after=events[-1].seq))  # ...and come back
-        seen[handle.turn_id] = events
-
-    readers = [threading.Thread(target=read_with_a_reconnect, args=(h,)) for h in handles]
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join(90)
-    for handle in handles:
-        result = handle.wait(60)
-        prompt = handle.record().prompt
-        assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
-        events = seen[handle.turn_id]
-        assert_once_in_order(events)
-        assert events[-1].kind is EventKind.END
-    for session in sessions:
-        history = session.history()
-        assert [t.prompt for t in history] == ["busy 0", "busy 1", "busy 2"]
-        assert [t.parent_id for t in history] == [None, history[0].turn_id, history[1].turn_id]
+    steers_and_rejoining_readers(chaos)
 
 
 def test_a_driver_that_lost_its_lock_during_a_slow_approval_runs_no_tool(chaos: Chaos) -> None:

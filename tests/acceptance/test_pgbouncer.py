@@ -9,7 +9,6 @@ with psycopg's prepared statements left on breaks, so the first test could fail.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,11 +19,10 @@ import psycopg
 import pytest
 
 import parley
-from schemas.events import EventKind
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos
 from tests.support.databases import PG_ADMIN_URL, fresh_postgres_database
-from tests.support.events import assert_once_in_order
 from tests.support.fleet import flush_redis, procfile_worker
+from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
 from tests.support.pgbouncer import PgBouncer, pgbouncer
 from workers.store.database import (
     behind_pooler,
@@ -69,91 +67,28 @@ def _server_connections(database_url: str) -> int:
 
 
 def test_the_fleet_behind_pgbouncer_keeps_order_steers_and_readers(bounced: Chaos) -> None:
-    bounced.control.script(
-        [
-            {
-                "when": "busy",
-                "steps": [
-                    {
-                        "text": "reading ",
-                        "chunk_chars": 3,
-                        "delay_ms": 5,
-                        "tool_calls": [{"name": "list_files"}],
-                    },
-                    {"text": "re: {last_message}", "chunk_chars": 3, "delay_ms": 2},
-                ],
-            }
-        ]
-    )
-    sessions = [bounced.client.open_session(bounced.workspace) for _ in range(8)]
-    handles = []
-    for n in range(3):
-        for session in sessions:
-            handle = session.submit(f"busy {n}")
-            handle.say(f"steer for turn {n}")  # queued: lands at the first boundary
-            handles.append(handle)
-    seen: dict[str, list[parley.Event]] = {}
     peak = [0]
-
-    def read_with_a_reconnect(handle: parley.TurnHandle) -> None:
-        events: list[parley.Event] = []
-        for event in handle.events():  # drop the stream after 5 events...
-            events.append(event)
-            if len(events) == 5:
-                break
-        events.extend(handle.events(after=events[-1].seq))  # ...and come back
-        seen[handle.turn_id] = events
+    done = threading.Event()
 
     def watch_the_server() -> None:
-        while len(seen) < len(handles):
+        while not done.is_set():
             peak[0] = max(peak[0], _server_connections(bounced.database_url))
+            done.wait(0.05)
 
-    readers = [threading.Thread(target=read_with_a_reconnect, args=(h,)) for h in handles]
     watcher = threading.Thread(target=watch_the_server, daemon=True)
     watcher.start()
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join(90)
-    for handle in handles:
-        result = handle.wait(60)
-        prompt = handle.record().prompt
-        assert result.reply == f"re: steer for turn {prompt.split()[-1]}"
-        events = seen[handle.turn_id]
-        assert_once_in_order(events)
-        assert events[-1].kind is EventKind.END
-    for session in sessions:
-        history = session.history()
-        assert [t.prompt for t in history] == ["busy 0", "busy 1", "busy 2"]
-        assert [t.parent_id for t in history] == [None, history[0].turn_id, history[1].turn_id]
+    try:
+        steers_and_rejoining_readers(bounced, sessions=8)
+    finally:
+        done.set()
+        watcher.join(10)
     # Two workers of many threads, the sweeper and this client hold far more client
     # connections than the server ever sees.
     assert 0 < peak[0] <= POOL_SIZE, peak[0]
 
 
 def test_a_worker_killed_mid_turn_behind_pgbouncer_is_replaced(bounced: Chaos) -> None:
-    bounced.control.script(
-        [
-            {
-                "when": "crash",
-                "steps": [
-                    {"tool_calls": [{"name": "list_files"}]},
-                    {"tool_calls": [{"name": "wait_for_gate"}]},
-                    {"text": "done"},
-                ],
-            }
-        ]
-    )
-    handle = bounced.client.open_session(bounced.workspace).submit("crash inside a tool")
-    bounced.control.wait_entered()
-    victim = bounced.driver_pid(handle.turn_id)
-    os.killpg(bounced.worker_group_of(victim), signal.SIGKILL)
-    bounced.control.open_gate()
-    result = handle.wait(60)
-    assert result.outcome is parley.TurnStatus.FINISHED and result.reply == "done"
-    assert [s.index for s in bounced.client.store.steps_of(handle.turn_id)] == [0, 1, 2]
-    assert bounced.client.store.run_state(handle.turn_id).attempts == 2
-    assert bounced.driver_pid(handle.turn_id) != victim
+    killed_during_a_tool_call(bounced)
 
 
 def test_a_connection_through_pgbouncer_is_detected(bouncer: PgBouncer) -> None:

@@ -20,19 +20,10 @@ from tests.support.chaos import Chaos, chaos_fleet
 from tests.support.fleet import procfile_worker
 from tests.support.gateway import TOKEN, Gateway, start_fleet_gateway, wait_ready
 from tests.support.helpers import Control
-from tests.support.otlp import OtlpReceiver, ReceivedSpan, tree
+from tests.support.otlp import CONTENT_ATTRIBUTES, OtlpReceiver, ReceivedSpan, tree
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-CONTENT_ATTRIBUTES = {
-    "gen_ai.input.messages",
-    "gen_ai.output.messages",
-    "gen_ai.system_instructions",
-    "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result",
-    "parley.prompt",
-}
 
 
 @pytest.fixture

@@ -17,19 +17,11 @@ import pytest
 
 import parley
 from parley import metrics_export
-from tests.support.otlp import OtlpReceiver, ReceivedSpan, tree
+from tests.support.otlp import CONTENT_ATTRIBUTES, OtlpReceiver, ReceivedSpan, tree
 from workers.telemetry import tracing
 
 REPO = Path(__file__).resolve().parents[2]
 
-CONTENT = {
-    "gen_ai.input.messages",
-    "gen_ai.output.messages",
-    "gen_ai.system_instructions",
-    "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result",
-    "parley.prompt",
-}
 
 SCRIPT = {
     "rules": [
@@ -110,7 +102,7 @@ def test_the_callers_current_span_is_the_parent_of_a_python_submission(
     assert tools["execute_tool read_file"]["parley.tool.decision"] == "ran"
     assert tools["execute_tool write_file"]["parley.tool.decision"] == "refused"
     # No content without the opt-in.
-    assert not CONTENT & {k for s in receiver.spans() for k in s.attributes}, shown
+    assert not CONTENT_ATTRIBUTES & {k for s in receiver.spans() for k in s.attributes}, shown
 
 
 def test_content_is_in_spans_only_with_the_opt_in(

@@ -58,6 +58,19 @@ Attributes: TypeAlias = dict[str, AttributeValue]
 """A span's, event's, link's or resource's attributes by key."""
 
 
+CONTENT_ATTRIBUTES = frozenset(
+    {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "parley.prompt",
+    }
+)
+"""The attributes of parley's spans that carry content (``PARLEY_TRACE_CONTENT=1``)."""
+
+
 @dataclass(frozen=True)
 class ReceivedSpan:
     """One span as the receiver decoded it: ids in lowercase hex, enums by name."""
