@@ -35,6 +35,12 @@ TURN_COLUMNS = (
 )
 
 
+NOT_RUN_AGAIN = "error: not run again"
+"""How an approved call's result begins when an earlier attempt started it and died
+before its step committed (workers/engine/tool_calls.py): it may have run once, in that
+attempt, and is never run again."""
+
+
 @dataclass(frozen=True)
 class Violation:
     rule: str
@@ -199,7 +205,8 @@ class Checker:
 
     def _ledger(self) -> None:
         """Every ledger call a committed step reports ran, and none began after its step
-        committed; a denied call never ran."""
+        committed; a denied call never ran; an approved call whose attempt died while it
+        ran (its result says it was not run again) ran at most once."""
         reruns = 0
         for turn_id, steps in self.store.steps.items():
             for _, payload, committed_at in steps:
@@ -210,9 +217,13 @@ class Checker:
                     mark = marks.get(result["call_id"])
                     calls = self.ledger.get((turn_id, str(mark)), [])
                     ran = result["content"].startswith("noted")
+                    unknown = result["content"].startswith(NOT_RUN_AGAIN)
                     if ran and not calls:
                         self.flag("tools really ran", turn_id, f"{mark}: committed, not in ledger")
-                    if not ran and calls:
+                    if unknown and len(calls) > 1:
+                        rule = "an approved call runs at most once"
+                        self.flag(rule, turn_id, f"{mark} ran {len(calls)}x")
+                    if not ran and not unknown and calls:
                         self.flag("a denied call never runs", turn_id, f"{mark} ran {len(calls)}x")
                     late = [at for at in calls if at > committed_at.timestamp()]
                     if late:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.soak.checker import Checker, Store
+from tests.soak.checker import NOT_RUN_AGAIN, Checker, Store
 from tests.soak.journal import Answer, Head, Journal, Reader, Say, TreeSnapshot, Turn
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -96,6 +96,20 @@ def _denied_call_ran(store: Store, journal: Journal, ledger: Any) -> None:
     store.steps["t2"] = [(0, ledger_step("mt2", content="denied by a person"), at(1.5))]
 
 
+def _approved_call_ran_twice(store: Store, journal: Journal, ledger: Any) -> None:
+    store.steps["t2"] = [(0, ledger_step("mt2", content=NOT_RUN_AGAIN + ": …"), at(1.5))]
+    ledger[("t2", "mt2")].append(T0.timestamp() + 1.35)
+
+
+def test_an_approved_call_cut_off_while_it_ran_may_have_run_once() -> None:
+    # Its attempt died after it began (the ledger has it) and before its step
+    # committed: the next attempt does not run it again, and says so.  Found in a
+    # 30-minute soak, which the checker then counted as a denied call that ran.
+    store, journal, ledger = healthy()
+    store.steps["t2"] = [(0, ledger_step("mt2", content=NOT_RUN_AGAIN + ": …"), at(1.5))]
+    assert rules(store, journal, ledger) == set()
+
+
 def _say_lost(store: Store, journal: Journal, ledger: Any) -> None:
     journal.turns["t2"].says.append(Say("lost", "accepted"))
 
@@ -163,6 +177,7 @@ def _started_out_of_order(store: Store, journal: Journal, ledger: Any) -> None:
         (_tool_after_commit, "no tool call runs again after its step committed"),
         (_tool_never_ran, "tools really ran"),
         (_denied_call_ran, "a denied call never runs"),
+        (_approved_call_ran_twice, "an approved call runs at most once"),
         (_say_lost, "a steer is delivered or reported"),
         (_say_twice, "a steer is delivered or reported"),
         (_refused_say_delivered, "a refused steer is not delivered"),
