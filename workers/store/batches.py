@@ -1,4 +1,4 @@
-"""The store's side of files and batches (docs/batches.md).
+"""The store's side of batches (docs/batches.md); their files are :mod:`workers.store.files`.
 
 A batch is accepted in one transaction: its rows, and for every line that opens a
 session the session, turn, run and ``queued`` event, each table written in bulk
@@ -10,8 +10,8 @@ its error file are queries over its lines' runs, so no turn's end touches a batc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,13 +28,15 @@ from schemas.batches import (
     LinePlan,
     LineRefusal,
 )
-from schemas.errors import BatchNotFound, FileNotFound
-from schemas.events import Ended, Event, Queued
+from schemas.errors import BatchNotFound
+from schemas.events import Ended, Event
 from schemas.records import Approval, RunState, TurnRecord, TurnStatus
 from workers.ports.backend import CommittedStep
+from workers.store import line_rows as lr
 from workers.store import statements as q
 from workers.store.clock import utc_now
 from workers.store.connection import IntegrityConflict, StoreConnection
+from workers.store.files import FileStore, file_row
 from workers.store.ids import new_id
 from workers.store.rows import (
     aware,
@@ -44,9 +46,7 @@ from workers.store.rows import (
     run_state_of,
     turn_record,
 )
-from workers.store.session_titles import title_of_prompt
 from workers.store.statements import batches as bq
-from workers.store.submissions import SubmissionStore
 
 CANCELLED_UNSTARTED = "the batch was cancelled before this line started"
 
@@ -85,44 +85,8 @@ class Cancelled:
     unfinished: tuple[str, ...]
 
 
-class BatchStore(SubmissionStore):
+class BatchStore(FileStore):
     """Files and batches (see the module docstring)."""
-
-    # ----------------------------------------------------------------------- files
-
-    def create_file(self, record: FileRecord, parts: Iterator[bytes]) -> FileRecord:
-        """Store an upload whose bytes come as ``parts`` (each at most a MiB, read one at
-        a time): the file, with its size, once every part is in."""
-        size = 0
-        with self._tx() as db:
-            db.execute(bq.INSERT_FILE, _file_row(record))
-            for number, data in enumerate(parts):
-                db.execute(
-                    bq.INSERT_FILE_PART, {"file_id": record.file_id, "part": number, "data": data}
-                )
-                size += len(data)
-            db.execute(bq.SET_FILE_BYTES, {"b_file_id": record.file_id, "b_bytes": size})
-        return replace(record, bytes=size)
-
-    def get_file(self, file_id: str) -> FileRecord:
-        row = self._reading(lambda db: db.execute(bq.FILE, {"b_file_id": file_id}).one_or_none())
-        if row is None:
-            raise FileNotFound(f"no file {file_id!r}")
-        return _file_record(row)
-
-    def file_part(self, file_id: str, part: int) -> bytes | None:
-        """Part ``part`` (from 0) of an upload, None past its last."""
-        data = self._reading(
-            lambda db: db.execute(
-                bq.FILE_PART, {"b_file_id": file_id, "b_part": part}
-            ).scalar_one_or_none()
-        )
-        return None if data is None else bytes(data)
-
-    def set_file_bytes(self, file_id: str, size: int) -> None:
-        """Record the size of a batch's file, counted once its batch ended."""
-        with self._tx() as db:
-            db.execute(bq.SET_FILE_BYTES, {"b_file_id": file_id, "b_bytes": size})
 
     # --------------------------------------------------------------------- batches
 
@@ -168,7 +132,7 @@ class BatchStore(SubmissionStore):
                         lines.append(continued)
             # The batch row once its lines are known (a continuation may be refused).
             db.execute(bq.INSERT_BATCH, _batch_row(batch, len(lines), refusals, now))
-            lines.extend(_refused_row(r) for r in refusals)
+            lines.extend(lr.refused_row(r) for r in refusals)
             db.insert_bulk(t.batch_lines, [{**row, "batch_id": batch.batch_id} for row in lines])
         return batch.batch_id
 
@@ -180,11 +144,11 @@ class BatchStore(SubmissionStore):
         sessions, turns, runs, events, lines = [], [], [], [], []
         for plan in plans:
             turn_id, run_id = new_id(), new_id()
-            sessions.append(_opened_session(plan, tenant, now))
-            turns.append(_turn_row(plan, turn_id, 1, now))
-            runs.append(_run_row(plan, turn_id, run_id, 1, now))
-            events.append(_queued_row(turn_id, run_id, now))
-            lines.append(_line_row(plan, turn_id))
+            sessions.append(lr.opened_session_row(plan, tenant, now))
+            turns.append(lr.turn_row(plan, turn_id, 1, now))
+            runs.append(lr.run_row(plan, turn_id, run_id, 1, now))
+            events.append(lr.queued_row(turn_id, run_id, now))
+            lines.append(lr.line_row(plan, turn_id))
         for table, rows in (
             (t.sessions, sessions),
             (t.turns, turns),
@@ -213,11 +177,11 @@ class BatchStore(SubmissionStore):
             )
         ordinal = self._count_turn(db, plan.session_id, plan.prompt)
         turn_id, run_id = new_id(), new_id()
-        db.execute(q.INSERT_TURN, _binds(_turn_row(plan, turn_id, ordinal, now)))
-        db.execute(q.INSERT_RUN, _run_binds(plan, turn_id, run_id, ordinal, now))
-        queued = _queued_row(turn_id, run_id, now)
+        db.execute(q.INSERT_TURN, lr.turn_binds(lr.turn_row(plan, turn_id, ordinal, now)))
+        db.execute(q.INSERT_RUN, lr.run_binds(plan, turn_id, run_id, ordinal, now))
+        queued = lr.queued_row(turn_id, run_id, now)
         db.execute(q.INSERT_QUEUED, {"b_turn_id": turn_id, "b_data": queued["data"], "b_now": now})
-        return _line_row(plan, turn_id)
+        return lr.line_row(plan, turn_id)
 
     def _batch_by_request(self, tenant: str | None, request_id: str) -> BatchRecord | None:
         row = self._reading(
@@ -445,35 +409,9 @@ def _batch_line(row: Any) -> BatchLine:
     )
 
 
-def _file_row(record: FileRecord) -> dict[str, Any]:
-    return {
-        "id": record.file_id,
-        "tenant": record.tenant,
-        "purpose": record.purpose,
-        "filename": record.filename,
-        "kind": record.kind.value,
-        "bytes": record.bytes,
-        "batch_id": record.batch_id,
-        "created_at": record.created_at,
-    }
-
-
-def _file_record(row: Any) -> FileRecord:
-    return FileRecord(
-        file_id=row.id,
-        tenant=row.tenant,
-        purpose=row.purpose,
-        filename=row.filename,
-        kind=FileKind(row.kind),
-        bytes=row.bytes,
-        batch_id=row.batch_id,
-        created_at=aware(row.created_at),
-    )
-
-
 def _batch_file_row(batch: NewBatch, kind: FileKind, file_id: str, now: datetime) -> dict[str, Any]:
     name = "output" if kind is FileKind.BATCH_OUTPUT else "errors"
-    return _file_row(
+    return file_row(
         FileRecord(
             file_id=file_id,
             tenant=batch.tenant,
@@ -509,123 +447,4 @@ def _batch_row(
         "created_at": now,
         "cancelling_at": None,
         "ended_at": now if failed else None,
-    }
-
-
-def _opened_session(plan: LinePlan, tenant: str | None, now: datetime) -> dict[str, Any]:
-    return {
-        "id": plan.session_id,
-        "root": plan.root,
-        "metadata": plan.metadata,
-        "head_turn_id": None,
-        "fence": 0,
-        "turn_count": 1,
-        "tokens_used": 0,
-        "token_ceiling": None,
-        "prefix_generation": 0,
-        "created_at": now,
-        "tenant": tenant,
-        "retention_seconds": None,
-        "webhook_url": None,
-        "last_active_at": now,
-        "title": title_of_prompt(plan.prompt),
-    }
-
-
-def _turn_row(plan: LinePlan, turn_id: str, ordinal: int, now: datetime) -> dict[str, Any]:
-    return {
-        "id": turn_id,
-        "session_id": plan.session_id,
-        "parent_id": None,
-        "ordinal": ordinal,
-        "prompt": plan.prompt,
-        "request_id": plan.custom_id,
-        "created_at": now,
-    }
-
-
-def _run_row(
-    plan: LinePlan, turn_id: str, run_id: str, position: int, now: datetime
-) -> dict[str, Any]:
-    """A line's queued run, every column given (``COPY`` applies no Python defaults)."""
-    return {
-        "id": run_id,
-        "turn_id": turn_id,
-        "session_id": plan.session_id,
-        "status": TurnStatus.QUEUED.value,
-        "attempts": 0,
-        "stalled_attempts": 0,
-        "contract": plan.contract.to_json() if plan.contract else None,
-        "host_context": None,
-        "steps": 0,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cached_tokens": 0,
-        "steer_count": 0,
-        "steer_cursor": 0,
-        "inbox_open": True,
-        "last_seq": 1,
-        "queued_at": now,
-        "queue_position": position,
-        "approval_count": 0,
-        "priority": "batch",
-        "not_before": None,
-        "waiting_since": now,
-        "waiting_for": q.WAITING_IN_LINE,
-    }
-
-
-def _run_binds(
-    plan: LinePlan, turn_id: str, run_id: str, position: int, now: datetime
-) -> dict[str, Any]:
-    """INSERT_RUN's binds for a line that continues its session."""
-    return {
-        "b_run_id": run_id,
-        "b_turn_id": turn_id,
-        "b_session_id": plan.session_id,
-        "b_contract": plan.contract.to_json() if plan.contract else None,
-        "b_host_context": None,
-        "b_trace_context": None,
-        "b_now": now,
-        "b_position": position,
-        "b_priority": "batch",
-    }
-
-
-def _binds(row: dict[str, Any]) -> dict[str, Any]:
-    """INSERT_TURN's binds of a turn row."""
-    return {
-        "b_turn_id": row["id"],
-        "b_session_id": row["session_id"],
-        "b_position": row["ordinal"],
-        "b_prompt": row["prompt"],
-        "b_request_id": row["request_id"],
-        "b_now": row["created_at"],
-    }
-
-
-def _queued_row(turn_id: str, run_id: str, now: datetime) -> dict[str, Any]:
-    queued = Event.of(turn_id, 1, Queued(run_id=run_id))
-    return {**event_row(queued), "created_at": now}
-
-
-def _line_row(plan: LinePlan, turn_id: str) -> dict[str, Any]:
-    return {
-        "line": plan.line,
-        "custom_id": plan.custom_id,
-        "turn_id": turn_id,
-        "session_id": plan.session_id,
-        "opened_session": plan.opens_session,
-        "error": None,
-    }
-
-
-def _refused_row(refusal: LineRefusal) -> dict[str, Any]:
-    return {
-        "line": refusal.line,
-        "custom_id": refusal.custom_id,
-        "turn_id": None,
-        "session_id": None,
-        "opened_session": False,
-        "error": refusal.to_json(),
     }
