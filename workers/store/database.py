@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ Unset, a PostgreSQL connection that answers from a port other than the one diall
 taken to be behind one (docs/scaling.md#pgbouncer)."""
 
 
-def pooler_setting(env: Any = None) -> str | None:
+def pooler_setting(env: Mapping[str, str] | None = None) -> str | None:
     """``PARLEY_DATABASE_POOLER`` (None: unset, detect); :class:`InvalidRequest` for a
     value that names no pooler."""
     value = (os.environ if env is None else env).get(POOLER_VARIABLE, "").strip().lower()

@@ -76,7 +76,7 @@ def session_record(row: Any) -> SessionRecord:
             None if row.retention_seconds is None else timedelta(seconds=row.retention_seconds)
         ),
         webhook_url=row.webhook_url,
-        last_active_at=aware(row.last_active_at) if row.last_active_at else None,
+        last_active_at=_aware_or_none(row.last_active_at),
         title=row.title,
     )
 
@@ -121,7 +121,7 @@ def run_state_of(run: Any) -> RunState:
         stalled_attempts=run.stalled_attempts,
         held_step=getattr(run, "held_step", None),
         approval_count=getattr(run, "approval_count", 0),
-        ended_at=aware(run.ended_at) if run.ended_at is not None else None,
+        ended_at=_aware_or_none(run.ended_at),
         host_context=dict(getattr(run, "host_context", None) or {}),
         priority=getattr(run, "priority", None) or "interactive",
         trace_context=getattr(run, "trace_context", None),
@@ -136,6 +136,7 @@ def _waiting(value: str | None) -> Waiting | None:
 
 
 def _aware_or_none(value: datetime | None) -> datetime | None:
+    """:func:`aware`, of a timestamp that may be missing."""
     return aware(value) if value is not None else None
 
 
@@ -150,10 +151,10 @@ def approval_of(row: Any) -> Approval:
         arguments=dict(row.arguments),
         accesses=tuple(dict(a) for a in row.accesses),
         requested_at=aware(row.requested_at),
-        expires_at=aware(row.expires_at) if row.expires_at else None,
+        expires_at=_aware_or_none(row.expires_at),
         decision=Decision(row.decision) if row.decision else None,
         reason=row.reason,
-        decided_at=aware(row.decided_at) if row.decided_at else None,
+        decided_at=_aware_or_none(row.decided_at),
     )
 
 

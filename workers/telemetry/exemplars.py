@@ -49,8 +49,10 @@ def observe(
     mode, also kept in this process's exemplar file."""
     exemplar = current()
     child.observe(value, exemplar=exemplar)
+    if exemplar is None:
+        return  # tracing off: nothing more on this path
     directory = os.environ.get(MULTIPROC_VARIABLE)
-    if exemplar is None or not directory:
+    if not directory:
         return
     bound = next((b for b in buckets if value <= b), math.inf)
     key = f"{name}|{json.dumps(labels, sort_keys=True)}|{_le(bound)}"

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import Fenced
@@ -49,7 +49,7 @@ SHORT_WAIT_NS = 5_000_000
 # ---------------------------------------------------------------------- the caller's side
 
 
-def submission(session_id: str, priority: str) -> Any:
+def submission(session_id: str, priority: str) -> AbstractContextManager[Span | None]:
     """The span of a submission (kind PRODUCER), the parent of everything its turn does:
     the caller's current span is its parent, and the run stores its context."""
     return tracing.span(
@@ -72,12 +72,12 @@ def answer(
     approval_id: str,
     decision: str,
     trace_context: Callable[[], Mapping[str, str] | None],
-) -> Any:
+) -> AbstractContextManager[Span | None]:
     """The span of a person's answer to a waiting call, in the turn's trace (however
     late it comes: ``trace_context`` reads it from the run), linked to the request that
     carried it."""
     if tracing.tracer() is None:
-        return tracing.span("")
+        return nullcontext()  # (and the run is not read for a context)
     try:
         stored = tracing.context_of(trace_context())
     except Exception:  # the answer matters, its span does not: it goes without a parent
@@ -197,7 +197,7 @@ def waited_in_slot(started_ns: int, model: str) -> None:
         )
 
 
-def commit(what: str, step: int) -> Any:
+def commit(what: str, step: int) -> AbstractContextManager[Span | None]:
     """The span of one commit transaction (``step``, or the turn's ``end``)."""
     return tracing.span(f"parley.commit {what}", attributes={"parley.step": step})
 
