@@ -12,7 +12,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +74,21 @@ def test_status_and_celery_inspect_show_the_fleet_at_work(
             control = Control(workspace)
             control.script(RULES)
             control.policy(ask_tools=["record_call"])
-            # Task events go to whoever listens when they are sent: a first kick Flower
-            # has seen tells its receiver listens before the kicks it must see.
+            # Task events go to whoever listens when they are sent: a kick Flower has
+            # seen tells its receiver listens before the kicks it must see.  A warm-up
+            # kick sent before it listened is never heard, so another is sent until one
+            # is (CI once sent its only one too early).
             warm = client.open_session(workspace)
-            warm.submit("warm up").wait(60)
+
+            def flower_heard_a_kick() -> bool:
+                warm.submit("warm up").wait(60)
+                return any(
+                    flower_tasks(flower_url).get(warm.id, {}).get("state") == "SUCCESS"
+                    for _ in _polls(seconds=3)
+                )
+
             wait_until(
-                lambda: flower_tasks(flower_url).get(warm.id, {}).get("state") == "SUCCESS",
-                what="Flower to hear the fleet's task events",
+                flower_heard_a_kick, timeout=60, what="Flower to hear the fleet's task events"
             )
             gated = client.open_session(workspace)
             running = gated.submit("gate first")
@@ -292,3 +301,11 @@ def test_status_of_an_embedded_database_says_it_has_no_redis(tmp_path: Path) -> 
     assert not (tmp_path / "none.db").exists()
     bad = run(env, "parley", "status", "--timeout", "0")
     assert bad.returncode == 2 and "--timeout" in bad.stderr
+
+
+def _polls(*, seconds: float, every: float = 0.2) -> Iterator[None]:
+    """Yield every ``every`` seconds for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        yield
+        time.sleep(every)
