@@ -9,12 +9,21 @@ import pytest
 
 from tests.integration.drive import migrated_store
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.redis_cluster import RedisClusterNodes, redis_cluster
 from workers.coordination.local_coordinator import LocalCoordinator
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.ports.backend import Coordinator
 from workers.store.sql_store import SqlStore
 
-COORDINATORS = ["local", "redis"]
+COORDINATORS = ["local", "redis", "cluster"]
+
+
+@pytest.fixture(scope="session")
+def cluster_nodes() -> Iterator[RedisClusterNodes]:
+    """A Redis Cluster for the run's tests that leave its nodes alone (emptied before
+    each test)."""
+    with redis_cluster() as nodes:
+        yield nodes
 
 
 @pytest.fixture
@@ -33,11 +42,16 @@ def postgres_store(postgres_url: str) -> Iterator[SqlStore]:
 
 @pytest.fixture(params=COORDINATORS)
 def coordinator(request: pytest.FixtureRequest) -> Iterator[Coordinator]:
-    """Each implementation of the coordinator port in turn: the in-process one, and the
-    Redis one on the tests' emptied Redis database.  Closed after the test."""
+    """Each implementation of the coordinator port in turn: the in-process one, the
+    Redis one on the tests' emptied Redis database, and the Redis one on an emptied
+    Redis Cluster.  Closed after the test."""
     chosen: Coordinator
     if request.param == "local":
         chosen = LocalCoordinator()
+    elif request.param == "cluster":
+        nodes: RedisClusterNodes = request.getfixturevalue("cluster_nodes")
+        nodes.flushall()
+        chosen = RedisCoordinator(nodes.url)
     else:
         flush_redis(REDIS_TEST_URL)
         chosen = RedisCoordinator(REDIS_TEST_URL)

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from schemas.events import (
     Ended,
@@ -29,17 +28,29 @@ from schemas.events import (
 )
 from schemas.records import Steer, SteerKind
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.redis_cluster import RedisClusterNodes
 from workers.coordination import constants as c
+from workers.coordination.redis_clients import open_client
 from workers.coordination.redis_coordinator import RedisCoordinator
 from workers.engine.emitter import Emitter
 
 STARTED = Started(run_id="r", attempt=1, worker="w")
 
 
+@pytest.fixture(params=["server", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The tests' Redis database, or the run's Redis Cluster, emptied."""
+    if request.param == "server":
+        flush_redis(REDIS_TEST_URL)
+        return REDIS_TEST_URL
+    nodes: RedisClusterNodes = request.getfixturevalue("cluster_nodes")
+    nodes.flushall()
+    return nodes.url
+
+
 @pytest.fixture
-def coordinator() -> Iterator[RedisCoordinator]:
-    flush_redis(REDIS_TEST_URL)
-    coordinator = RedisCoordinator(REDIS_TEST_URL)
+def coordinator(redis_url: str) -> Iterator[RedisCoordinator]:
+    coordinator = RedisCoordinator(redis_url)
     yield coordinator
     coordinator.close()
 
@@ -122,7 +133,7 @@ def test_a_send_now_takes_only_its_own_turns_queued_events_along(
 ) -> None:
     """A driver's send now (a first token, an end) carries its turn's queued events, not
     every turn's: the others keep joining their token events until the flusher sends."""
-    coordinator = RedisCoordinator(REDIS_TEST_URL, flush_seconds=30)
+    coordinator = RedisCoordinator(coordinator.url, flush_seconds=30)
     try:
         warm, queued, sent = (Emitter(str(uuid.uuid4()), 1, coordinator) for _ in range(3))
         warm.emit_delta(0, "w")
@@ -140,7 +151,7 @@ def test_a_send_now_takes_only_its_own_turns_queued_events_along(
 def test_with_no_flush_interval_a_slow_stream_sends_every_delta_as_its_own_event(
     coordinator: RedisCoordinator,
 ) -> None:
-    coordinator = RedisCoordinator(REDIS_TEST_URL, flush_seconds=0)
+    coordinator = RedisCoordinator(coordinator.url, flush_seconds=0)
     try:
         test_a_slow_stream_sends_every_delta_as_its_own_event(coordinator)
     finally:
@@ -262,8 +273,10 @@ def test_a_turns_buffer_expires_a_day_after_its_driver_last_spoke_or_an_hour_aft
     assert coordinator.redis.ttl(stream) <= c.ENDED_BUFFER_SECONDS
 
 
-def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable() -> None:
-    coordinator = RedisCoordinator(REDIS_TEST_URL, replay_seconds=120)
+def test_a_drivers_replay_period_is_how_long_the_turns_it_ends_stay_replayable(
+    redis_url: str,
+) -> None:
+    coordinator = RedisCoordinator(redis_url, replay_seconds=120)
     try:
         turn_id = str(uuid.uuid4())
         emitter = Emitter(turn_id, 1, coordinator)
@@ -323,7 +336,7 @@ def test_a_steer_list_is_read_once_and_then_answered_from_publish_replies_until_
         return pipe
 
     coordinator.redis.pipeline = counting_pipeline
-    sender = RedisCoordinator(REDIS_TEST_URL)  # another process: a client that steers
+    sender = RedisCoordinator(coordinator.url)  # another process: a client that steers
     turn_id = str(uuid.uuid4())
     say = Steer(position=1, kind=SteerKind.SAY, text="hello")
     try:
@@ -357,7 +370,7 @@ def test_a_steer_list_shows_only_its_newest_entries_and_nothing_once_redis_is_go
         coordinator.push_steer(turn_id, Steer(position=position, kind=SteerKind.SAY, text="s"))
     listed = coordinator.steers_after(turn_id, 0, fresh=True)
     assert [s.position for s in listed] == list(range(11, c.STEER_TAIL + 11))
-    flush_redis(REDIS_TEST_URL)
+    coordinator.redis.flushdb()  # (every primary's, on a cluster)
     assert coordinator.steers_after(turn_id, 0, fresh=True) == []
     broken = RedisCoordinator("redis://127.0.0.1:1/0")  # nothing listens there
     try:
@@ -372,13 +385,22 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
 ) -> None:
     # For a UI that subscribes instead of reading the buffer: each message is a JSON list
     # of events, the same events the buffer holds, in order; a stale driver's are refused
-    # on both.
+    # on both.  On a cluster the channel is a sharded one, heard on the turn's node.
     turn_id = str(uuid.uuid4())
-    listener = redis.Redis.from_url(REDIS_TEST_URL)
+    channel = c.deltas_channel(turn_id)
+    listener: Any = open_client(coordinator.url, max_connections=4, socket_timeout=5)
     subscription = listener.pubsub(ignore_subscribe_messages=True)
-    subscription.subscribe(c.deltas_channel(turn_id))
+    if coordinator.cluster:
+        subscription.ssubscribe(channel)
+        holder = listener.get_node_from_key(channel)  # (each node counts its own)
+        listening = lambda: listener.pubsub_shardnumsub(channel, target_nodes=holder)[0][1]  # noqa: E731
+        receive = lambda: subscription.get_sharded_message(timeout=0.5)  # noqa: E731
+    else:
+        subscription.subscribe(channel)
+        listening = lambda: listener.pubsub_numsub(channel)[0][1]  # noqa: E731
+        receive = lambda: subscription.get_message(timeout=0.5)  # noqa: E731
     deadline = time.monotonic() + 5  # subscribed for sure before anything is published
-    while listener.pubsub_numsub(c.deltas_channel(turn_id))[0][1] < 1:
+    while listening() < 1:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     try:
@@ -393,7 +415,7 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
         heard: list[Event] = []
         deadline = time.monotonic() + 5
         while (not heard or heard[-1].kind is not EventKind.END) and time.monotonic() < deadline:
-            message = subscription.get_message(timeout=0.5)
+            message = receive()
             if message is not None:
                 heard += [Event.from_json(item) for item in json.loads(message["data"])]
     finally:

@@ -1,5 +1,10 @@
 """Every Redis key shape, queue name, task name and timing of the fleet, in one place.
 
+Every key carries a hash tag (the part in braces, which alone decides a key's slot on a
+Redis Cluster): a session's keys its session id, a turn's keys its turn id, a model's
+admission keys the model.  So each script and each command that touches several keys
+touches one slot, and sessions and turns spread over a cluster's nodes.
+
 Redis holds only signals and caches that can be rebuilt: locks (rebuilt by whoever takes
 them next), replay buffers (PostgreSQL holds every durable event), interrupt flags (the
 interrupt itself is stored in PostgreSQL), kick throttles and admission's buckets (rebuilt
@@ -68,12 +73,12 @@ is harmless, but crash recovery never waits for it (lock TTL + sweeper do that).
 
 def lock_key(session_id: str) -> str:
     """The session lock: value = the holder's token, with a TTL."""
-    return f"parley:lock:{session_id}"
+    return f"parley:lock:{{{session_id}}}"
 
 
 def kicked_key(session_id: str) -> str:
     """Set while a sweeper kick for the session is recent."""
-    return f"parley:kicked:{session_id}"
+    return f"parley:kicked:{{{session_id}}}"
 
 
 KICK_PENDING_SECONDS = 10
@@ -103,29 +108,34 @@ def kick_pending_key(session_id: str) -> str:
     (whichever driver: deleting it early only costs a duplicate kick).  Submissions made
     meanwhile need no kick of their own: the kick's driver claims after they committed,
     and a driver holding the lock sees the work mark they bumped when it lets go."""
-    return f"parley:kick:{session_id}"
+    return f"parley:kick:{{{session_id}}}"
 
 
 def work_key(session_id: str) -> str:
     """The session's work mark, replaced by every submission."""
-    return f"parley:work:{session_id}"
+    return f"parley:work:{{{session_id}}}"
 
 
 def events_key(turn_id: str) -> str:
     """The turn's replay buffer: a stream whose entry ids are ``<seq>-0``."""
-    return f"parley:events:{turn_id}"
+    return f"parley:events:{{{turn_id}}}"
 
 
 def ends_key(turn_id: str) -> str:
     """The turn's ends: a stream with one entry (id ``<seq>-0``) per ``end`` published, so
     a waiter blocks on one small key instead of reading every token."""
-    return f"parley:ends:{turn_id}"
+    return f"parley:ends:{{{turn_id}}}"
+
+
+def tagged_id(name: str) -> str:
+    """The id a key or channel carries as its hash tag (what its braces hold)."""
+    return name[name.index("{") + 1 : name.rindex("}")]
 
 
 def doorbell_key(name: str) -> str:
     """A watcher's doorbell: a stream a watcher blocked on many turns' ends streams also
     reads, so that a waiter for a turn it does not watch yet can wake it."""
-    return f"parley:doorbell:{name}"
+    return f"parley:doorbell:{{{name}}}"
 
 
 DOORBELL_SECONDS = 3_600
@@ -133,13 +143,21 @@ DOORBELL_SECONDS = 3_600
 
 
 def deltas_channel(turn_id: str) -> str:
-    """The turn's pub/sub channel: each message is a JSON list of events."""
-    return f"parley:deltas:{turn_id}"
+    """The turn's pub/sub channel: each message is a JSON list of events (sharded
+    pub/sub, ``SSUBSCRIBE``, on a cluster)."""
+    return f"parley:deltas:{{{turn_id}}}"
+
+
+def ended_channel(turn_id: str) -> str:
+    """On a cluster, the turn's sharded channel of its ends: each message is the seq of
+    an ``end`` published (what an ends watcher subscribes to, on the node that holds the
+    turn, where one server's watcher reads many turns' ends streams at once)."""
+    return f"parley:ended:{{{turn_id}}}"
 
 
 def owner_key(turn_id: str) -> str:
     """The fence of the driver allowed to publish the turn's events."""
-    return f"parley:owner:{turn_id}"
+    return f"parley:owner:{{{turn_id}}}"
 
 
 def steers_key(turn_id: str) -> str:
@@ -147,7 +165,7 @@ def steers_key(turn_id: str) -> str:
     ``{"p": position, "k": kind, "t": text}``, appended after its commit.  The path a step
     boundary reads (and a streaming driver watches for an interrupt); the store stays the
     record, read when the list is missing or behind."""
-    return f"parley:steers:{turn_id}"
+    return f"parley:steers:{{{turn_id}}}"
 
 
 STEER_TAIL = 64

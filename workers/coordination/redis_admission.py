@@ -27,6 +27,7 @@ import redis
 
 from workers.coordination import admission_math as am
 from workers.coordination import constants as c
+from workers.coordination.redis_clients import open_client
 from workers.coordination.redis_coordinator import COMMAND_SOCKET_SECONDS, MAX_CONNECTIONS
 from workers.coordination.redis_scripts import ADMISSION
 from workers.ports.admission import Admission, Demand, Grant, Limits, ModelUse, Reason
@@ -55,25 +56,22 @@ def _whole(value: Any) -> int | None:
 
 
 class RedisAdmission(Admission):
-    """The admission port on Redis.  ``client``: a redis-py client to share (the
+    """The admission port on Redis.  ``client``: a redis-py client (of a server or a
+    cluster) to share (the
     coordinator's, ``RedisCoordinator.redis``), or a URL to open a pool of its own on
     (closed by :meth:`close`)."""
 
-    def __init__(self, client: redis.Redis | str) -> None:
+    def __init__(self, client: Any) -> None:
         self._owned = isinstance(client, str)
-        if isinstance(client, str):
-            # As the coordinator's command pool: a thread waits for a free connection
-            # rather than fail, and a half-open connection cannot hold a call for long.
-            client = redis.Redis.from_pool(
-                redis.BlockingConnectionPool.from_url(
-                    client,
-                    max_connections=MAX_CONNECTIONS,
-                    timeout=COMMAND_SOCKET_SECONDS,
-                    socket_timeout=COMMAND_SOCKET_SECONDS,
-                    socket_connect_timeout=COMMAND_SOCKET_SECONDS,
-                )
+        # A URL: as the coordinator's command pool, a thread waits for a free connection
+        # rather than fail, and a half-open connection cannot hold a call for long.
+        self.client: Any = (
+            open_client(
+                client, max_connections=MAX_CONNECTIONS, socket_timeout=COMMAND_SOCKET_SECONDS
             )
-        self.client: Any = client
+            if isinstance(client, str)
+            else client
+        )
         self._script = self.client.register_script(ADMISSION)
         self._guard = threading.Lock()
         self._learned: dict[str, Limits] = {}  # the latest each model's state held

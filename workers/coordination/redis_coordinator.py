@@ -17,10 +17,12 @@ import redis
 
 from schemas.events import Event
 from workers.coordination import constants as c
+from workers.coordination.redis_clients import address_of, is_cluster, open_client
 from workers.coordination.redis_locks import Heartbeat, RedisLock
-from workers.coordination.redis_reachability import Reachability, redis_address
+from workers.coordination.redis_reachability import Reachability
 from workers.coordination.redis_replay import RedisReplay
 from workers.coordination.redis_scripts import Scripts
+from workers.coordination.redis_sharded_ends import ShardedEnds
 from workers.coordination.redis_steers import RedisSteers
 from workers.ports.backend import Coordinator
 
@@ -53,44 +55,31 @@ class RedisCoordinator(RedisSteers, RedisReplay, Coordinator):
         connections each of its pools (commands, blocking reads) may open.
         ``flush_seconds``: how often at most queued events are sent (0: as they come)."""
         self.url = url
+        self.cluster = is_cluster(url)
         self.replay_seconds = replay_seconds
-        # Blocking pools: a thread that finds every connection in use waits for one (as
-        # long as a command may take) rather than fail at once, as redis-py's default
-        # pool does past its 100th ("Too many connections"), which a driver would take
-        # for Redis being down.  Connections are opened as threads need them.
         # redis-py's return types depend on decode settings; results are converted here.
-        self.redis: Any = redis.Redis.from_pool(
-            redis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=max_connections,
-                timeout=COMMAND_SOCKET_SECONDS,
-                socket_timeout=COMMAND_SOCKET_SECONDS,
-                socket_connect_timeout=COMMAND_SOCKET_SECONDS,
-            )
+        self.redis: Any = open_client(
+            url, max_connections=max_connections, socket_timeout=COMMAND_SOCKET_SECONDS
         )
         # Blocking stream reads (at most POLL seconds each) need a longer socket timeout
         # than the default, yet a finite one, so a half-open connection cannot hang them.
-        self._blocking: Any = redis.Redis.from_pool(
-            redis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=max_connections,
-                timeout=BLOCKING_SOCKET_SECONDS,
-                socket_timeout=BLOCKING_SOCKET_SECONDS,
-            )
+        self._blocking: Any = open_client(
+            url, max_connections=max_connections, socket_timeout=BLOCKING_SOCKET_SECONDS
         )
         self.scripts = Scripts(self.redis)
         self.heartbeat = Heartbeat(self)
-        self.reachability = Reachability(
-            redis_address(self.redis.connection_pool.connection_kwargs)
-        )
+        self.reachability = Reachability(address_of(url))
         self._start_deltas(flush_seconds)
         self._start_steers()
         self._doorbells: dict[str, Any] = {}  # each doorbell's newest entry id seen
+        self._sharded_ends = ShardedEnds(self.redis) if self.cluster else None
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher and the heartbeat."""
         self.heartbeat.stop()
         self._stop_deltas()
+        if self._sharded_ends is not None:
+            self._sharded_ends.close()
         self.redis.close()
         self._blocking.close()
 

@@ -52,6 +52,7 @@ class RedisDeltas:
     redis: Any
     scripts: Scripts
     replay_seconds: int
+    cluster: bool
 
     def _start_deltas(self, flush_seconds: float) -> None:
         """The publishing state, empty (called once, by the coordinator's constructor);
@@ -281,6 +282,7 @@ class RedisDeltas:
                 fence,
                 c.IDLE_BUFFER_SECONDS,
                 c.ENDS_STREAM_SECONDS,
+                1 if self.cluster else 0,
             ]
             for event in batch:
                 args += [event.seq, json.dumps(event.to_json(), separators=(",", ":"))]
@@ -290,6 +292,7 @@ class RedisDeltas:
                 c.steers_key(turn_id),
                 c.owner_key(turn_id),
                 c.ends_key(turn_id),
+                c.ended_channel(turn_id),
             ]
             self.scripts.queue(pipe, self.scripts.append, keys, args)
         return [turn_id for turn_id, _fence, _batch in runs]

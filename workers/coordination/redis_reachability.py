@@ -12,17 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 log = logging.getLogger("parley.redis")
-
-
-def redis_address(connection_kwargs: dict[str, Any]) -> str:
-    """``host:port/db`` (or the socket's path) of a connection pool's settings: what a
-    line names, never the password its URL may hold."""
-    path = connection_kwargs.get("path")
-    where = path if path else f"{connection_kwargs.get('host')}:{connection_kwargs.get('port')}"
-    return f"{where}/{connection_kwargs.get('db', 0)}"
 
 
 class Reachability:

@@ -15,6 +15,7 @@ from schemas.events import Event
 from workers.coordination import constants as c
 from workers.coordination.redis_deltas import RedisDeltas
 from workers.coordination.redis_reachability import Reachability
+from workers.coordination.redis_sharded_ends import ShardedEnds
 
 log = logging.getLogger("parley.redis")
 
@@ -24,6 +25,7 @@ class RedisReplay(RedisDeltas):
 
     _blocking: Any
     _doorbells: dict[str, Any]
+    _sharded_ends: ShardedEnds | None
     reachability: Reachability
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
@@ -44,6 +46,15 @@ class RedisReplay(RedisDeltas):
         this process saw, so a ring sent before the read started still wakes it).  ``{}``
         if Redis is unreachable (after waiting out the timeout)."""
         self.flush(after)  # what this process still holds counts too
+        if self._sharded_ends is not None:  # a cluster: no read covers many slots
+            try:
+                found = self._sharded_ends.wait(after, timeout, doorbell)
+            except redis.RedisError as exc:
+                self.reachability.failed(exc)
+                time.sleep(timeout)
+                return {}
+            self.reachability.answered()
+            return found
         bell = c.doorbell_key(doorbell)
         streams = {c.ends_key(turn_id): f"{seq}-0" for turn_id, seq in after.items()}
         streams[bell] = self._doorbells.get(doorbell, "0-0")
@@ -61,12 +72,16 @@ class RedisReplay(RedisDeltas):
             if name == bell:
                 self._doorbells[doorbell] = newest
             else:
-                ends[name.removeprefix(c.ends_key(""))] = _seq_of(newest)
+                ends[c.tagged_id(name)] = _seq_of(newest)
         return ends
 
     def ring(self, doorbell: str) -> None:
-        """Add to the doorbell's stream (one entry kept; it expires with its watcher)."""
+        """Add to the doorbell's stream (one entry kept; it expires with its watcher), or
+        on a cluster announce it on the doorbell's channel."""
         try:
+            if self._sharded_ends is not None:
+                self._sharded_ends.ring(doorbell)
+                return
             pipe = self.redis.pipeline(transaction=False)
             pipe.xadd(c.doorbell_key(doorbell), {"r": ""}, maxlen=1)
             pipe.expire(c.doorbell_key(doorbell), c.DOORBELL_SECONDS)

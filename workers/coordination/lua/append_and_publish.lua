@@ -9,9 +9,12 @@
 -- buffer outlives its use: not one of a turn that never ends, nor one whose submission
 -- rolled back after announcing it, while a running turn keeps its whole buffer.
 -- The steer list lives as long as the buffer once the turn ended.
--- KEYS: stream, channel, steer list, owner, ends.  ARGV: seq of the batch's end (0:
--- none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl, then seq, json, seq,
--- json...
+-- On a Redis Cluster (ARGV[6] is 1) the channels are sharded ones (SPUBLISH, heard on
+-- the node that holds the turn), and an end is also announced on the turn's ended
+-- channel, which ends watchers subscribe to there.
+-- KEYS: stream, channel, steer list, owner, ends, ended channel.  ARGV: seq of the
+-- batch's end (0: none), buffer ttl, fence (0: not a driver), idle ttl, ends ttl,
+-- sharded (1/0), then seq, json, seq, json...
 local owner = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[3]) > 0 and tonumber(ARGV[3]) < owner then
   return redis.call('LLEN', KEYS[3])
@@ -21,7 +24,8 @@ local top = 0
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
 local ended = tonumber(ARGV[1])
 local fresh = {}
-for i = 6, #ARGV, 2 do
+local sharded = ARGV[6] == '1'
+for i = 7, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > top then
     redis.call('XADD', KEYS[1], seq .. '-0', 'e', ARGV[i + 1])
@@ -30,11 +34,17 @@ for i = 6, #ARGV, 2 do
     if seq == ended then
       redis.call('XADD', KEYS[5], seq .. '-0', 'e', '')
       redis.call('EXPIRE', KEYS[5], tonumber(ARGV[5]))
+      if sharded then redis.call('SPUBLISH', KEYS[6], seq) end
     end
   end
 end
 if #fresh > 0 then
-  redis.call('PUBLISH', KEYS[2], '[' .. table.concat(fresh, ',') .. ']')
+  local message = '[' .. table.concat(fresh, ',') .. ']'
+  if sharded then
+    redis.call('SPUBLISH', KEYS[2], message)
+  else
+    redis.call('PUBLISH', KEYS[2], message)
+  end
 end
 if ended > 0 then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
