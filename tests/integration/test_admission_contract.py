@@ -27,6 +27,7 @@ from redis.crc import key_slot
 
 from schemas.errors import InvalidRequest
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
+from tests.support.redis_cluster import RedisClusterNodes
 from workers.coordination import admission_math as am
 from workers.coordination import constants as c
 from workers.coordination.local_admission import LocalAdmission
@@ -38,14 +39,21 @@ CLOCKS_APART = 0.05
 their calls (the waits scripted are a second and more)."""
 
 
-@pytest.fixture(params=["local", "redis"])
+@pytest.fixture(params=["local", "redis", "cluster"])
 def admission(request: pytest.FixtureRequest) -> Iterator[Admission]:
-    """Each implementation in turn: in process, and on the tests' emptied Redis database."""
+    """Each implementation in turn: in process, on the tests' emptied Redis database, and
+    on the run's emptied Redis Cluster."""
     if request.param == "local":
         yield LocalAdmission()
         return
-    flush_redis(REDIS_TEST_URL)
-    chosen = RedisAdmission(REDIS_TEST_URL)
+    if request.param == "cluster":
+        nodes: RedisClusterNodes = request.getfixturevalue("cluster_nodes")
+        nodes.flushall()
+        url = nodes.url
+    else:
+        flush_redis(REDIS_TEST_URL)
+        url = REDIS_TEST_URL
+    chosen = RedisAdmission(url)
     try:
         yield chosen
     finally:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, get_args
 
 import redis
+from redis.cluster import RedisCluster
 
 from workers.coordination import admission_math as am
 from workers.coordination import constants as c
@@ -142,20 +143,31 @@ class RedisAdmission(Admission):
     def use(self, models: Sequence[str]) -> list[ModelUse]:
         for model in models:
             am.check_model(model)
+        cluster = isinstance(self.client, RedisCluster)
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.time()
+            if not cluster:
+                pipe.time()  # (the one clock, in the same round trip)
             for model in models:
                 self._queue_reads(pipe, model)
             replies = pipe.execute()
+            if cluster:
+                clocks = [self._clock_of(model) for model in models]
+            else:
+                clocks = [_seconds(replies.pop(0))] * len(models)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise AdmissionUnreachable(f"admission could not read Redis: {exc}") from exc
-        seconds, micros = replies[0]
-        now = seconds + micros / 1_000_000
         return [
-            am.model_use(model, _state(*replies[1 + 4 * i : 5 + 4 * i]), now)
-            for i, model in enumerate(models)
+            am.model_use(model, _state(*replies[4 * i : 4 + 4 * i]), now)
+            for i, (model, now) in enumerate(zip(models, clocks, strict=True))
         ]
+
+    def _clock_of(self, model: str) -> float:
+        """The time now by the clock of the model's state on a cluster: the ``TIME`` of
+        the node that holds it, whose script keeps the state (a round trip: an operator's
+        question)."""
+        node = self.client.get_node_from_key(c.admission_key(model))
+        return _seconds(self.client.time(target_nodes=node))
 
     def state(self, model: str) -> am.ModelState:
         """The model's state as its keys hold it now (for tests, and a curious operator)."""
@@ -197,6 +209,12 @@ class RedisAdmission(Admission):
         with self._guard:
             self._learned[model] = known
         return known
+
+
+def _seconds(time: tuple[int, int]) -> float:
+    """A ``TIME`` reply in seconds."""
+    seconds, micros = time
+    return seconds + micros / 1_000_000
 
 
 def _state(
