@@ -2,20 +2,26 @@
 
 At-least-once kicks: late acks, reject on worker lost, prefetch 1.  On a Redis broker
 the visibility timeout is set on every app (the shortest one touching a broker wins);
-RabbitMQ (``amqp://``) needs none.  JSON only, and no result backend: turn state lives in
-PostgreSQL.
+RabbitMQ (``amqp://``) needs none, and its kick queues are quorum queues unless
+``PARLEY_BROKER_QUEUE_TYPE=classic``.  JSON only, and no result backend: turn state lives
+in PostgreSQL.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import redis
+from amqp.exceptions import PreconditionFailed  # type: ignore[import-untyped]
 from celery import Celery
-from kombu import Queue  # type: ignore[attr-defined]
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from kombu.exceptions import OperationalError
+from kombu.utils.url import parse_url
 
 from broker_config.settings import FleetSettings
+from schemas.errors import InvalidRequest
 from workers.coordination import constants as c
 
 #: Celery's ``broker_transport`` for parley's kombu channel (``broker_config/transport.py``),
@@ -48,6 +54,82 @@ worker on the threads pool raises it to its concurrency (``parley.celery_tasks``
 def is_redis(broker_url: str) -> bool:
     """Whether ``broker_url`` names a Redis broker (else RabbitMQ, or another of kombu's)."""
     return broker_url.startswith(("redis://", "rediss://", "redis+socket://"))
+
+
+def is_amqp(broker_url: str) -> bool:
+    """Whether ``broker_url`` names a RabbitMQ broker (kombu's AMQP transport)."""
+    return broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
+def quorum_queues(settings: FleetSettings) -> bool:
+    """Whether the fleet's kick queues are RabbitMQ quorum queues: on a RabbitMQ broker,
+    unless ``PARLEY_BROKER_QUEUE_TYPE=classic``.  (A Redis broker has no queue types.)"""
+    return is_amqp(settings.broker_url) and settings.queue_type == "quorum"
+
+
+def kick_exchange(queue: str) -> str:
+    """The topic exchange of a quorum kick queue.  Not the queue's own name, which the
+    classic queues' direct exchange has (Celery's default): a fleet that moves from
+    classic queues to quorum ones deletes its queues, and need not find that exchange."""
+    return f"{queue}.kicks"
+
+
+def kick_queues(settings: FleetSettings) -> list[Any]:
+    """The interactive queue, then the batch queue (the order a worker consumes them in,
+    docs/admission.md).
+
+    Quorum queues: replicated and durable, and redelivering what a closed channel took,
+    like classic durable ones.  Each is bound to a topic exchange of its own, because
+    Celery sends a kick with a countdown to a quorum queue through RabbitMQ's delay queues
+    (its "native delayed delivery", which a worker declares as it starts), and those
+    forward a message only to a topic exchange: with the direct exchange of a classic
+    queue, the kick would reach a worker at once and wait there, unacknowledged, in one
+    of its slots (a quorum queue's prefetch does not grow for it, as a classic one's
+    does)."""
+    names = (settings.queue, settings.batch_queue)
+    if not quorum_queues(settings):
+        return [Queue(name) for name in names]  # type: ignore[no-untyped-call]
+    return [
+        Queue(  # type: ignore[no-untyped-call]
+            name,
+            Exchange(kick_exchange(name), type="topic"),  # type: ignore[no-untyped-call]
+            routing_key=name,
+            queue_arguments={"x-queue-type": "quorum"},
+        )
+        for name in names
+    ]
+
+
+class QueueTypeMismatch(InvalidRequest):
+    """The broker has a kick queue of another type than the fleet's (or other arguments):
+    RabbitMQ refuses to declare it again (``PRECONDITION_FAILED``)."""
+
+    def __init__(self, queue: str, settings: FleetSettings, reason: object) -> None:
+        other = "classic" if settings.queue_type == "quorum" else "quorum"
+        vhost = parse_url(settings.broker_url).get("virtual_host") or "/"
+        super().__init__(
+            f"RabbitMQ already has a queue {queue!r} that is not the {settings.queue_type} "
+            f"queue this fleet declares ({reason}): delete it (`rabbitmqctl delete_queue -p "
+            f"{vhost} {queue}`, with the fleet stopped; the sweeper sends its kicks again), "
+            f"or set PARLEY_BROKER_QUEUE_TYPE={other} to keep it"
+        )
+
+
+def declare_kick_queues(app: Any, settings: FleetSettings) -> None:
+    """Declare the fleet's kick queues on a RabbitMQ broker now (nothing on a Redis one):
+    :class:`QueueTypeMismatch` if the broker has one of another type, naming it.  A
+    broker out of reach raises as kombu does (one of :data:`BROKER_ERRORS`)."""
+    if not is_amqp(settings.broker_url):
+        return
+    with app.connection_for_write() as connection:
+        for queue in kick_queues(settings):
+            channel = connection.channel()
+            try:
+                queue.bind(channel).declare()
+            except PreconditionFailed as exc:
+                raise QueueTypeMismatch(queue.name, settings, exc) from None
+            finally:
+                channel.close()  # (RabbitMQ closed it already after a refusal)
 
 
 def transport_options(broker_url: str) -> dict[str, Any]:
@@ -102,10 +184,12 @@ def create_app(settings: FleetSettings, *, name: str = "parley", stock_kombu: bo
         broker_connection_retry_on_startup=True,
         broker_transport_options=transport_options(settings.broker_url),
         # Interactive first: a worker consumes them in this order (docs/admission.md).
-        task_queues=[
-            Queue(settings.queue),  # type: ignore[no-untyped-call]
-            Queue(settings.batch_queue),  # type: ignore[no-untyped-call]
-        ],
+        task_queues=kick_queues(settings),
+        # With quorum queues (Celery's defaults, pinned): a per-consumer prefetch, as
+        # RabbitMQ refuses a global one there, and countdown kicks through delay queues
+        # that are quorum queues too (kick_queues).
+        worker_detect_quorum_queues=True,
+        broker_native_delayed_delivery_queue_type="quorum",
         task_default_queue=settings.queue,
         task_routes={
             c.DRIVE_TASK: {"queue": settings.queue},
@@ -133,10 +217,26 @@ def send_kick(
 ) -> None:
     """Ask the fleet to drive a session (a signal, not a job: duplicates are harmless),
     on the queue of its lane; with ``countdown``, not before that many seconds (a turn
-    that waits for provider capacity)."""
-    app.send_task(
-        c.DRIVE_TASK,
-        args=[session_id],
-        queue=settings.queue_of(priority),
-        countdown=countdown,
-    )
+    that waits for provider capacity).  :class:`QueueTypeMismatch` if the queue is of
+    another type on the broker."""
+    queue = settings.queue_of(priority)
+    if countdown is not None and quorum_queues(settings):
+        # RabbitMQ's delay queues count whole seconds, and Celery refuses a countdown of
+        # less than one there (ValueError): round up, never down.
+        countdown = float(math.ceil(countdown))
+    try:
+        app.send_task(c.DRIVE_TASK, args=[session_id], queue=queue, countdown=countdown)
+    except PreconditionFailed as exc:
+        raise QueueTypeMismatch(queue, settings, exc) from None
+
+
+#: The countdown that Celery's native delayed delivery writes before a routing key: 28
+#: binary digits, each followed by a dot (kombu.transport.native_delayed_delivery).
+DELAY_BITS = re.compile(r"^(?:[01]\.){28}")
+
+
+def kick_queue(routing_key: str) -> str:
+    """The queue a delivered kick was sent to, from its routing key: a kick that waited
+    in RabbitMQ's delay queues (a countdown on a quorum queue) carries its countdown's
+    bits before it (``0.1.….parley.turns.batch``)."""
+    return DELAY_BITS.sub("", routing_key, count=1)

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidRequest
 from workers.coordination import constants as c
+from workers.coordination.redis_clients import check_cluster_url, is_cluster
 from workers.runtime.concurrency import DATABASE_POOL_SIZE
 
 # Redis refuses an EXPIRE far enough out; no replay needs more than a year.
 MAX_REPLAY_SECONDS = 365 * 86_400
 MAX_STREAM_FLUSH_SECONDS = 1.0
+#: RabbitMQ's queue types a fleet's kick queues may have (``PARLEY_BROKER_QUEUE_TYPE``).
+QUEUE_TYPES = ("quorum", "classic")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +34,12 @@ class FleetSettings:
     task_events: bool = False
     trace_celery: bool = False
     database_pool_size: int = DATABASE_POOL_SIZE
+    queue_type: str = "quorum"
+    """The kick queues' type on RabbitMQ (``quorum`` or ``classic``); a Redis broker has
+    no queue types and ignores it."""
+
+    def __post_init__(self) -> None:
+        _check_redis_urls(self.redis_url, self.broker_url)
 
     @property
     def batch_queue(self) -> str:
@@ -49,13 +58,14 @@ class FleetSettings:
         ``PARLEY_SWEEP_SECONDS``, ``PARLEY_REPLAY_SECONDS``,
         ``PARLEY_STREAM_FLUSH_SECONDS`` (0: send each delta as it comes),
         ``PARLEY_TASK_EVENTS`` (1: Celery's task events, for Flower),
-        ``PARLEY_TRACE_CELERY`` (1: Celery's spans, with tracing on) and
-        ``PARLEY_DATABASE_POOL_SIZE``."""
+        ``PARLEY_TRACE_CELERY`` (1: Celery's spans, with tracing on),
+        ``PARLEY_DATABASE_POOL_SIZE`` and ``PARLEY_BROKER_QUEUE_TYPE``."""
         env = os.environ if env is None else env
         missing = [k for k in ("PARLEY_DATABASE_URL", "PARLEY_REDIS_URL") if not env.get(k)]
         if missing:
             raise InvalidRequest(f"the fleet needs {', '.join(missing)} in the environment")
         redis_url = env["PARLEY_REDIS_URL"]
+        broker_url = env.get("PARLEY_BROKER_URL") or redis_url
         sweep_seconds = _seconds(env, "PARLEY_SWEEP_SECONDS", c.SWEEP_SECONDS)
         replay_seconds = _seconds(env, "PARLEY_REPLAY_SECONDS", c.ENDED_BUFFER_SECONDS)
         if replay_seconds != int(replay_seconds) or replay_seconds > MAX_REPLAY_SECONDS:
@@ -66,7 +76,7 @@ class FleetSettings:
         return cls(
             database_url=env["PARLEY_DATABASE_URL"],
             redis_url=redis_url,
-            broker_url=env.get("PARLEY_BROKER_URL") or redis_url,
+            broker_url=broker_url,
             host=env.get("PARLEY_HOST") or None,
             queue=env.get("PARLEY_QUEUE") or c.TURN_QUEUE,
             sweep_seconds=sweep_seconds,
@@ -82,6 +92,23 @@ class FleetSettings:
             task_events=read_flag(env, "PARLEY_TASK_EVENTS"),
             trace_celery=read_flag(env, "PARLEY_TRACE_CELERY"),
             database_pool_size=_count(env, "PARLEY_DATABASE_POOL_SIZE", DATABASE_POOL_SIZE),
+            queue_type=read_queue_type(env),
+        )
+
+
+def _check_redis_urls(redis_url: str, broker_url: str) -> None:
+    """A Redis Cluster may hold the fleet's coordination, never its broker: kombu's Redis
+    transport moves each kick between keys of different slots."""
+    if is_cluster(redis_url):
+        try:
+            check_cluster_url(redis_url)
+        except ValueError as exc:
+            raise InvalidRequest(f"PARLEY_REDIS_URL: {exc}") from None
+    if is_cluster(broker_url):
+        raise InvalidRequest(
+            "a Redis Cluster cannot be Celery's broker (kombu's Redis transport moves each "
+            "kick between keys in different slots): set PARLEY_BROKER_URL to RabbitMQ "
+            "(amqp://...) or to a Redis server of its own (redis://...)"
         )
 
 
@@ -129,3 +156,11 @@ def read_flag(env: Mapping[str, str], name: str) -> bool:
     if text not in {"0", "1"}:
         raise InvalidRequest(f"{name} must be 1 or 0, not {text!r}")
     return text == "1"
+
+
+def read_queue_type(env: Mapping[str, str]) -> str:
+    """``PARLEY_BROKER_QUEUE_TYPE``: ``quorum`` (if unset or empty) or ``classic``."""
+    text = env.get("PARLEY_BROKER_QUEUE_TYPE") or QUEUE_TYPES[0]
+    if text not in QUEUE_TYPES:
+        raise InvalidRequest(f"PARLEY_BROKER_QUEUE_TYPE must be quorum or classic, not {text!r}")
+    return text

@@ -28,8 +28,11 @@ from celery.signals import (
 from broker_config.app import (
     BROKER_ERRORS,
     REDIS_BROKER_CONNECTIONS,
+    QueueTypeMismatch,
     create_app,
+    declare_kick_queues,
     is_redis,
+    kick_queue,
     send_kick,
 )
 from broker_config.settings import FleetSettings
@@ -224,7 +227,7 @@ def drive(task: Any, session_id: str) -> int:
     fleet = runtime()
     ran = drive_session(fleet, session_id, stopping=stopping, hand_over=hand_over, defer=kick_later)
     delivery = task.request.delivery_info or {}
-    if ran and delivery.get("routing_key") == settings.batch_queue:
+    if ran and kick_queue(delivery.get("routing_key") or "") == settings.batch_queue:
         try:
             fill_batch_window(fleet.store, fleet.coordinator, _kick_batch, window=batch_window())
         except Exception:
@@ -265,17 +268,7 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
     if metrics_bind is not None:
         metrics_export.serve_process(metrics_bind)
     log.info("sweeping every %.1fs", settings.sweep_seconds)
-    try:
-        # Connect the kicks' producer now, not at the first lost kick: it costs some
-        # 30 ms of imports and setup, and an unreachable broker shows in the log at once.
-        with app.producer_or_acquire() as producer:
-            producer.connection.ensure_connection(max_retries=0)
-    except BROKER_ERRORS as exc:
-        log.warning(
-            "the broker is not reachable yet (%s: %s); sweeping anyway", type(exc).__name__, exc
-        )
-    except Exception:
-        log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
+    _connect_producer()
     housekeeper: Housekeeper | None = None
     migrated = False
     try:
@@ -300,6 +293,25 @@ def run_sweeper(stop: threading.Event | None = None) -> None:
     finally:
         if housekeeper is not None:
             housekeeper.stop()
+
+
+def _connect_producer() -> None:
+    """Connect the kicks' producer now, not at the first lost kick: it costs some 30 ms
+    of imports and setup, and an unreachable broker shows in the log at once, as does a
+    kick queue of another type on RabbitMQ (:class:`QueueTypeMismatch`, which stops
+    beat: no kick it sent would reach a worker)."""
+    try:
+        with app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=0)
+        declare_kick_queues(app, settings)
+    except QueueTypeMismatch:
+        raise
+    except BROKER_ERRORS as exc:
+        log.warning(
+            "the broker is not reachable yet (%s: %s); sweeping anyway", type(exc).__name__, exc
+        )
+    except Exception:
+        log.warning("the broker is not reachable yet; sweeping anyway", exc_info=True)
 
 
 def start_housekeeper() -> Housekeeper:

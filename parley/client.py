@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from broker_config.settings import FleetSettings, read_flag
+from broker_config.settings import FleetSettings, read_flag, read_queue_type
 from parley.batches import BATCH_ID, Batch, submit_batch
 from parley.deployment import fleet_redis_url
 from parley.embedded import embedded_kicker, local_coordinator
@@ -104,15 +104,20 @@ def connect(
         coordinator = local_coordinator(url, engine)
         kicker = embedded_kicker(store, coordinator, engine, host)
         return Client(store, coordinator, kicker, host=host)
-    settings = FleetSettings(
-        database_url=url,
-        redis_url=redis_url,
-        broker_url=broker_url or os.environ.get("PARLEY_BROKER_URL") or redis_url,
-        host=None,
-        queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
-        task_events=read_flag(os.environ, "PARLEY_TASK_EVENTS"),  # (the kicks' "sent")
-        trace_celery=read_flag(os.environ, "PARLEY_TRACE_CELERY"),  # (the kicks' publish)
-    )
+    try:
+        settings = FleetSettings(
+            database_url=url,
+            redis_url=redis_url,
+            broker_url=broker_url or os.environ.get("PARLEY_BROKER_URL") or redis_url,
+            host=None,
+            queue=queue or os.environ.get("PARLEY_QUEUE") or TURN_QUEUE,
+            task_events=read_flag(os.environ, "PARLEY_TASK_EVENTS"),  # (the kicks' "sent")
+            trace_celery=read_flag(os.environ, "PARLEY_TRACE_CELERY"),  # (their publish)
+            queue_type=read_queue_type(os.environ),  # (a kick declares its queue)
+        )
+    except InvalidRequest:
+        store.close()
+        raise
     return _fleet_client(store, settings)
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker_config.app import BROKER_ERRORS, create_app, send_kick
+from broker_config.app import BROKER_ERRORS, QueueTypeMismatch, create_app, send_kick
 from broker_config.settings import FleetSettings
 from broker_config.tracing import instrument_celery
 from parley.errors import InvalidRequest
@@ -321,6 +321,8 @@ class FleetKicker:
                 type(exc).__name__,
                 exc,
             )
+        except QueueTypeMismatch as exc:  # (no sweeper can send it either, until mended)
+            log.error("could not kick session %s: %s", session_id, exc)
         except Exception:
             log.warning("could not kick session %s; the sweeper will", session_id, exc_info=True)
 

@@ -4,6 +4,7 @@ are configured by their environment alone."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from rich.console import Console
@@ -18,8 +19,14 @@ def worker(args: argparse.Namespace, console: Console) -> int:
     import click
     from celery.bin.celery import celery
 
+    from broker_config.app import BROKER_ERRORS, declare_kick_queues
     from parley.celery_tasks import app, settings
 
+    # A kick queue of another type on RabbitMQ: one line naming it and the ways out
+    # (QueueTypeMismatch), not Celery's traceback of PRECONDITION_FAILED.  A broker out
+    # of reach is Celery's to wait for (it declares the queues as it connects).
+    with contextlib.suppress(*BROKER_ERRORS):
+        declare_kick_queues(app, settings)
     argv = [
         *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
         # Both lanes, interactive first (the order kombu asks the broker in).

@@ -1,13 +1,19 @@
 """The fleet's broker restarted under it, with real processes: a `redis-server` of the
 test's own on a free port is shut down (nothing saved) while workers drive turns, and
-started again five seconds later; the same with a RabbitMQ node of the test's own
-(which keeps its durable queue and the kicks on it).  And a worker that cannot go on
-exits non-zero, so that its supervisor restarts it rather than taking it for one that was
-told to stop.  On prefork and on the Procfile's worker line (``tests.support.chaos``)."""
+started again five seconds later; the same with a RabbitMQ node of the test's own, whose
+quorum queues keep every kick across the restart: those waiting, the one a consumer held
+unacknowledged, and one still counting down in the delay queues.  And a worker that
+cannot go on exits non-zero, so that its supervisor restarts it rather than taking it for
+one that was told to stop.  On prefork and on the Procfile's worker line
+(``tests.support.chaos``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,13 +21,16 @@ from typing import Any, Protocol
 import pytest
 
 import parley
+from broker_config.app import create_app, kick_queue, send_kick
+from broker_config.settings import FleetSettings
 from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.support.databases import fresh_postgres_database
 from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import Fleet, flush_redis
-from tests.support.rabbitmq import RabbitServer
+from tests.support.rabbitmq import RabbitServer, connect, ready
 from tests.support.redis_server import RedisServer, running_redis
+from tests.support.waiting import wait_until
 
 pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
@@ -113,6 +122,72 @@ def test_workers_ride_through_a_rabbitmq_restart_under_load(
             _restart_under_load(chaos, rabbitmq)
         finally:
             chaos.close()
+
+
+@pytest.mark.amqp
+def test_a_rabbitmq_restart_keeps_every_kick_on_its_quorum_queues(
+    rabbitmq: RabbitServer,
+) -> None:
+    flush_redis(CHAOS_REDIS_URL)
+    with fresh_postgres_database("restart") as url:
+        fleet = Fleet(database_url=url, redis_url=CHAOS_REDIS_URL, broker_url=rabbitmq.url)
+        try:
+            _restart_with_kicks_on_the_queues(fleet, rabbitmq)
+        finally:
+            fleet.stop()
+
+
+def _restart_with_kicks_on_the_queues(fleet: Fleet, rabbitmq: RabbitServer) -> None:
+    # A worker declares the quorum queues and the delay queues, as in production, and
+    # stops: the kicks stay on the broker.
+    worker = fleet.start_worker(pool="threads")
+    fleet.wait_ready()
+    os.killpg(worker.pid, signal.SIGTERM)
+    assert worker.wait(60) == 0
+    settings = FleetSettings(
+        database_url=fleet.database_url,
+        redis_url=fleet.redis_url,
+        broker_url=rabbitmq.url,
+        host=None,
+        queue=fleet.queue,
+    )
+    batch_queue = settings.batch_queue
+    kicks = {fleet.queue: [str(uuid.uuid4()) for _ in range(3)], batch_queue: []}
+    app = create_app(settings, name="parley-test")
+    try:
+        for session_id in kicks[fleet.queue]:
+            send_kick(app, settings, session_id)
+        kicks[batch_queue] = [str(uuid.uuid4()) for _ in range(3)]
+        for session_id in kicks[batch_queue][:2]:
+            send_kick(app, settings, session_id, priority="batch")
+        countdown = 3.0  # (it runs out while the broker is down)
+        sent = time.monotonic()
+        send_kick(app, settings, kicks[batch_queue][2], priority="batch", countdown=countdown)
+    finally:
+        app.close()
+    held = connect(rabbitmq.url)  # a consumer that holds a kick, unacknowledged
+    taken = held.channel().basic_get(fleet.queue, no_ack=False)
+    assert taken is not None
+
+    rabbitmq.shutdown()
+    held.close()
+    time.sleep(5)
+    rabbitmq.start()
+
+    # Each kick on its lane's queue, once: the held one back on it, the delayed one
+    # delivered after its countdown, its routing key telling its queue.
+    wait_until(lambda: ready(rabbitmq.url, fleet.queue) == 3, 30, what="the interactive kicks")
+    wait_until(lambda: ready(rabbitmq.url, batch_queue) == 3, 30, what="the batch kicks")
+    assert time.monotonic() - sent >= countdown
+    with connect(rabbitmq.url) as connection:
+        channel = connection.channel()
+        for queue, sessions in kicks.items():
+            found = []
+            while (message := channel.basic_get(queue, no_ack=True)) is not None:
+                assert kick_queue(message.delivery_info["routing_key"]) == queue
+                found.append(json.loads(message.body)[0][0])
+            assert sorted(found) == sorted(sessions), queue
+        channel.close()
 
 
 def _restart_under_load(chaos: Chaos, broker: Broker) -> None:

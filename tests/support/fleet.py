@@ -19,7 +19,7 @@ from pathlib import Path
 import redis
 
 import parley
-from tests.support.rabbitmq import consumers, delete_queue, is_amqp
+from tests.support.rabbitmq import consumers, delete_queue, is_amqp, queue_type
 from workers.coordination.constants import BATCH_QUEUE_SUFFIX
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,9 +133,20 @@ class Fleet:
                 raise RuntimeError(f"a fleet process exited; see {self.log_dir}/{self.queue}-*.log")
             ready = all(b"ready." in self.log_of(w).read_bytes() for w in workers)
             if ready and self._consumed():
+                self._check_queue_types()
                 return
             time.sleep(0.1)
         raise TimeoutError("the fleet's workers did not become ready")
+
+    def _check_queue_types(self) -> None:
+        """On RabbitMQ, both lanes' queues are of the fleet's type: quorum, unless its
+        environment says ``PARLEY_BROKER_QUEUE_TYPE=classic``."""
+        if not is_amqp(self.broker):
+            return
+        wanted = self.env().get("PARLEY_BROKER_QUEUE_TYPE") or "quorum"
+        for queue in (self.queue, self.queue + BATCH_QUEUE_SUFFIX):
+            found = queue_type(self.broker, queue)
+            assert found == wanted, f"RabbitMQ's {queue} is a {found} queue, not {wanted}"
 
     def _consumed(self) -> bool:
         """Whether a worker consumes the queue, as the broker sees it."""

@@ -24,6 +24,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import kombu
 
+from broker_config.app import kick_exchange
+
 AMQP_TEST_URL = os.environ.get("PARLEY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
@@ -76,14 +78,43 @@ def consumers(url: str, queue: str) -> int:
             channel.close()
 
 
+def ready(url: str, queue: str) -> int:
+    """How many messages wait on the queue, taken by no consumer."""
+    with connect(url) as connection:
+        channel = connection.channel()
+        try:
+            return int(channel.queue_declare(queue, passive=True).message_count)
+        finally:
+            channel.close()
+
+
+def queue_type(url: str, queue: str) -> str:
+    """The type of the queue on the broker: ``quorum`` if RabbitMQ takes a declaration of
+    it as a durable quorum queue, else ``classic`` (it refuses one of another type with
+    PRECONDITION_FAILED).  Asked over AMQP, so of any server (``rabbitmqctl`` reaches
+    only the machine's node, not a test's own)."""
+    with connect(url) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, passive=True)  # (none: a channel error)
+        try:
+            quorum = {"x-queue-type": "quorum"}
+            channel.queue_declare(queue, durable=True, auto_delete=False, arguments=quorum)
+        except connection.channel_errors:
+            return "classic"
+        channel.close()
+        return "quorum"
+
+
 def delete_queue(url: str, queue: str) -> None:
-    """Delete a fleet's queue and the exchange kombu made for it (nothing if the broker
-    cannot be reached: a test that stopped it made them go anyway)."""
+    """Delete a fleet's queue and the exchanges kombu made for it: a classic queue's
+    direct one, a quorum queue's topic one (nothing if the broker cannot be reached: a
+    test that stopped it made them go anyway)."""
     try:
         with connect(url) as connection:
             channel = connection.channel()
             channel.queue_delete(queue)
             channel.exchange_delete(queue)
+            channel.exchange_delete(kick_exchange(queue))
             channel.close()
     except Exception:  # (whatever the broker's state: cleaning up must not fail a test)
         pass

@@ -7,8 +7,15 @@ import subprocess
 import sys
 
 import pytest
+from kombu.transport.native_delayed_delivery import calculate_routing_key
 
-from broker_config.app import REDIS_BROKER_CONNECTIONS, create_app, transport_options
+from broker_config.app import (
+    REDIS_BROKER_CONNECTIONS,
+    create_app,
+    kick_queue,
+    quorum_queues,
+    transport_options,
+)
 from broker_config.settings import FleetSettings
 from parley.errors import InvalidRequest
 from workers.coordination import constants as c
@@ -124,6 +131,51 @@ def test_a_rabbitmq_broker_gets_no_redis_transport_options() -> None:
     for url in ("redis://cache/1", "rediss://cache/1", "redis+socket:///run/redis.sock"):
         assert transport_options(url)["visibility_timeout"] == c.VISIBILITY_TIMEOUT_SECONDS
         assert transport_options(url)["max_connections"] == REDIS_BROKER_CONNECTIONS
+
+
+AMQP = {**ENV, "PARLEY_BROKER_URL": "amqp://guest@mq:5672/parley"}
+
+
+def test_a_rabbitmq_brokers_kick_queues_are_quorum_queues_unless_classic() -> None:
+    app = create_app(FleetSettings.from_env(AMQP))
+    queues = app.conf.task_queues
+    assert [q.name for q in queues] == [c.TURN_QUEUE, c.TURN_QUEUE + ".batch"]
+    for queue in queues:
+        assert queue.queue_arguments == {"x-queue-type": "quorum"} and queue.durable
+        # A topic exchange of its own, not named like the queue (a classic queue's
+        # direct exchange is): Celery's delayed delivery forwards only to a topic one.
+        assert (queue.exchange.name, queue.exchange.type) == (queue.name + ".kicks", "topic")
+        assert queue.routing_key == queue.name
+    app.close()
+    settings = FleetSettings.from_env({**AMQP, "PARLEY_BROKER_QUEUE_TYPE": "classic"})
+    assert settings.queue_type == "classic"
+    classic = create_app(settings).conf.task_queues
+    # (As before quorum queues: Celery binds them to the direct exchange of its default.)
+    assert [(q.name, q.queue_arguments, q.exchange.name) for q in classic] == [
+        (c.TURN_QUEUE, None, ""),
+        (c.TURN_QUEUE + ".batch", None, ""),
+    ]
+
+
+def test_a_redis_broker_ignores_the_queue_type() -> None:
+    settings = FleetSettings.from_env({**ENV, "PARLEY_BROKER_QUEUE_TYPE": "quorum"})
+    assert settings.queue_type == "quorum" and not quorum_queues(settings)
+    assert all(q.queue_arguments is None for q in create_app(settings).conf.task_queues)
+
+
+@pytest.mark.parametrize("value", ["Quorum", "stream", "classic ", "1"])
+def test_a_bad_queue_type_is_a_clear_error(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="PARLEY_BROKER_QUEUE_TYPE must be quorum or classic"):
+        FleetSettings.from_env({**AMQP, "PARLEY_BROKER_QUEUE_TYPE": value})
+    assert FleetSettings.from_env({**AMQP, "PARLEY_BROKER_QUEUE_TYPE": ""}).queue_type == "quorum"
+
+
+@pytest.mark.parametrize("queue", [c.TURN_QUEUE, c.TURN_QUEUE + ".batch", "q"])
+def test_a_delayed_kick_tells_its_queue(queue: str) -> None:
+    # (A kick that waited in RabbitMQ's delay queues carries its countdown's bits.)
+    assert kick_queue(queue) == queue
+    for seconds in (1, 3, 2**28 - 1):
+        assert kick_queue(calculate_routing_key(seconds, queue)) == queue
 
 
 def test_the_database_pool_size_comes_from_the_environment() -> None:

@@ -224,7 +224,9 @@ def deploy_environment() -> dict[str, set[str]]:
         key
         for doc in objects
         if doc["kind"] in ("ConfigMap", "Secret")
-        and doc["metadata"]["labels"].get("app.kubernetes.io/component") != "pgbouncer"
+        # (PgBouncer's and RabbitMQ's are configured in their own terms)
+        and doc["metadata"]["labels"].get("app.kubernetes.io/component")
+        not in ("pgbouncer", "rabbitmq")
         for key in (*doc.get("data", {}), *doc.get("stringData", {}))
     } | {e["name"] for c in containers() for e in c.get("env", [])}
     example = (DEPLOY / "parley.env.example").read_text()
@@ -374,3 +376,31 @@ def test_every_deploy_puts_pgbouncer_in_transaction_mode_in_front_and_migrates_p
     assert settings["data"]["PARLEY_DATABASE_POOLER"] == "pgbouncer"
     env = {e["name"]: e.get("value") for e in pod_spec(pooler)["containers"][0]["env"]}
     assert env["POOL_MODE"] == "transaction"
+
+
+def test_every_deploy_offers_rabbitmq_with_quorum_queues_kept_across_restarts() -> None:
+    # Compose, with --profile rabbitmq: a fixed host name (the node's name, under which
+    # its data is kept) and a volume for that data.
+    rabbitmq = compose()["services"]["rabbitmq"]
+    assert rabbitmq["profiles"] == ["rabbitmq"] and rabbitmq["hostname"] == "rabbitmq"
+    assert "rabbitmq:/var/lib/rabbitmq" in rabbitmq["volumes"]
+    environment = parley_services()["worker"]["environment"]
+    assert environment["PARLEY_BROKER_QUEUE_TYPE"] == "${PARLEY_BROKER_QUEUE_TYPE:-quorum}"
+    user, password = (rabbitmq["environment"][f"RABBITMQ_DEFAULT_{k}"] for k in ("USER", "PASS"))
+    assert f"amqp://{user}:{password}@rabbitmq:5672//" in COMPOSE.read_text()
+    # Kubernetes: a StatefulSet (a stable host name) with a volume of its own, behind the
+    # Service parley's broker URL names, as the user its Secret makes.
+    [server] = of_kind("StatefulSet", "rabbitmq")
+    [service] = of_kind("Service", "rabbitmq")
+    [account] = of_kind("Secret", "rabbitmq")
+    assert server["spec"]["serviceName"] == service["metadata"]["name"] == "rabbitmq"
+    [claim] = server["spec"]["volumeClaimTemplates"]
+    [mount] = pod_spec(server)["containers"][0]["volumeMounts"]
+    assert (mount["name"], mount["mountPath"]) == (claim["metadata"]["name"], "/var/lib/rabbitmq")
+    [config] = [d for d in manifests() if d["metadata"]["name"] == "parley-secrets"]
+    [settings] = [d for d in manifests() if d["kind"] == "ConfigMap"]
+    credentials = account["stringData"]
+    user, password = credentials["RABBITMQ_DEFAULT_USER"], credentials["RABBITMQ_DEFAULT_PASS"]
+    url = config["stringData"]["PARLEY_BROKER_URL"]
+    assert url == f"amqp://{user}:{password}@rabbitmq:5672//"
+    assert settings["data"]["PARLEY_BROKER_QUEUE_TYPE"] == "quorum"
