@@ -393,12 +393,19 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
     if coordinator.cluster:
         subscription.ssubscribe(channel)
         holder = listener.get_node_from_key(channel)  # (each node counts its own)
-        listening = lambda: listener.pubsub_shardnumsub(channel, target_nodes=holder)[0][1]  # noqa: E731
-        receive = lambda: subscription.get_sharded_message(timeout=0.5)  # noqa: E731
-    else:
+
+    def listening() -> int:
+        if coordinator.cluster:
+            return int(listener.pubsub_shardnumsub(channel, target_nodes=holder)[0][1])
+        return int(listener.pubsub_numsub(channel)[0][1])
+
+    def receive() -> Any:
+        if coordinator.cluster:
+            return subscription.get_sharded_message(timeout=0.5)
+        return subscription.get_message(timeout=0.5)
+
+    if not coordinator.cluster:
         subscription.subscribe(channel)
-        listening = lambda: listener.pubsub_numsub(channel)[0][1]  # noqa: E731
-        receive = lambda: subscription.get_message(timeout=0.5)  # noqa: E731
     deadline = time.monotonic() + 5  # subscribed for sure before anything is published
     while listening() < 1:
         assert time.monotonic() < deadline
