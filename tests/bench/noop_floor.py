@@ -13,12 +13,14 @@ import uuid
 import redis
 
 from tests.support.fleet import REPO
+from tests.support.rabbitmq import delete_queue, is_amqp
 
 
 class NoopFloor:
     """``workers`` Celery workers (two single-process ones by default) running the floor's
-    tasks on the Redis ``redis_url``, and a producer for them.  ``channel``: "stock" for
-    kombu's Redis channel (the floor), "parley" for parley's."""
+    tasks on the Redis ``redis_url`` (or on ``broker_url``, RabbitMQ say, signalling on
+    that Redis), and a producer for them.  ``channel``: "stock" for kombu's Redis channel
+    (the floor), "parley" for parley's."""
 
     def __init__(
         self,
@@ -29,12 +31,15 @@ class NoopFloor:
         workers: int = 2,
         pool: str = "prefork",
         concurrency: int = 1,
+        broker_url: str | None = None,
     ) -> None:
         self.queue = f"bench.noop.{uuid.uuid4().hex[:6]}"
+        self.broker_url = broker_url or redis_url
         env = {
             **os.environ,
             "PARLEY_DATABASE_URL": database_url,
             "PARLEY_REDIS_URL": redis_url,
+            "PARLEY_BROKER_URL": broker_url or redis_url,
             "PARLEY_QUEUE": self.queue,
             "PARLEY_BENCH_CHANNEL": channel,
             "PYTHONPATH": str(REPO),
@@ -103,6 +108,8 @@ class NoopFloor:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(20)
         self.workers = []
+        if is_amqp(self.broker_url):  # (RabbitMQ keeps a durable queue)
+            delete_queue(self.broker_url, self.queue)
 
     def __enter__(self) -> NoopFloor:
         return self

@@ -151,20 +151,17 @@ def redis_cluster(*, primaries: int = 3) -> Iterator[RedisClusterNodes]:
     cli = shutil.which("redis-cli")
     assert server and cli, "redis-server and redis-cli are needed for a Redis Cluster"
     directory = Path(tempfile.mkdtemp(prefix="parley-redis-cluster-"))
-    nodes = RedisClusterNodes(directory, _free_ports(2 * primaries))
+    nodes = RedisClusterNodes(directory, [])
     try:
-        for port in nodes.ports:
-            home = directory / str(port)
-            home.mkdir()
-            log = (home / "redis.log").open("wb")
-            nodes.processes[port] = subprocess.Popen(
-                [server, *_node_options(port, home)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            log.close()
-        for port in nodes.ports:
-            _wait_answers(nodes, port)
+        for attempt in range(3):
+            nodes.ports = _free_ports(2 * primaries)
+            try:
+                _start_nodes(nodes, server)
+                break
+            except PortTaken:  # (between choosing the port and binding it)
+                _stop_nodes(nodes)
+                if attempt == 2:
+                    raise
         subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in nodes.ports), *CREATE],
             check=True,
@@ -174,11 +171,34 @@ def redis_cluster(*, primaries: int = 3) -> Iterator[RedisClusterNodes]:
         nodes.wait_healthy(primaries=primaries)
         yield nodes
     finally:
-        for process in nodes.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        _stop_nodes(nodes)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class PortTaken(RuntimeError):
+    """A node could not bind its port: another process took it first."""
+
+
+def _start_nodes(nodes: RedisClusterNodes, server: str) -> None:
+    """Start a node on each of ``nodes.ports`` and wait until each answers."""
+    for port in nodes.ports:
+        home = nodes.directory / str(port)
+        home.mkdir(exist_ok=True)
+        log = (home / "redis.log").open("wb")
+        nodes.processes[port] = subprocess.Popen(
+            [server, *_node_options(port, home)], stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+    for port in nodes.ports:
+        _wait_answers(nodes, port)
+
+
+def _stop_nodes(nodes: RedisClusterNodes) -> None:
+    for process in nodes.processes.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    nodes.processes.clear()
 
 
 def _node_options(port: int, home: Path) -> list[str]:
@@ -200,9 +220,14 @@ def _node_options(port: int, home: Path) -> list[str]:
     return [word for name, value in options.items() for word in (f"--{name}", value)]
 
 
-def _wait_answers(nodes: RedisClusterNodes, port: int, timeout: float = 10) -> None:
+def _wait_answers(nodes: RedisClusterNodes, port: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if nodes.processes[port].poll() is not None:
+            log = (nodes.directory / str(port) / "redis.log").read_text(errors="replace")
+            if "Address already in use" in log:
+                raise PortTaken(f"port {port} (or {port + 10_000}) is taken")
+            raise RuntimeError(f"redis-server on {port} exited:\n{log[-2000:]}")
         with closing(nodes.node(port)) as client:
             try:
                 client.ping()
