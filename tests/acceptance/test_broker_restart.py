@@ -23,11 +23,11 @@ import pytest
 import parley
 from broker_config.app import create_app, kick_queue, send_kick
 from broker_config.settings import FleetSettings
-from tests.acceptance.test_fleet_failures import assert_completed_once_in_order
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.support.databases import fresh_postgres_database
 from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import Fleet, flush_redis
+from tests.support.fleet_scenarios import assert_completed_once_in_order
 from tests.support.rabbitmq import RabbitServer, connect, ready
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.waiting import wait_until

@@ -27,7 +27,12 @@ from tests.support.databases import terminate_backends
 from tests.support.deployments import on_fleet_deployments
 from tests.support.events import assert_once_in_order
 from tests.support.fleet import flush_redis
-from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
+from tests.support.fleet_scenarios import (
+    assert_completed_once_in_order,
+    killed_during_a_tool_call,
+    steers_and_rejoining_readers,
+    submit_load,
+)
 from tests.support.waiting import wait_until
 from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
 from workers.engine.turn_engine import MAX_ATTEMPTS
@@ -167,38 +172,6 @@ def test_a_paused_worker_that_lost_its_lock_commits_nothing(chaos: Chaos) -> Non
     assert starts == [1, 2]
     results = [e.data["content"] for e in events if e.kind is EventKind.TOOL_RESULT]
     assert results == [f"gate opened (pid {fresh})"]
-
-
-def submit_load(chaos: Chaos, sessions: int, turns: int) -> list[list[parley.TurnHandle]]:
-    chaos.control.script(
-        [
-            {
-                "when": "load",
-                "steps": [
-                    {
-                        "text": "working ",
-                        "chunk_chars": 2,
-                        "delay_ms": 5,
-                        "tool_calls": [{"name": "list_files"}],
-                    },
-                    {"text": "done: {prompt}", "chunk_chars": 4, "delay_ms": 5},
-                ],
-            }
-        ]
-    )
-    opened = [chaos.client.open_session(chaos.workspace) for _ in range(sessions)]
-    return [[s.submit(f"load {n} of {s.id[:8]}") for n in range(turns)] for s in opened]
-
-
-def assert_completed_once_in_order(chaos: Chaos, load: list[list[parley.TurnHandle]]) -> None:
-    for handles in load:
-        results = [h.wait(90) for h in handles]
-        assert all(r.outcome is parley.TurnStatus.FINISHED for r in results)
-        for handle, result in zip(handles, results, strict=True):
-            assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
-            assert result.reply == f"done: {handle.record().prompt}"
-        session = chaos.client.session(handles[0].session_id)
-        assert [t.turn_id for t in session.history()] == [h.turn_id for h in handles]
 
 
 @pytest.mark.also_amqp

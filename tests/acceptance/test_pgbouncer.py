@@ -15,15 +15,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 import parley
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos
-from tests.support.databases import PG_ADMIN_URL, fresh_postgres_database
+from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import flush_redis, procfile_worker
 from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
-from tests.support.pgbouncer import PgBouncer, pgbouncer
+from tests.support.pgbouncer import PgBouncer, pgbouncer, server_connections
 from workers.store.database import (
     behind_pooler,
     create_database_engine,
@@ -56,23 +55,13 @@ def bounced(workspace: Path, bouncer: PgBouncer) -> Iterator[Chaos]:
             harness.close()
 
 
-def _server_connections(database_url: str) -> int:
-    database = database_url.rsplit("/", 1)[1]
-    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def test_the_fleet_behind_pgbouncer_keeps_order_steers_and_readers(bounced: Chaos) -> None:
     peak = [0]
     done = threading.Event()
 
     def watch_the_server() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], _server_connections(bounced.database_url))
+            peak[0] = max(peak[0], server_connections(bounced.database_url))
             done.wait(0.05)
 
     watcher = threading.Thread(target=watch_the_server, daemon=True)

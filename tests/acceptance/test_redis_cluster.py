@@ -21,12 +21,16 @@ from typing import Any
 import pytest
 
 import parley
-from tests.acceptance.test_fleet_failures import assert_completed_once_in_order, submit_load
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos
 from tests.support.databases import fresh_postgres_database
 from tests.support.events import assert_once_in_order
 from tests.support.fleet import flush_redis, procfile_worker
-from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
+from tests.support.fleet_scenarios import (
+    assert_completed_once_in_order,
+    killed_during_a_tool_call,
+    steers_and_rejoining_readers,
+    submit_load,
+)
 from tests.support.gateway import TENANT, Gateway, start_fleet_gateway, wait_ready
 from tests.support.helpers import Control
 from tests.support.redis_cluster import RedisClusterNodes, redis_cluster

@@ -107,3 +107,39 @@ def killed_during_a_tool_call(chaos: Chaos) -> tuple[parley.TurnHandle, float]:
     assert state.attempts == 2 and chaos.driver_pid(handle.turn_id) != victim
     assert chaos.control.gate_calls == 2  # the uncommitted step ran its tool again
     return handle, recovered_in
+
+
+def submit_load(chaos: Chaos, sessions: int, turns: int) -> list[list[parley.TurnHandle]]:
+    """``turns`` two-step turns (a tool, then streamed text) queued in each of
+    ``sessions`` sessions: the handles, by session."""
+    chaos.control.script(
+        [
+            {
+                "when": "load",
+                "steps": [
+                    {
+                        "text": "working ",
+                        "chunk_chars": 2,
+                        "delay_ms": 5,
+                        "tool_calls": [{"name": "list_files"}],
+                    },
+                    {"text": "done: {prompt}", "chunk_chars": 4, "delay_ms": 5},
+                ],
+            }
+        ]
+    )
+    opened = [chaos.client.open_session(chaos.workspace) for _ in range(sessions)]
+    return [[s.submit(f"load {n} of {s.id[:8]}") for n in range(turns)] for s in opened]
+
+
+def assert_completed_once_in_order(chaos: Chaos, load: list[list[parley.TurnHandle]]) -> None:
+    """Every turn of ``load`` finished, each step once, with its reply, and each
+    session's turns in submission order."""
+    for handles in load:
+        results = [h.wait(90) for h in handles]
+        assert all(r.outcome is parley.TurnStatus.FINISHED for r in results)
+        for handle, result in zip(handles, results, strict=True):
+            assert [s.index for s in chaos.client.store.steps_of(handle.turn_id)] == [0, 1]
+            assert result.reply == f"done: {handle.record().prompt}"
+        session = chaos.client.session(handles[0].session_id)
+        assert [t.turn_id for t in session.history()] == [h.turn_id for h in handles]

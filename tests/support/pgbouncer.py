@@ -124,3 +124,15 @@ def pgbouncer(**options: int) -> Iterator[PgBouncer]:
         yield bouncer
     finally:
         bouncer.stop()
+
+
+def server_connections(database_url: str) -> int:
+    """How many connections the server itself holds to ``database_url``'s database
+    (through the pooler or not)."""
+    database = database_url.rsplit("/", 1)[1]
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()
+    return int(row[0]) if row else 0
