@@ -156,6 +156,10 @@ def _next_batch(
     if patient and not buffered and coordinator.buffer_covers(turn_id, last):
         return [], True
     stored = store.events_after(turn_id, last)
+    # The buffer once more, read after the store: a token published before a commit the
+    # store already shows is in it then.  (Read only before, it could lack a token whose
+    # step the store has, and the reader would step over the token.)
+    buffered = coordinator.read_events(turn_id, last, timeout=0) or buffered
     # Committed up to here: any durable event below this seq is in `stored`.  Above it, a
     # seq missing from the buffer may be a durable event still uncommitted (its batch was
     # lost), so the reader does not jump such a gap until the store has settled it.
