@@ -4,7 +4,6 @@ are configured by their environment alone."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 
 from rich.console import Console
@@ -19,14 +18,19 @@ def worker(args: argparse.Namespace, console: Console) -> int:
     import click
     from celery.bin.celery import celery
 
-    from broker_config.app import BROKER_ERRORS, declare_kick_queues
+    from broker_config.app import QueueTypeMismatch, declare_kick_queues
     from parley.celery_tasks import app, settings
 
     # A kick queue of another type on RabbitMQ: one line naming it and the ways out
-    # (QueueTypeMismatch), not Celery's traceback of PRECONDITION_FAILED.  A broker out
-    # of reach is Celery's to wait for (it declares the queues as it connects).
-    with contextlib.suppress(*BROKER_ERRORS):
+    # (QueueTypeMismatch), not Celery's traceback of PRECONDITION_FAILED.  Anything else
+    # (a broker out of reach, credentials it refuses) is Celery's to wait for or report,
+    # as it declares the queues when it connects.
+    try:
         declare_kick_queues(app, settings)
+    except QueueTypeMismatch:
+        raise
+    except Exception:
+        pass
     argv = [
         *("--app", "parley.celery_tasks:app", *celery_worker_logging(app, args.log_format)),
         # Both lanes, interactive first (the order kombu asks the broker in).
