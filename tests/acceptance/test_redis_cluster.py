@@ -6,7 +6,8 @@ own, as it must be.  Two workers on the Procfile's line, the sweeper and a clien
 What holds there as on one server: order per session, steers, readers that drop their
 stream and come back, a worker SIGKILLed mid-turn; every node emptied at once under load
 loses no turn; a primary killed under load (its replica promoted, its slots served again)
-loses no turn and duplicates no step; the keys spread over the nodes, each turn's and
+loses no turn, duplicates no step and cuts off no turn whose session's lock was on another
+node; the keys spread over the nodes, each turn's and
 each session's in one slot; and gateways stream turns and wait for their ends there, a
 reader moving from one gateway to another."""
 
@@ -33,7 +34,11 @@ from tests.support.fleet_scenarios import (
 )
 from tests.support.gateway import TENANT, Gateway, start_fleet_gateway, wait_ready
 from tests.support.helpers import Control
-from tests.support.redis_cluster import RedisClusterNodes, redis_cluster
+from tests.support.redis_cluster import (
+    FAILOVER_NODE_TIMEOUT_MS,
+    RedisClusterNodes,
+    redis_cluster,
+)
 from tests.support.waiting import wait_until
 from workers.coordination import constants as c
 
@@ -42,7 +47,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 @pytest.fixture
 def nodes() -> Iterator[RedisClusterNodes]:
-    with redis_cluster() as started:
+    with redis_cluster(node_timeout_ms=FAILOVER_NODE_TIMEOUT_MS) as started:
         yield started
 
 
@@ -118,27 +123,53 @@ def test_emptying_every_node_under_load_loses_no_turn(
     assert_completed_once_in_order(clustered, load)
 
 
+LONG = "".join(f"l{i:03d} " for i in range(80))  # 80 chunks 50 ms apart: 4 s a turn
+
+
 def test_a_primary_killed_under_load_is_replaced_by_its_replica_and_no_turn_is_lost(
     clustered: Chaos, nodes: RedisClusterNodes
 ) -> None:
-    load = submit_load(clustered, sessions=8, turns=3)
-    running = load[0][0]
-    wait_until(
-        lambda: (
-            clustered.client.store.run_state(running.turn_id).status is parley.TurnStatus.RUNNING
-        ),
-        what="a turn to run",
+    clustered.control.script(
+        [
+            {
+                "when": "long",
+                "steps": [
+                    {"tool_calls": [{"name": "list_files"}]},
+                    {"text": LONG, "chunk_chars": 5, "delay_ms": 50},
+                ],
+            }
+        ]
     )
-    # The primary holding a running turn's buffer and its session's lock.
-    victim = nodes.holder(c.events_key(running.turn_id))
+    opened = [clustered.client.open_session(clustered.workspace) for _ in range(9)]
+    handles = [session.submit("long") for session in opened]
+    wait_until(
+        lambda: all(
+            clustered.client.store.run_state(h.turn_id).status is parley.TurnStatus.RUNNING
+            for h in handles
+        ),
+        what="every turn to run",
+    )
+    # The primary holding the first session's lock (and whatever else hashed there).
+    victim = nodes.holder(c.lock_key(opened[0].id))
+    elsewhere = [h for h in handles if nodes.holder(c.lock_key(h.session_id)) != victim]
+    assert elsewhere, "every session on one node: nothing to compare"
     nodes.kill(victim)
-    assert_completed_once_in_order(clustered, load)
+    for handle in handles:
+        result = handle.wait(90)
+        assert result.outcome is parley.TurnStatus.FINISHED and result.reply == LONG
+        assert [s.index for s in clustered.client.store.steps_of(handle.turn_id)] == [0, 1]
+        # A reader from the start sees each event once, in order, whichever node died.
+        events = list(clustered.client.attach(handle.turn_id).events())
+        assert_once_in_order(events)
+        assert events[-1].kind is parley.EventKind.END
+    # The sessions whose locks were on the other primaries kept their drivers: a node's
+    # failover cuts off its own sessions' turns at most (each heartbeat pipeline is the
+    # node's own).
+    assert [clustered.client.store.run_state(h.turn_id).attempts for h in elsewhere] == [1] * len(
+        elsewhere
+    )
     nodes.wait_healthy()  # its replica serves its slots: three primaries again
     assert victim not in nodes.primaries()
-    # A reader of the turn whose node died sees each of its events once, in order.
-    events = list(clustered.client.attach(running.turn_id).events())
-    assert_once_in_order(events)
-    assert events[-1].kind is parley.EventKind.END
 
 
 STREAMED = "".join(f"w{i:03d} " for i in range(60))

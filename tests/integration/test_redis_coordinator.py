@@ -404,13 +404,13 @@ def test_every_published_event_also_reaches_the_turns_pub_sub_channel_once(
             return subscription.get_sharded_message(timeout=0.5)
         return subscription.get_message(timeout=0.5)
 
-    if not coordinator.cluster:
-        subscription.subscribe(channel)
-    deadline = time.monotonic() + 5  # subscribed for sure before anything is published
-    while listening() < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
     try:
+        if not coordinator.cluster:
+            subscription.subscribe(channel)
+        deadline = time.monotonic() + 5  # subscribed for sure before anything is published
+        while listening() < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert coordinator.adopt(turn_id, fence=2) == 0
         emitter = Emitter(turn_id, 1, coordinator, fence=2)
         emitter.emit(STARTED)

@@ -19,9 +19,13 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster
 
-NODE_TIMEOUT_MS = 1_000
-"""How long a primary may be silent before its replica takes over: short, so a test's
-failover takes a couple of seconds rather than the 15 of Redis's default."""
+FAILOVER_NODE_TIMEOUT_MS = 1_000
+"""How long a primary may be silent before its replica takes over, in a cluster whose
+test kills one: short, so the failover takes a few seconds rather than the 15 of Redis's
+default."""
+NODE_TIMEOUT_MS = 5_000
+"""The same for a cluster no test breaks: long enough that a busy machine's pauses
+cause no failover of their own."""
 
 
 CREATE = ("--cluster-replicas", "1", "--cluster-yes")
@@ -144,9 +148,11 @@ class RedisClusterNodes:
 
 
 @contextmanager
-def redis_cluster(*, primaries: int = 3) -> Iterator[RedisClusterNodes]:
-    """A cluster of ``primaries`` primaries with a replica each, stopped and removed
-    after."""
+def redis_cluster(
+    *, primaries: int = 3, node_timeout_ms: int = NODE_TIMEOUT_MS
+) -> Iterator[RedisClusterNodes]:
+    """A cluster of ``primaries`` primaries with a replica each (whose primary is
+    declared failed after ``node_timeout_ms`` of silence), stopped and removed after."""
     server = shutil.which("redis-server")
     cli = shutil.which("redis-cli")
     assert server and cli, "redis-server and redis-cli are needed for a Redis Cluster"
@@ -156,7 +162,7 @@ def redis_cluster(*, primaries: int = 3) -> Iterator[RedisClusterNodes]:
         for attempt in range(3):
             nodes.ports = _free_ports(2 * primaries)
             try:
-                _start_nodes(nodes, server)
+                _start_nodes(nodes, server, node_timeout_ms)
                 break
             except PortTaken:  # (between choosing the port and binding it)
                 _stop_nodes(nodes)
@@ -179,14 +185,16 @@ class PortTaken(RuntimeError):
     """A node could not bind its port: another process took it first."""
 
 
-def _start_nodes(nodes: RedisClusterNodes, server: str) -> None:
+def _start_nodes(nodes: RedisClusterNodes, server: str, node_timeout_ms: int) -> None:
     """Start a node on each of ``nodes.ports`` and wait until each answers."""
     for port in nodes.ports:
         home = nodes.directory / str(port)
         home.mkdir(exist_ok=True)
         log = (home / "redis.log").open("wb")
         nodes.processes[port] = subprocess.Popen(
-            [server, *_node_options(port, home)], stdout=log, stderr=subprocess.STDOUT
+            [server, *_node_options(port, home, node_timeout_ms)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
     for port in nodes.ports:
@@ -201,13 +209,13 @@ def _stop_nodes(nodes: RedisClusterNodes) -> None:
     nodes.processes.clear()
 
 
-def _node_options(port: int, home: Path) -> list[str]:
+def _node_options(port: int, home: Path, node_timeout_ms: int) -> list[str]:
     """``redis-server``'s options for the cluster node on ``port``, its files in ``home``."""
     options = {
         "port": str(port),
         "bind": "127.0.0.1",
         "cluster-enabled": "yes",
-        "cluster-node-timeout": str(NODE_TIMEOUT_MS),
+        "cluster-node-timeout": str(node_timeout_ms),
         "cluster-config-file": str(home / "nodes.conf"),
         "dir": str(home),
         "save": "",

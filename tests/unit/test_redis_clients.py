@@ -8,12 +8,21 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import redis
 from redis.crc import key_slot
 
 from broker_config.settings import FleetSettings
 from schemas.errors import InvalidRequest
 from workers.coordination import constants as c
-from workers.coordination.redis_clients import address_of, check_cluster_url, is_cluster
+from workers.coordination.admission_math import check_model
+from workers.coordination.redis_clients import (
+    ClusterClient,
+    address_of,
+    check_cluster_url,
+    cluster_seeds,
+    is_cluster,
+    open_client,
+)
 
 ENV = {"PARLEY_DATABASE_URL": "postgresql://db/parley", "PARLEY_REDIS_URL": "redis://r:6379/0"}
 
@@ -30,6 +39,8 @@ def test_a_cluster_is_named_by_its_scheme() -> None:
     [
         ("redis+cluster://10.0.0.1", "HOST:PORT"),
         ("redis+cluster://:7000", "HOST:PORT"),
+        ("redis+cluster://10.0.0.1:7000,10.0.0.2", "HOST:PORT"),
+        ("redis+cluster://10.0.0.1:70000", "HOST:PORT"),
         ("redis+cluster://10.0.0.1:7000/3", "only database 0"),
     ],
 )
@@ -38,6 +49,28 @@ def test_a_cluster_url_names_one_node_and_database_0(url: str, says: str) -> Non
         check_cluster_url(url)
     with pytest.raises(InvalidRequest, match=says):
         FleetSettings.from_env({**ENV, "PARLEY_REDIS_URL": url, "PARLEY_BROKER_URL": "amqp://x"})
+
+
+def test_a_cluster_url_may_name_several_nodes_any_of_which_will_do() -> None:
+    url = "rediss+cluster://app:s3cret@10.0.0.1:7000,[::1]:7001, node-c:7002/0"
+    assert cluster_seeds(url) == [("10.0.0.1", 7000), ("::1", 7001), ("node-c", 7002)]
+    assert address_of(url) == "cluster 10.0.0.1:7000,[::1]:7001, node-c:7002"
+
+
+def test_a_cluster_client_reaches_for_the_cluster_when_first_used_and_fails_as_a_server_does() -> (
+    None
+):
+    # Nothing listens on port 1: making the client asks nothing, using it raises the
+    # ConnectionError every caller of one server already handles (redis-py's own cluster
+    # errors are no RedisError); its scripts are made without a connection too.
+    client = open_client("redis+cluster://127.0.0.1:1", max_connections=2, socket_timeout=0.5)
+    assert isinstance(client, ClusterClient)
+    script = client.register_script("return 1")
+    with pytest.raises(redis.ConnectionError, match="no node of the Redis Cluster answers"):
+        client.ping()
+    with pytest.raises(redis.ConnectionError):
+        script(keys=["k"])
+    client.close()
 
 
 def test_a_cluster_is_never_the_broker() -> None:
@@ -82,6 +115,19 @@ def test_each_sessions_keys_share_one_slot_and_each_turns_too() -> None:
         c.admission_served_key,
     ]
     assert len({key_slot(k(model).encode()) for k in admission}) == 1
+
+
+def test_an_id_with_a_brace_is_tagged_by_its_hash_and_keeps_its_keys_together() -> None:
+    chosen = "}team{42"
+    keys = [c.lock_key(chosen), c.work_key(chosen), c.kick_pending_key(chosen)]
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+    assert c.tagged_id(keys[0]).startswith("sha1-")
+    assert c.lock_key(chosen) != c.lock_key("}team{43")
+
+
+def test_a_model_name_with_a_brace_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="no braces"):
+        check_model("gpt-{4}")
 
 
 def test_sessions_spread_over_the_slots() -> None:

@@ -177,9 +177,12 @@ class Buckets:
 
 
 def check_model(model: str) -> None:
-    """A model is named by a non-empty string."""
+    """A model is named by a non-empty string without braces (the name is the hash tag
+    of the model's admission keys: workers/coordination/constants.py)."""
     if not isinstance(model, str) or not model:
         raise InvalidRequest(f"admission: model must be a non-empty string, not {model!r}")
+    if "{" in model or "}" in model:
+        raise InvalidRequest(f"admission: a model's name has no braces, not {model!r}")
 
 
 def check_demand(demand: Demand) -> None:

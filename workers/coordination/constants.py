@@ -13,6 +13,8 @@ full: :mod:`workers.coordination.admission_math` states what that costs).
 
 from __future__ import annotations
 
+import hashlib
+
 TURN_QUEUE = "parley.turns"
 BATCH_QUEUE_SUFFIX = ".batch"
 """The batch lane's queue is the turn queue's name with this after it: every worker
@@ -73,12 +75,12 @@ is harmless, but crash recovery never waits for it (lock TTL + sweeper do that).
 
 def lock_key(session_id: str) -> str:
     """The session lock: value = the holder's token, with a TTL."""
-    return f"parley:lock:{{{session_id}}}"
+    return f"parley:lock:{hash_tag(session_id)}"
 
 
 def kicked_key(session_id: str) -> str:
     """Set while a sweeper kick for the session is recent."""
-    return f"parley:kicked:{{{session_id}}}"
+    return f"parley:kicked:{hash_tag(session_id)}"
 
 
 KICK_PENDING_SECONDS = 10
@@ -108,23 +110,32 @@ def kick_pending_key(session_id: str) -> str:
     (whichever driver: deleting it early only costs a duplicate kick).  Submissions made
     meanwhile need no kick of their own: the kick's driver claims after they committed,
     and a driver holding the lock sees the work mark they bumped when it lets go."""
-    return f"parley:kick:{{{session_id}}}"
+    return f"parley:kick:{hash_tag(session_id)}"
 
 
 def work_key(session_id: str) -> str:
     """The session's work mark, replaced by every submission."""
-    return f"parley:work:{{{session_id}}}"
+    return f"parley:work:{hash_tag(session_id)}"
 
 
 def events_key(turn_id: str) -> str:
     """The turn's replay buffer: a stream whose entry ids are ``<seq>-0``."""
-    return f"parley:events:{{{turn_id}}}"
+    return f"parley:events:{hash_tag(turn_id)}"
 
 
 def ends_key(turn_id: str) -> str:
     """The turn's ends: a stream with one entry (id ``<seq>-0``) per ``end`` published, so
     a waiter blocks on one small key instead of reading every token."""
-    return f"parley:ends:{{{turn_id}}}"
+    return f"parley:ends:{hash_tag(turn_id)}"
+
+
+def hash_tag(identifier: str) -> str:
+    """``{identifier}``: the hash tag of a session's or a turn's keys.  An id with a
+    brace in it (a session id its caller chose) is tagged by its SHA-1 instead: its
+    first closing brace would end the tag early, and its keys part ways."""
+    if "{" in identifier or "}" in identifier:
+        identifier = "sha1-" + hashlib.sha1(identifier.encode()).hexdigest()
+    return "{" + identifier + "}"
 
 
 def tagged_id(name: str) -> str:
@@ -135,7 +146,7 @@ def tagged_id(name: str) -> str:
 def doorbell_key(name: str) -> str:
     """A watcher's doorbell: a stream a watcher blocked on many turns' ends streams also
     reads, so that a waiter for a turn it does not watch yet can wake it."""
-    return f"parley:doorbell:{{{name}}}"
+    return f"parley:doorbell:{hash_tag(name)}"
 
 
 DOORBELL_SECONDS = 3_600
@@ -145,19 +156,19 @@ DOORBELL_SECONDS = 3_600
 def deltas_channel(turn_id: str) -> str:
     """The turn's pub/sub channel: each message is a JSON list of events (sharded
     pub/sub, ``SSUBSCRIBE``, on a cluster)."""
-    return f"parley:deltas:{{{turn_id}}}"
+    return f"parley:deltas:{hash_tag(turn_id)}"
 
 
 def ended_channel(turn_id: str) -> str:
     """On a cluster, the turn's sharded channel of its ends: each message is the seq of
     an ``end`` published (what an ends watcher subscribes to, on the node that holds the
     turn, where one server's watcher reads many turns' ends streams at once)."""
-    return f"parley:ended:{{{turn_id}}}"
+    return f"parley:ended:{hash_tag(turn_id)}"
 
 
 def owner_key(turn_id: str) -> str:
     """The fence of the driver allowed to publish the turn's events."""
-    return f"parley:owner:{{{turn_id}}}"
+    return f"parley:owner:{hash_tag(turn_id)}"
 
 
 def steers_key(turn_id: str) -> str:
@@ -165,7 +176,7 @@ def steers_key(turn_id: str) -> str:
     ``{"p": position, "k": kind, "t": text}``, appended after its commit.  The path a step
     boundary reads (and a streaming driver watches for an interrupt); the store stays the
     record, read when the list is missing or behind."""
-    return f"parley:steers:{{{turn_id}}}"
+    return f"parley:steers:{hash_tag(turn_id)}"
 
 
 STEER_TAIL = 64

@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from typing import Any, get_args
 
 import redis
-from redis.cluster import RedisCluster
 
 from workers.coordination import admission_math as am
 from workers.coordination import constants as c
-from workers.coordination.redis_clients import open_client
+from workers.coordination.redis_clients import ClusterClient, open_client
 from workers.coordination.redis_coordinator import COMMAND_SOCKET_SECONDS, MAX_CONNECTIONS
 from workers.coordination.redis_scripts import ADMISSION
 from workers.ports.admission import Admission, Demand, Grant, Limits, ModelUse, Reason
@@ -143,7 +142,7 @@ class RedisAdmission(Admission):
     def use(self, models: Sequence[str]) -> list[ModelUse]:
         for model in models:
             am.check_model(model)
-        cluster = isinstance(self.client, RedisCluster)
+        cluster = isinstance(self.client, ClusterClient)
         try:
             pipe = self.client.pipeline(transaction=False)
             if not cluster:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from schemas.events import Event
 from workers.coordination import constants as c
@@ -22,7 +23,6 @@ from workers.coordination.redis_locks import Heartbeat, RedisLock
 from workers.coordination.redis_reachability import Reachability
 from workers.coordination.redis_replay import RedisReplay
 from workers.coordination.redis_scripts import Scripts
-from workers.coordination.redis_sharded_ends import ShardedEnds
 from workers.coordination.redis_steers import RedisSteers
 from workers.ports.backend import Coordinator
 
@@ -72,20 +72,22 @@ class RedisCoordinator(RedisSteers, RedisReplay, Coordinator):
         self._start_deltas(flush_seconds)
         self._start_steers()
         self._doorbells: dict[str, Any] = {}  # each doorbell's newest entry id seen
-        self._sharded_ends = ShardedEnds(self.redis) if self.cluster else None
+        self._sharded_ends = {}
 
     def close(self) -> None:
         """Flush what is queued and stop the flusher and the heartbeat."""
         self.heartbeat.stop()
         self._stop_deltas()
-        if self._sharded_ends is not None:
-            self._sharded_ends.close()
+        for watcher in list(self._sharded_ends.values()):
+            watcher.close()
         self.redis.close()
         self._blocking.close()
 
     def ping(self) -> bool:
         """Whether Redis answers now."""
         try:
+            if self.cluster:  # (its primaries: a replica down or gone is no outage)
+                return bool(self.redis.ping(target_nodes=RedisCluster.PRIMARIES))
             return bool(self.redis.ping())
         except redis.RedisError:
             return False

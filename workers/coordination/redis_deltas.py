@@ -225,7 +225,10 @@ class RedisDeltas:
             # meanwhile would wake it.  Closing sets it.
             self._closing.wait(max(0.0, sent_at + self._flush_seconds - time.monotonic()))
             sent_at = time.monotonic()
-            self._send_pending()
+            try:
+                self._send_pending()
+            except Exception:  # the one flusher of the process: it must go on
+                log.exception("could not send queued events; readers fall back to the store")
 
     def pipeline(self, queue: Callable[[Any], object]) -> tuple[list[Any], bool]:
         """Run the commands ``queue`` puts on a pipeline in one round trip; returns their

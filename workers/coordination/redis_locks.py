@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from workers.coordination.redis_coordinator import RedisCoordinator
 
 log = logging.getLogger("parley.redis")
+
+NODE_THREADS = 8
+"""How many nodes' extensions a heartbeat sends at once on a Redis Cluster."""
 
 
 class RedisLock:
@@ -73,7 +77,12 @@ class RedisLock:
 
 class Heartbeat:
     """One thread per coordinator extends every lock it holds, all in one pipeline per
-    beat (a drive does not pay for starting and joining a thread of its own)."""
+    beat (a drive does not pay for starting and joining a thread of its own).
+
+    On a Redis Cluster, one pipeline per node, each on a thread of a small pool: a node
+    that stops answering (its replica not yet promoted) holds up the extension of its own
+    locks only, while the client retries it, and is skipped by the beats that come
+    meanwhile; the locks on the other nodes stay held, and their drivers go on."""
 
     def __init__(self, coordinator: RedisCoordinator) -> None:
         self._coordinator = coordinator
@@ -81,6 +90,8 @@ class Heartbeat:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._nodes: ThreadPoolExecutor | None = None  # on a cluster: a pipeline per node
+        self._in_flight: dict[str, Future[None]] = {}  # by node: its latest extension
 
     def keep(self, lock: RedisLock) -> None:
         with self._guard:
@@ -99,29 +110,55 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+        if self._nodes is not None:
+            self._nodes.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
-        coordinator = self._coordinator
         while not self._stop.wait(c.HEARTBEAT_SECONDS):
             with self._guard:
                 locks = list(self._locks)
             if not locks:
                 continue
-            sent = time.monotonic()  # the new TTL runs from no later than this
-
-            def extend_all(pipe: Any, locks: list[RedisLock] = locks) -> None:
-                for lock in locks:
-                    coordinator.scripts.queue(
-                        pipe, coordinator.scripts.extend, [lock.key], [lock.token, c.LOCK_TTL_MS]
-                    )
-
+            if not self._coordinator.cluster:
+                self._extend(locks)
+                continue
             try:
-                kept, _ = coordinator.pipeline(extend_all)
-            except redis.RedisError:
-                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
-                continue
-            except Exception:  # whatever it was, the thread keeps every lock's heartbeat
-                log.exception("heartbeat of %d lock(s) failed; retrying", len(locks))
-                continue
-            for lock, answer in zip(locks, kept, strict=True):
-                lock.extended(bool(answer), sent)
+                self._beat_each_node(locks)
+            except Exception:  # (the cluster's map out of reach, say): the next beat again
+                log.warning("heartbeat of %d lock(s) failed; retrying", len(locks), exc_info=True)
+
+    def _beat_each_node(self, locks: list[RedisLock]) -> None:
+        """Extend the locks of each node with a pipeline of its own, on the pool; a
+        node whose previous extension is still under way is left to it."""
+        client = self._coordinator.redis
+        by_node: dict[str, list[RedisLock]] = {}
+        for lock in locks:
+            by_node.setdefault(client.get_node_from_key(lock.key).name, []).append(lock)
+        if self._nodes is None:
+            self._nodes = ThreadPoolExecutor(NODE_THREADS, thread_name_prefix="parley-heartbeat")
+        for node, held in by_node.items():
+            running = self._in_flight.get(node)
+            if running is None or running.done():
+                self._in_flight[node] = self._nodes.submit(self._extend, held)
+
+    def _extend(self, locks: list[RedisLock]) -> None:
+        """Extend ``locks`` in one pipeline and tell each what Redis said."""
+        coordinator = self._coordinator
+        sent = time.monotonic()  # the new TTL runs from no later than this
+
+        def extend_all(pipe: Any) -> None:
+            for lock in locks:
+                coordinator.scripts.queue(
+                    pipe, coordinator.scripts.extend, [lock.key], [lock.token, c.LOCK_TTL_MS]
+                )
+
+        try:
+            kept, _ = coordinator.pipeline(extend_all)
+        except redis.RedisError:
+            log.warning("heartbeat of %d lock(s) failed; retrying", len(locks))
+            return
+        except Exception:  # whatever it was, the thread keeps every lock's heartbeat
+            log.exception("heartbeat of %d lock(s) failed; retrying", len(locks))
+            return
+        for lock, answer in zip(locks, kept, strict=True):
+            lock.extended(bool(answer), sent)

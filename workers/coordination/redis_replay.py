@@ -15,7 +15,7 @@ from schemas.events import Event
 from workers.coordination import constants as c
 from workers.coordination.redis_deltas import RedisDeltas
 from workers.coordination.redis_reachability import Reachability
-from workers.coordination.redis_sharded_ends import ShardedEnds
+from workers.coordination.redis_sharded_ends import ShardedEnds, ring
 
 log = logging.getLogger("parley.redis")
 
@@ -25,7 +25,7 @@ class RedisReplay(RedisDeltas):
 
     _blocking: Any
     _doorbells: dict[str, Any]
-    _sharded_ends: ShardedEnds | None
+    _sharded_ends: dict[str, ShardedEnds]  # on a cluster: each doorbell's watcher
     reachability: Reachability
 
     def read_events(self, turn_id: str, after: int, timeout: float) -> list[Event]:
@@ -46,9 +46,13 @@ class RedisReplay(RedisDeltas):
         this process saw, so a ring sent before the read started still wakes it).  ``{}``
         if Redis is unreachable (after waiting out the timeout)."""
         self.flush(after)  # what this process still holds counts too
-        if self._sharded_ends is not None:  # a cluster: no read covers many slots
+        if self.cluster:  # no read covers many slots: each doorbell's watcher subscribes
+            watcher = self._sharded_ends.get(doorbell)
+            if watcher is None:
+                made = ShardedEnds(self.redis, doorbell)
+                watcher = self._sharded_ends.setdefault(doorbell, made)
             try:
-                found = self._sharded_ends.wait(after, timeout, doorbell)
+                found = watcher.wait(after, timeout)
             except redis.RedisError as exc:
                 self.reachability.failed(exc)
                 time.sleep(timeout)
@@ -79,8 +83,8 @@ class RedisReplay(RedisDeltas):
         """Add to the doorbell's stream (one entry kept; it expires with its watcher), or
         on a cluster announce it on the doorbell's channel."""
         try:
-            if self._sharded_ends is not None:
-                self._sharded_ends.ring(doorbell)
+            if self.cluster:
+                ring(self.redis, doorbell)
                 return
             pipe = self.redis.pipeline(transaction=False)
             pipe.xadd(c.doorbell_key(doorbell), {"r": ""}, maxlen=1)
