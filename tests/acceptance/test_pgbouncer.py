@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from tests.support.chaos import CHAOS_REDIS_URL, Chaos
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import flush_redis, procfile_worker
 from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
-from tests.support.pgbouncer import PgBouncer, pgbouncer, server_connections
+from tests.support.pgbouncer import PgBouncer, peak_server_connections, pgbouncer
 from workers.store.database import (
     behind_pooler,
     create_database_engine,
@@ -56,21 +55,8 @@ def bounced(workspace: Path, bouncer: PgBouncer) -> Iterator[Chaos]:
 
 
 def test_the_fleet_behind_pgbouncer_keeps_order_steers_and_readers(bounced: Chaos) -> None:
-    peak = [0]
-    done = threading.Event()
-
-    def watch_the_server() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], server_connections(bounced.database_url))
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=watch_the_server, daemon=True)
-    watcher.start()
-    try:
+    with peak_server_connections(bounced.database_url) as peak:
         steers_and_rejoining_readers(bounced, sessions=8)
-    finally:
-        done.set()
-        watcher.join(10)
     # Two workers of many threads, the sweeper and this client hold far more client
     # connections than the server ever sees.
     assert 0 < peak[0] <= POOL_SIZE, peak[0]

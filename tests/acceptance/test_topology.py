@@ -9,7 +9,6 @@ server sees no more connections than the pooler's pool."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from tests.support.chaos import Chaos
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import procfile_worker
 from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
-from tests.support.pgbouncer import pgbouncer, server_connections
+from tests.support.pgbouncer import peak_server_connections, pgbouncer
 from tests.support.rabbitmq import consumers
 from tests.support.redis_cluster import redis_cluster
 
@@ -52,20 +51,7 @@ def scaled_out(workspace: Path, amqp_url: str) -> Iterator[Chaos]:
 
 def test_the_fleet_on_pgbouncer_a_redis_cluster_and_quorum_queues(scaled_out: Chaos) -> None:
     assert consumers(scaled_out.fleet.broker, scaled_out.fleet.queue) == 2  # the two workers
-    peak = [0]
-    done = threading.Event()
-
-    def watch_the_server() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], server_connections(scaled_out.database_url))
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=watch_the_server, daemon=True)
-    watcher.start()
-    try:
+    with peak_server_connections(scaled_out.database_url) as peak:
         steers_and_rejoining_readers(scaled_out, sessions=8)
         killed_during_a_tool_call(scaled_out)
-    finally:
-        done.set()
-        watcher.join(10)
     assert 0 < peak[0] <= POOL_SIZE, peak[0]

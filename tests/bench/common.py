@@ -1,5 +1,6 @@
 """What the benchmarks share: percentiles and milliseconds as they print them, and the
-fleet they measure (two one-process workers and the sweeper, on a scripted model)."""
+fleet they measure (one-process workers, two by default, and the sweeper, on a scripted
+model)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,20 @@ def ms(value: float) -> str:
 
 
 def start_scripted_fleet(
-    database_url: str, redis_url: str, directory: Path, rules: Sequence[Any]
+    database_url: str,
+    redis_url: str,
+    directory: Path,
+    rules: Sequence[Any],
+    *,
+    broker_url: str | None = None,
+    workers: int = 2,
+    pool: str = "prefork",
+    concurrency: int = 1,
 ) -> tuple[Fleet, Path]:
-    """Two single-process workers and the sweeper whose model follows ``rules``, their
-    logs and script in ``directory``: the fleet, ready, and a workspace root for its
-    sessions (``directory/workspace``)."""
+    """``workers`` workers (single-process ones by default; ``pool`` and ``concurrency``
+    otherwise) and the sweeper whose model follows ``rules``, their kicks on
+    ``broker_url`` (default: the Redis), their logs and script in ``directory``: the
+    fleet, ready, and a workspace root for its sessions (``directory/workspace``)."""
     root = directory / "workspace"
     root.mkdir(exist_ok=True)
     script = directory / "script.json"
@@ -35,11 +45,12 @@ def start_scripted_fleet(
     fleet = Fleet(
         database_url=database_url,
         redis_url=redis_url,
+        broker_url=broker_url,
         host=f"scripted:{script}",
         log_dir=directory,
     )
-    fleet.start_worker(concurrency=1)
-    fleet.start_worker(concurrency=1)
-    fleet.start_beat()  # third process: cpu_by_role counts it as the sweeper
+    for _ in range(workers):
+        fleet.start_worker(concurrency=concurrency, pool=pool)
+    fleet.start_beat()  # its own process: cpu_by_role counts it as the sweeper
     fleet.wait_ready()
     return fleet, root

@@ -28,7 +28,6 @@ broker's), and a fresh PostgreSQL database.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import threading
@@ -37,11 +36,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis
 
 import parley
+from tests.bench.common import start_scripted_fleet
 from tests.bench.fleet import cpu_by_role, processes, worker_counters
 from tests.bench.noop_floor import NoopFloor
 from tests.support.databases import fresh_postgres_database
@@ -237,32 +238,13 @@ def report(label: str, deltas: int, turns: int, seconds: float, a: Sample, b: Sa
 
 
 def scripted_fleet(
-    database_url: str,
-    redis_url: str,
-    directory: Path,
-    *,
-    workers: int,
-    pool: str = "prefork",
-    concurrency: int = 1,
+    database_url: str, redis_url: str, directory: Path, **workers: Any
 ) -> tuple[Fleet, Path]:
-    """``workers`` workers (single-process ones by default) and the sweeper on the
+    """Workers (``workers``: how many, their pool and concurrency) and the sweeper on the
     cluster, kicks on the broker, their model following :data:`RULES`."""
-    root = directory / "workspace"
-    root.mkdir(exist_ok=True)
-    script = directory / "script.json"
-    script.write_text(json.dumps({"rules": RULES}))
-    fleet = Fleet(
-        database_url=database_url,
-        redis_url=redis_url,
-        broker_url=BROKER_URL,
-        host=f"scripted:{script}",
-        log_dir=directory,
+    return start_scripted_fleet(
+        database_url, redis_url, directory, RULES, broker_url=BROKER_URL, **workers
     )
-    for _ in range(workers):
-        fleet.start_worker(concurrency=concurrency, pool=pool)
-    fleet.start_beat()
-    fleet.wait_ready()
-    return fleet, root
 
 
 def scale(nodes: RedisClusterNodes, database_url: str, tmp: Path, counts: list[int]) -> None:

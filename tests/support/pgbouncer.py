@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,3 +137,24 @@ def server_connections(database_url: str) -> int:
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+@contextmanager
+def peak_server_connections(database_url: str) -> Iterator[list[int]]:
+    """While the block runs, the most connections the server held to ``database_url``'s
+    database at once (sampled every 50 ms): the list's one item, read after the block."""
+    peak = [0]
+    done = threading.Event()
+
+    def watch_the_server() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], server_connections(database_url))
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch_the_server, daemon=True)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join(10)
