@@ -1,5 +1,6 @@
 """Session locks in Redis: a held lock (:class:`RedisLock`) and the one heartbeat thread
-per coordinator that extends every lock it holds, all in one pipeline per beat."""
+per coordinator that extends every lock it holds, all in one pipeline per beat (one per
+node, on a Redis Cluster)."""
 
 from __future__ import annotations
 

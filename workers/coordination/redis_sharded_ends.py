@@ -6,8 +6,8 @@ So on a cluster an ends watcher subscribes instead: the script that appends a tu
 ``end`` announces it on the turn's sharded channel (``SPUBLISH``, heard only on the node
 that holds the turn), and :class:`ShardedEnds` keeps one ``SSUBSCRIBE`` connection per
 node, subscribed to the channel of every turn it waits for and to its doorbell's.  A turn
-newly waited for is looked up on its ends stream once, after its subscription was sent,
-for an end announced before.  What it reports is a hint, as the ends streams are: the
+newly waited for is looked up on its ends stream once its subscription is confirmed, for
+an end announced before.  What it reports is a hint, as the ends streams are: the
 watcher asks the store too (:mod:`parley.gateway.ends_watch`).
 """
 
