@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -103,6 +103,17 @@ def _has(name: str, **attributes: object):  # type: ignore[no-untyped-def]
     return seen
 
 
+def _all(
+    *predicates: Callable[[list[ReceivedSpan]], bool],
+) -> Callable[[list[ReceivedSpan]], bool]:
+    """Whether every one of ``predicates`` holds."""
+
+    def seen(spans: list[ReceivedSpan]) -> bool:
+        return all(predicate(spans) for predicate in predicates)
+
+    return seen
+
+
 def test_a_turn_through_the_gateway_is_one_trace_from_the_caller_to_its_last_commit(
     traced: tuple[Chaos, Gateway, Path], receiver: OtlpReceiver
 ) -> None:
@@ -122,7 +133,15 @@ def test_a_turn_through_the_gateway_is_one_trace_from_the_caller_to_its_last_com
     turn = _submit(gateway, traceparent, "what is here?")
     assert _result(gateway, turn["turn_id"])["reply"] == "done"
 
-    receiver.wait_for(lambda spans: _has("parley.commit step", **{"parley.step": 1})(spans))
+    # Every process exports on its own schedule: the gateway's spans may come after the
+    # workers' last one.
+    receiver.wait_for(
+        _all(
+            _has("parley.commit step", **{"parley.step": 1}),
+            _has("POST /v1/sessions/{session_id}/turns"),
+            _has("parley.submit"),
+        )
+    )
     spans = receiver.trace(trace_id)
     shown = tree(spans)
     # The gateway's server span hangs under the caller's, the submission under it...
@@ -252,7 +271,13 @@ def test_an_approval_answered_later_joins_the_turns_trace(
     assert answered.status_code == 200, answered.text
     assert _result(gateway, turn["turn_id"])["reply"] == "recorded"
 
-    receiver.wait_for(_has("parley.commit step", **{"parley.step": 1}))
+    receiver.wait_for(
+        _all(
+            _has("parley.commit step", **{"parley.step": 1}),
+            _has("parley.submit"),
+            _has("parley.approval answer"),
+        )
+    )
     spans = receiver.trace(trace_id)
     shown = tree(spans)
     submit = _one(spans, "parley.submit")
