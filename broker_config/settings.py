@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidRequest
 from workers.coordination import constants as c
-from workers.coordination.redis_clients import check_cluster_url, is_cluster
+from workers.coordination.redis_clients import cluster_seeds, is_cluster
 from workers.runtime.concurrency import DATABASE_POOL_SIZE
 
 # Redis refuses an EXPIRE far enough out; no replay needs more than a year.
@@ -101,7 +101,7 @@ def _check_redis_urls(redis_url: str, broker_url: str) -> None:
     transport moves each kick between keys of different slots."""
     if is_cluster(redis_url):
         try:
-            check_cluster_url(redis_url)
+            cluster_seeds(redis_url)
         except ValueError as exc:
             raise InvalidRequest(f"PARLEY_REDIS_URL: {exc}") from None
     if is_cluster(broker_url):

@@ -12,8 +12,9 @@ import uuid
 
 import redis
 
+from broker_config.app import is_amqp
 from tests.support.fleet import REPO
-from tests.support.rabbitmq import delete_queue, is_amqp
+from tests.support.rabbitmq import delete_queue
 
 
 class NoopFloor:

@@ -19,7 +19,8 @@ from pathlib import Path
 import redis
 
 import parley
-from tests.support.rabbitmq import consumers, delete_queue, is_amqp, queue_type
+from broker_config.app import is_amqp
+from tests.support.rabbitmq import consumers, delete_queue, queue_type
 from workers.coordination.constants import BATCH_QUEUE_SUFFIX
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,11 +29,6 @@ from broker_config.app import kick_exchange
 AMQP_TEST_URL = os.environ.get("PARLEY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
-def is_amqp(url: str | None) -> bool:
-    """Whether ``url`` names a RabbitMQ broker."""
-    return bool(url) and str(url).startswith(("amqp://", "amqps://", "pyamqp://"))
-
-
 def with_vhost(url: str, vhost: str) -> str:
     """``url`` with its virtual host replaced by ``vhost``."""
     parts = urlsplit(url)

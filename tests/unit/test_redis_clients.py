@@ -18,7 +18,6 @@ from workers.coordination.admission_math import check_model
 from workers.coordination.redis_clients import (
     ClusterClient,
     address_of,
-    check_cluster_url,
     cluster_seeds,
     is_cluster,
     open_client,
@@ -46,7 +45,7 @@ def test_a_cluster_is_named_by_its_scheme() -> None:
 )
 def test_a_cluster_url_names_one_node_and_database_0(url: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
-        check_cluster_url(url)
+        cluster_seeds(url)
     with pytest.raises(InvalidRequest, match=says):
         FleetSettings.from_env({**ENV, "PARLEY_REDIS_URL": url, "PARLEY_BROKER_URL": "amqp://x"})
 

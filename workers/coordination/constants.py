@@ -123,6 +123,11 @@ def events_key(turn_id: str) -> str:
     return f"parley:events:{hash_tag(turn_id)}"
 
 
+def seq_of_entry(entry_id: bytes) -> int:
+    """The seq of an entry of a turn's replay buffer or ends stream (ids ``<seq>-0``)."""
+    return int(entry_id.split(b"-")[0])
+
+
 def ends_key(turn_id: str) -> str:
     """The turn's ends: a stream with one entry (id ``<seq>-0``) per ``end`` published, so
     a waiter blocks on one small key instead of reading every token."""

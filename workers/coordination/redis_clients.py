@@ -57,11 +57,6 @@ def cluster_seeds(url: str) -> list[tuple[str, int]]:
     return seeds
 
 
-def check_cluster_url(url: str) -> None:
-    """Raise ``ValueError`` unless ``url`` names the nodes of a cluster as it must."""
-    cluster_seeds(url)
-
-
 def open_client(
     url: str,
     *,

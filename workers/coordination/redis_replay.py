@@ -38,7 +38,7 @@ class RedisReplay(RedisDeltas):
         up to ``timeout`` (0 if none, or if Redis is unreachable)."""
         self.flush([turn_id])  # what this process still holds counts too
         entries = self._entries_after(c.ends_key(turn_id), after, timeout)
-        return _seq_of(entries[-1][0]) if entries else 0
+        return c.seq_of_entry(entries[-1][0]) if entries else 0
 
     def wait_ends(self, after: Mapping[str, int], timeout: float, doorbell: str) -> dict[str, int]:
         """The newest ``end`` past its seq in ``after`` of each turn's ends stream, from
@@ -46,29 +46,25 @@ class RedisReplay(RedisDeltas):
         this process saw, so a ring sent before the read started still wakes it).  ``{}``
         if Redis is unreachable (after waiting out the timeout)."""
         self.flush(after)  # what this process still holds counts too
-        if self.cluster:  # no read covers many slots: each doorbell's watcher subscribes
-            watcher = self._sharded_ends.get(doorbell)
-            if watcher is None:
-                made = ShardedEnds(self.redis, doorbell)
-                watcher = self._sharded_ends.setdefault(doorbell, made)
-            try:
-                found = watcher.wait(after, timeout)
-            except redis.RedisError as exc:
-                self.reachability.failed(exc)
-                time.sleep(timeout)
-                return {}
-            self.reachability.answered()
-            return found
-        bell = c.doorbell_key(doorbell)
-        streams = {c.ends_key(turn_id): f"{seq}-0" for turn_id, seq in after.items()}
-        streams[bell] = self._doorbells.get(doorbell, "0-0")
         try:
-            found = self._blocking.xread(streams, block=max(1, int(timeout * 1000)))
+            if self.cluster:  # no read covers many slots: each doorbell's watcher subscribes
+                ends = self._sharded_watcher(doorbell).wait(after, timeout)
+            else:
+                ends = self._read_ends(after, timeout, doorbell)
         except redis.RedisError as exc:
             self.reachability.failed(exc)
             time.sleep(timeout)
             return {}
         self.reachability.answered()
+        return ends
+
+    def _read_ends(self, after: Mapping[str, int], timeout: float, doorbell: str) -> dict[str, int]:
+        """:meth:`wait_ends` on one server: one blocking read of the ends streams and the
+        doorbell's."""
+        bell = c.doorbell_key(doorbell)
+        streams = {c.ends_key(turn_id): f"{seq}-0" for turn_id, seq in after.items()}
+        streams[bell] = self._doorbells.get(doorbell, "0-0")
+        found = self._blocking.xread(streams, block=max(1, int(timeout * 1000)))
         ends: dict[str, int] = {}
         for key, entries in found or []:
             name = key.decode() if isinstance(key, bytes) else key
@@ -76,8 +72,15 @@ class RedisReplay(RedisDeltas):
             if name == bell:
                 self._doorbells[doorbell] = newest
             else:
-                ends[c.tagged_id(name)] = _seq_of(newest)
+                ends[c.tagged_id(name)] = c.seq_of_entry(newest)
         return ends
+
+    def _sharded_watcher(self, doorbell: str) -> ShardedEnds:
+        """On a cluster, the doorbell's watcher (made at its first wait)."""
+        watcher = self._sharded_ends.get(doorbell)
+        if watcher is None:
+            watcher = self._sharded_ends.setdefault(doorbell, ShardedEnds(self.redis, doorbell))
+        return watcher
 
     def ring(self, doorbell: str) -> None:
         """Add to the doorbell's stream (one entry kept; it expires with its watcher), or
@@ -135,7 +138,7 @@ class RedisReplay(RedisDeltas):
             self.reachability.failed(exc)
             return 0
         self.reachability.answered()
-        return _seq_of(last[0][0]) if last else 0
+        return c.seq_of_entry(last[0][0]) if last else 0
 
     def buffer_covers(self, turn_id: str, seq: int) -> bool:
         """The turn's stream exists and starts at or before ``seq + 1``."""
@@ -145,9 +148,4 @@ class RedisReplay(RedisDeltas):
             self.reachability.failed(exc)
             return False
         self.reachability.answered()
-        return bool(first) and _seq_of(first[0][0]) <= seq + 1
-
-
-def _seq_of(entry_id: bytes) -> int:
-    """The seq of a replay-buffer entry (stream ids are ``<seq>-0``)."""
-    return int(entry_id.split(b"-")[0])
+        return bool(first) and c.seq_of_entry(first[0][0]) <= seq + 1

@@ -133,7 +133,7 @@ class ShardedEnds:
             pipe.xrevrange(c.ends_key(turn_id), count=1)
         for turn_id, newest in zip(turns, pipe.execute(), strict=True):
             if newest:
-                seq = int(newest[0][0].split(b"-")[0])
+                seq = c.seq_of_entry(newest[0][0])
                 if seq > after[turn_id]:
                     ends[turn_id] = max(seq, ends.get(turn_id, 0))
 
