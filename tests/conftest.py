@@ -7,9 +7,10 @@ machine's, on 127.0.0.1) is unreachable, the tests that need it fail."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.support.databases import fresh_postgres_database  # (neither reads the Redis settings)
@@ -35,13 +36,44 @@ def _redis_databases_per_process() -> None:
 _redis_databases_per_process()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report ends with the tails of the fleet logs written while it ran
+    (a fleet's worker explains most fleet failures, and its log is gone after CI)."""
+    from tests.support.fleet import STARTED_LOGS, log_tails
+
+    report = yield
+    if report.failed:
+        started = STARTED_LOGS[item.stash.get(_LOGS_BEFORE, len(STARTED_LOGS)) :]
+        if started:
+            report.sections.append(("fleet logs", log_tails(started)))
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from tests.support.fleet import STARTED_LOGS
+
+    item.stash[_LOGS_BEFORE] = len(STARTED_LOGS)
+
+
+_LOGS_BEFORE = pytest.StashKey[int]()
+
+
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+_SHARED_DATABASES: list[str] = []
+"""The run's shared PostgreSQL databases made so far in this process."""
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """The embedded tests' PostgreSQL database."""
     with fresh_postgres_database("test") as url:
+        _SHARED_DATABASES.append(url)
         yield url
 
 
@@ -51,7 +83,21 @@ def fleet_postgres_url() -> Iterator[str]:
     lock, so it must not share a database with embedded clients (nor should a real
     deployment: a database is served by one kind of deployment)."""
     with fresh_postgres_database("fleet") as url:
+        _SHARED_DATABASES.append(url)
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _no_schedule_outlives_its_test() -> Iterator[None]:
+    """A schedule a test made in a shared database is deleted after it: left there, it
+    would fire in every later test's client with a host (an embedded client's recovery
+    thread fires the schedules of its database, as a fleet's beat does), adding turns,
+    hook calls and webhook deliveries to tests that made none."""
+    yield
+    for url in _SHARED_DATABASES:
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as db:
+            db.execute("DELETE FROM schedule_runs")
+            db.execute("DELETE FROM schedules")
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 import parley
-from schemas.events import EventKind
-from schemas.records import Decision, TurnStatus
+from parley.engine.tool_calls import NOT_RUN_INTERRUPTED
+from parley.schemas.events import EventKind
+from parley.schemas.records import Decision, TurnStatus
 from tests.providers.servers import (
     Reply,
     openai_message_faults,
@@ -34,7 +35,6 @@ from tests.support.deployments import on_fleet_deployments
 from tests.support.events import assert_once_in_order, displayed_text
 from tests.support.fleet import flush_redis
 from tests.support.waiting import wait_until
-from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
 
 pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ import pytest
 
 import parley
 from parley.errors import Conflict, InvalidRequest, SessionBusy, WaitTimeout
-from schemas.events import EventKind
-from schemas.records import Decision, TurnStatus
+from parley.schemas.events import EventKind
+from parley.schemas.records import Decision, TurnStatus
 from tests.acceptance.conftest import ClientFactory
 from tests.support.deployments import ALL, on_deployments
 from tests.support.helpers import Control, scripted_host
@@ -135,6 +135,7 @@ def test_two_calls_of_one_step_one_approved_one_denied(
     assert (first.arguments["note"], second.arguments["note"]) == ("first", "second")
     handle.approve(first.approval_id)
     assert handle.record().status is TurnStatus.WAITING  # one answer is not all of them
+    assert handle.record().waiting_for == "approval"  # what it waits for (docs/http.md#3-resources)
     assert control.recorded_calls() == []
     handle.deny(second.approval_id)
     result = handle.wait(timeout=30)

@@ -1,9 +1,12 @@
 """Batches on a fleet under failure (docs/batches.md#how-the-lines-reach-the-fleet), with
 real processes: a worker SIGKILLed mid-batch loses and doubles no line (a ledger tool
 proves no committed call ran twice); the batch window keeps at most its size of lines in
-flight and the broker holds no kick per line; an emptied Redis (kicks and marks lost)
-does not stall a batch, the sweeper topping the window up; an interactive turn starts at
-once beside a batch of slow lines."""
+flight and the broker holds no kick per line; two tenants' batches share the window by
+weight, the later one starting at the next place, not after the other's lines; an
+interactive turn posted into a line's session is not held behind the window, nor starts
+the line in it; an emptied Redis (kicks and marks lost) does not stall a batch, the
+sweeper topping the window up; an interactive turn starts at once beside a batch of slow
+lines."""
 
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import text
 
-from schemas.records import TurnStatus
+from parley.schemas.records import TurnStatus
+from parley.store.statements import window as wq
 from tests.support.chaos import Chaos, chaos_fleet, deployment_options
 from tests.support.deployments import on_fleet_deployments
 from tests.support.fleet import flush_redis
@@ -27,6 +32,7 @@ from tests.support.waiting import wait_until
 pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 
 WINDOW = 4
+WEIGHTS = "small=3"
 LEDGER: dict[str, Any] = {
     "when": "^ledger",
     "steps": [
@@ -50,8 +56,13 @@ def chaos(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Chaos]:
     monkeypatch.setenv("PARLEY_BATCH_WINDOW", str(WINDOW))  # the producer's (it fills it)
+    monkeypatch.setenv("PARLEY_TENANT_WEIGHTS", WEIGHTS)
     options = deployment_options(deployment, request)
-    environment = {**options.pop("environment", {}), "PARLEY_BATCH_WINDOW": str(WINDOW)}
+    environment = {
+        **options.pop("environment", {}),
+        "PARLEY_BATCH_WINDOW": str(WINDOW),
+        "PARLEY_TENANT_WEIGHTS": WEIGHTS,
+    }
     with chaos_fleet(workspace, environment=environment, **options) as harness:
         harness.control.script([LEDGER, SLOW, ECHO])
         yield harness
@@ -124,13 +135,84 @@ def test_the_window_bounds_the_lines_in_flight_and_the_broker_holds_few_kicks(
     queue = f"{chaos.fleet.queue}.batch"
     most_running = most_queued = 0
     while not batch.status().ended:
-        most_running = max(most_running, store.batch_runs_in_flight())
+        most_running = max(most_running, sum(batch_runs_in_flight(store).values()))
         most_queued = max(most_queued, int(broker.llen(queue)))
         time.sleep(0.05)
     assert batch.status().request_counts["completed"] == 40
     assert 1 <= most_running <= WINDOW, most_running
     # A kick per line would have put ~40 in the queue; the window keeps it near its size.
     assert most_queued <= 2 * WINDOW, most_queued
+
+
+def batch_runs_in_flight(store: Any) -> dict[str, int]:
+    """Each tenant's batch runs driven now or waiting for provider capacity, as the runs'
+    rows say (not the window's own count of its places)."""
+    query = text(
+        "SELECT tenant, count(*) FROM runs WHERE priority = 'batch' AND (status = 'running' "
+        "OR (status = 'queued' AND not_before IS NOT NULL)) GROUP BY tenant"
+    )
+    with store.engine.connect() as db:
+        return {tenant: int(count) for tenant, count in db.execute(query)}
+
+
+def test_two_tenants_batches_share_the_window_by_weight(chaos: Chaos) -> None:
+    """Issue 43: with a window of 8, a weight-3 tenant got nothing started for 16.7 s,
+    until all 40 of a weight-1 tenant's lines had.  Here small (weight 3) submits after
+    big has filled the window: its first line takes the next place that frees, and it
+    holds up to three of the four while both have lines waiting."""
+    store = chaos.client.store
+    big = chaos.client.submit_batch(lines("slow", 40), root=chaos.workspace, tenant="big")
+    wait_until(lambda: big.status().counts.running >= 1, what="big's lines to run")
+    small = chaos.client.submit_batch(lines("slow", 10), root=chaos.workspace, tenant="small")
+    big_started_then = None
+    most: dict[str, int] = {"big": 0, "small": 0}
+    while not small.status().ended:
+        counts = small.status().counts
+        if big_started_then is None and counts.running + counts.completed > 0:
+            big_counts = big.status().counts
+            big_started_then = big_counts.running + big_counts.completed
+        flying = batch_runs_in_flight(store)
+        assert sum(flying.values()) <= WINDOW, flying
+        with store.engine.connect() as db:
+            places = {row.tenant: int(row.places) for row in db.execute(wq.PLACES_BY_TENANT)}
+        for tenant in most:
+            most[tenant] = max(most[tenant], places.get(tenant, 0))
+        time.sleep(0.05)
+    assert big_started_then is not None and big_started_then < 40 - 20, big_started_then
+    assert most["small"] == 3, most  # its share: three places of four
+    assert not big.status().ended, "big ended first: the test proves nothing"
+    big.cancel()
+
+
+def test_an_interactive_turn_behind_a_line_is_not_held_behind_the_window(chaos: Chaos) -> None:
+    """The window is full of slow lines; an interactive turn is posted into the session
+    of a line that has no place.  The line moves to the interactive lane and runs at
+    once, then the turn: neither waits for the window, which is never exceeded."""
+    store = chaos.client.store
+    batch = chaos.client.submit_batch(lines("slow", 40), root=chaos.workspace)
+    wait_until(lambda: batch.status().counts.running >= 1, what="the batch to run")
+    line = store.batch_lines(batch.id, None, 0, 40)[-1]
+    assert line.turn_id is not None and line.session_id is not None
+    handle = chaos.client.session(line.session_id).submit("are you done?")
+    done = threading.Event()
+    most = [0]
+
+    def watch() -> None:
+        while not done.is_set():
+            most[0] = max(most[0], sum(batch_runs_in_flight(store).values()))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert handle.wait(60).outcome is TurnStatus.FINISHED
+    finally:
+        done.set()
+        watcher.join(10)
+    assert store.run_state(line.turn_id).status is TurnStatus.FINISHED
+    assert not batch.status().ended, "the batch ended first: the test proves nothing"
+    assert most[0] <= WINDOW, most
+    batch.cancel()
 
 
 def test_an_emptied_redis_does_not_stall_a_batch(chaos: Chaos) -> None:

@@ -4,8 +4,10 @@ deployment: a batch from an uploaded file whose counts grow monotonically to
 ``completed`` and whose output has each ``custom_id`` once, each body a Response whose id
 is a turn; lines that continue conversations; malformed lines in the error file and
 the batch going on; a line followed live while the batch runs; a cancel mid-way whose
-counts and files agree with what ran; another tenant's ids answering 404; bad requests
-refused in OpenAI's form, changing nothing."""
+counts and files agree with what ran; a file of chat completions in the shape OpenAI
+documents run unchanged, each body a ``ChatCompletion`` the client parses; the Batch
+object's model and usage; another tenant's ids answering 404; bad requests refused in
+OpenAI's form, changing nothing."""
 
 from __future__ import annotations
 
@@ -14,15 +16,26 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletion
 
+from tests.support.abusive_lines import ABUSIVE
 from tests.support.deployments import ALL, on_deployments
-from tests.support.gateway import Gateway, Gateways, Tenant
+from tests.support.gateway import (
+    Gateway,
+    Tenant,
+    deployment_env,
+    gateway_fixtures,
+    make_tokens,
+    start_gateway,
+    tenant_fixture,
+)
 
 pytestmark = on_deployments(*ALL)
 
@@ -39,23 +52,10 @@ TOOL: dict[str, Any] = {
 RULES = [SLOW, TOOL, ECHO]
 
 
-@pytest.fixture(scope="module")
-def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(tmp_path_factory.mktemp("batch-gateways"))
-    yield pool
-    pool.stop()
+gateways, gateway = gateway_fixtures("batch-gateways")
 
 
-@pytest.fixture
-def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
-    return gateways.get(backend, request)
-
-
-@pytest.fixture
-def tenant(gateway: Gateway) -> Tenant:
-    fresh = gateway.tenant()
-    fresh.control.script(RULES)
-    return fresh
+tenant = tenant_fixture(RULES)
 
 
 @pytest.fixture
@@ -80,11 +80,11 @@ def upload(api: OpenAI, lines: list[str]) -> str:
     return created.id
 
 
-def create(api: OpenAI, lines: list[str]) -> Any:
+def create(api: OpenAI, lines: list[str], endpoint: Any = "/v1/responses") -> Any:
     batch = api.batches.create(
-        input_file_id=upload(api, lines), endpoint="/v1/responses", completion_window="24h"
+        input_file_id=upload(api, lines), endpoint=endpoint, completion_window="24h"
     )
-    assert batch.status == "in_progress"
+    assert batch.status == "in_progress" and batch.endpoint == endpoint
     return batch
 
 
@@ -159,6 +159,78 @@ def test_a_batch_runs_every_line_as_a_turn_and_its_output_names_them(
     assert [b.id for b in listed.data][:1] == [batch.id]
 
 
+def test_lines_the_store_cannot_keep_fail_alone_and_the_batch_runs(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    good = [line("first", "first line").encode(), line("last", "last line").encode()]
+    data = b"\n".join([good[0], *(raw for raw, _code in ABUSIVE.values()), good[1]]) + b"\n"
+    upload = api.files.create(file=("abusive.jsonl", io.BytesIO(data)), purpose="batch")
+    batch = api.batches.create(
+        input_file_id=upload.id, endpoint="/v1/responses", completion_window="24h"
+    )
+    assert batch.status == "in_progress" and batch.request_counts is not None
+    assert batch.request_counts.total == len(ABUSIVE) + 2
+
+    ended = watch(api, batch.id)
+
+    assert (ended.request_counts.completed, ended.request_counts.failed) == (2, len(ABUSIVE))
+    output = jsonl(api, ended.output_file_id)
+    assert sorted(row["custom_id"] for row in output) == ["first", "last"]
+    errors = jsonl(api, ended.error_file_id)
+    assert [row["error"]["code"] for row in errors] == [code for _raw, code in ABUSIVE.values()]
+    assert all(len(row["error"]["message"]) <= 500 for row in errors)
+    # A workspace for each line that opened a session, and none for the others.
+    made = [d for d in tenant.workspaces.iterdir() if d.is_dir() and d.name[0] != "."]
+    assert len(made) == 2, made
+
+
+def test_a_batch_of_refused_lines_says_why_in_a_few_words_not_its_input(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    key = "k" * 200_000  # each line refused for an unknown key this long
+    lines = [line(f"r{n}", "hello", **{f"{key}{n}": 1}) for n in range(12)]
+    batch = api.batches.create(
+        input_file_id=upload(api, lines), endpoint="/v1/responses", completion_window="24h"
+    )  # 2.4 MB of input
+
+    failed = api.batches.retrieve(batch.id)
+
+    assert failed.status == "failed" and failed.errors is not None
+    assert [e.code for e in failed.errors.data or []] == ["invalid_line"] * 12
+    # The object quotes its lines' errors, a few hundred characters each (it was the
+    # input twice over: a 20 MiB file made a 42 MB object, on every read).
+    listed = tenant.http.get("/v1/batches", params={"limit": 1})
+    assert len(listed.content) < 20_000 and batch.id in listed.text, len(listed.content)
+    assert all(len(row["error"]["message"]) <= 500 for row in jsonl(api, failed.error_file_id))
+
+
+@pytest.mark.embedded_only
+def test_a_large_file_is_accepted_a_part_and_a_line_at_a_time(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    env = deployment_env(backend, request, f"sqlite:///{tmp_path / 'large.db'}")
+    gateway = start_gateway(env, tmp_path / "gateway", tokens=make_tokens(["large"]))
+    try:
+        pad = "x" * 3100
+        rows = (line(f"l{n}", f"hold {n} {pad}") for n in range(20_000))
+        data = ("\n".join(rows) + "\n").encode()  # 61 MiB
+        with OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.token, timeout=600) as big:
+            upload = big.files.create(file=("large.jsonl", io.BytesIO(data)), purpose="batch")
+            del data
+            before = gateway.peak_rss()
+            batch = big.batches.create(
+                input_file_id=upload.id, endpoint="/v1/responses", completion_window="24h"
+            )
+            grown = gateway.peak_rss() - before
+            assert batch.request_counts is not None and batch.request_counts.total == 20_000
+            big.batches.cancel(batch.id)
+        # Read whole, the file took the gateway's peak 160 MiB up (636 MiB for 100,000
+        # shorter lines); read a part and a line at a time, some 20 MiB.
+        assert grown < 80 << 20, f"the gateway's peak memory grew {grown >> 20} MiB"
+    finally:
+        gateway.stop()
+
+
 def test_lines_continue_conversations_and_wait_their_turn_in_them(api: OpenAI) -> None:
     first = api.responses.create(model="m", input="remember the colour blue")
     assert first.conversation is not None
@@ -225,7 +297,9 @@ def test_a_cancel_stops_the_lines_and_the_files_agree_with_what_ran(
     assert {r["custom_id"] for r in output} | {r["custom_id"] for r in errors} == {
         f"s{n}" for n in range(200)
     }
-    assert all(r["response"]["body"]["status"] == "cancelled" for r in errors)
+    # As OpenAI's lines a batch's cancel stopped: no response, and why.
+    assert all(r["response"] is None for r in errors)
+    assert {r["error"]["code"] for r in errors} == {"batch_cancelled"}
     # Only the lines running at the cancel called the model after it.
     time.sleep(0.5)
     later = (tenant.control.dir / "requests.jsonl").read_text().count("\n")
@@ -233,6 +307,99 @@ def test_a_cancel_stops_the_lines_and_the_files_agree_with_what_ran(
     assert ended.cancelled_at is not None
     again = api.batches.cancel(batch.id)
     assert again.status == "cancelled" and again.request_counts == ended.request_counts
+
+
+def chat(custom_id: str, messages: list[dict[str, Any]], **body: Any) -> str:
+    """A chat completions line, as OpenAI's Batch API guide writes them."""
+    request = {"model": "gpt-3.5-turbo-0125", "messages": messages, **body}
+    return json.dumps(
+        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": request}
+    )
+
+
+def test_a_chat_completions_file_runs_unchanged_and_each_body_is_a_chat_completion(
+    api: OpenAI, tenant: Tenant
+) -> None:
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    lines = [
+        chat("request-1", [system, {"role": "user", "content": "Hello world!"}], max_tokens=1000),
+        chat(
+            "request-2",
+            [
+                {"role": "system", "content": "You are an unhelpful assistant."},
+                {"role": "user", "content": "Hello world!"},
+            ],
+            max_tokens=1000,
+        ),
+        chat(
+            "with-history",
+            [
+                system,
+                {"role": "user", "content": "My name is Ann."},
+                {"role": "assistant", "content": "Hello, Ann."},
+                {"role": "user", "content": [{"type": "text", "text": "What is my name?"}]},
+            ],
+            temperature=0,
+        ),
+        chat("budget", [{"role": "user", "content": "tool turn"}], max_completion_tokens=1),
+        chat(
+            "orphan-call",
+            [
+                {"role": "user", "content": "look"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "user", "content": "well?"},
+            ],
+        ),
+        line("a-responses-line", "x"),
+    ]
+    batch = create(api, lines, endpoint="/v1/chat/completions")
+
+    ended = watch(api, batch.id)
+
+    counts = ended.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (6, 4, 2)
+    completions = {
+        row["custom_id"]: ChatCompletion.model_validate(row["response"]["body"])
+        for row in jsonl(api, ended.output_file_id)
+    }
+    assert list(completions) == ["request-1", "request-2", "with-history", "budget"]
+    for name in ("request-1", "request-2"):
+        assert completions[name].choices[0].message.content == "heard: Hello world!"
+        assert completions[name].choices[0].finish_reason == "stop"
+    assert completions["with-history"].choices[0].message.content == "heard: What is my name?"
+    budget = completions["budget"].choices[0]
+    assert budget.finish_reason == "length" and budget.message.content is None
+    assert all(c.object == "chat.completion" and c.usage for c in completions.values())
+    # The Batch object: the model that ran the lines, and what they spent, summed.
+    assert ended.model and {c.model for c in completions.values()} == {ended.model}
+    assert ended.usage is not None
+    spent = [c.usage.total_tokens for c in completions.values() if c.usage is not None]
+    assert ended.usage.total_tokens == sum(spent)
+    assert ended.usage.input_tokens > 0 and ended.usage.output_tokens > 0
+    errors = {r["custom_id"]: r for r in jsonl(api, ended.error_file_id)}
+    assert {k: r["error"]["code"] for k, r in errors.items()} == {
+        "orphan-call": "invalid_messages",
+        "a-responses-line": "invalid_url",
+    }
+    assert all(r["response"] is None for r in errors.values())
+    # The earlier messages are the line's session's history, the prompt its last turn.
+    page = tenant.http.get(f"/v1/batches/{batch.id}/lines").json()["data"]
+    session = next(row["session_id"] for row in page if row["custom_id"] == "with-history")
+    history = tenant.http.get(f"/v1/sessions/{session}/history").json()["turns"]
+    assert [(t["prompt"], t["reply"]) for t in history] == [
+        ("My name is Ann.", "Hello, Ann."),
+        ("What is my name?", "heard: What is my name?"),
+    ]
 
 
 def test_another_tenants_batches_and_files_are_not_found(api: OpenAI, gateway: Gateway) -> None:
@@ -285,7 +452,7 @@ def test_bad_requests_are_refused_in_openais_form_and_change_nothing(
     good = upload(api, [line("one", "hello")])
     before = api.batches.list().data
     cases: list[tuple[dict[str, Any], str | None]] = [
-        ({"endpoint": "/v1/chat/completions"}, "endpoint"),
+        ({"endpoint": "/v1/embeddings"}, "endpoint"),
         ({"completion_window": "1h"}, "completion_window"),
         ({"input_file_id": "file-0123456789abcdef0123456789abcdef"}, "input_file_id"),
         ({"metadata": {"k": float("nan")}}, None),

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import pytest
 
 import parley
-from broker_config.app import create_app, kick_queue, send_kick
-from broker_config.settings import FleetSettings
+from parley.fleet.app import create_app, kick_queue, send_kick
+from parley.fleet.settings import FleetSettings
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, deployment_options
 from tests.support.databases import fresh_postgres_database
 from tests.support.deployments import on_fleet_deployments

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -115,6 +117,13 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     assert empty.returncode == 2 and "InvalidRequest" in empty.stderr
     assert "you:" not in empty.stdout  # nothing echoed for a prompt that was refused
     assert len(parley("history", session_id, env=env).stdout.strip().splitlines()) == 2
+    # A compaction is marked after the newest turn it covers.
+    with parley_client(env) as client:
+        made = client.session(session_id).compact(strategy="trim", keep_turns=1)
+    marked = parley("history", session_id, env=env).stdout.strip().splitlines()
+    assert len(marked) == 3 and marked[0].startswith(turn_id)
+    assert marked[1].startswith("── compacted [trim]") and "(applies)" in marked[1]
+    assert marked[1].endswith(made.compaction_id)
 
     # Text in brackets is text, not terminal markup: in a prompt, a reply, an error.
     bracketed = parley("submit", session_id, "fix [/] this [red]now", env=env)
@@ -142,6 +151,40 @@ def test_commands_work_from_the_environment_and_errors_are_one_clear_line(tmp_pa
     )
     assert broken.returncode == 2 and "Traceback" not in broken.stderr
     assert "importing explodes failed: RuntimeError: no config file" in broken.stderr
+
+
+def test_submit_after_or_at_waits_for_the_time_then_prints_the_turn(tmp_path: Path) -> None:
+    """``parley submit --after SECONDS`` / ``--at TIME`` (docs/time.md): the turn is
+    stored delayed, the command says until when, and prints the turn once it ran; a time
+    without its offset, a bad one, or both options are refused and store nothing."""
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps({"rules": [{"when": ".*", "steps": [{"text": "heard: {prompt}"}]}]})
+    )
+    env = {
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "PARLEY_HOST": f"scripted:{script}",
+    }
+    session_id = parley("new", str(tmp_path), env=env).stdout.strip()
+    began = datetime.now(UTC)
+    later = parley("submit", session_id, "later", "--after", "2", env=env)
+    assert later.returncode == 0, later.stderr
+    assert "waiting until 20" in later.stdout and "heard: later" in later.stdout
+    assert datetime.now(UTC) - began >= timedelta(seconds=2)
+    at = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    timed = parley("submit", session_id, "at a time", "--at", at, env=env)
+    assert timed.returncode == 0 and "heard: at a time" in timed.stdout, timed.stderr
+
+    for bad in (
+        ("--at", "2030-01-01T09:00:00"),
+        ("--at", "tomorrow"),
+        ("--after", "-5"),
+    ):
+        refused = parley("submit", session_id, "never", *bad, env=env)
+        assert refused.returncode == 2 and "InvalidRequest" in refused.stderr, refused
+    both = parley("submit", session_id, "never", "--at", at, "--after", "1", env=env)
+    assert both.returncode == 2 and "not allowed with" in both.stderr, both.stderr
+    assert len(parley("history", session_id, env=env).stdout.strip().splitlines()) == 2
 
 
 def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
@@ -250,10 +293,12 @@ def test_status_and_beat_on_an_unmigrated_database_say_so_on_one_line(tmp_path: 
     for run in (status, embedded):
         assert (run.returncode, run.stdout, run.stderr.splitlines()) == (2, "", [expected])
     # beat stops at once (every sweep would fail) rather than log the SQL error every 2 s;
-    # its one line before the error is the start every beat logs.
+    # its lines before the error are the start every beat logs (and its runtime built).
     assert beat.returncode == 2
-    started, error = beat.stderr.splitlines()
+    started, *between, error = beat.stderr.splitlines()
     assert "parley.worker sweeping every" in started and error == expected
+    assert all(re.search(r" parley.worker process \d+ built its runtime ", b) for b in between)
+    assert len(between) <= 1
 
 
 def test_approve_lists_and_answers_a_waiting_call_from_another_process(tmp_path: Path) -> None:
@@ -312,6 +357,57 @@ def test_approve_lists_and_answers_a_waiting_call_from_another_process(tmp_path:
             submit.kill()
             submit.communicate()
     assert (workspace / "notes.md").read_text() == "hi\n"
+
+
+def test_signal_wakes_a_waiting_turn_from_another_process(tmp_path: Path) -> None:
+    """``parley submit`` waits while its turn's call waits for an event; ``parley signal``
+    sends it from another process (docs/time.md#waiting-for-an-event), refusing a payload
+    that is not JSON, and (embedded, with the host) runs the turn on; a signal to the
+    ended turn is refused."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    wait = {"name": "wait", "arguments": {"event": "go"}}
+    Control(workspace).script(
+        [{"when": ".*", "steps": [{"tool_calls": [wait]}, {"text": "went on"}]}]
+    )
+    repo = str(Path(__file__).parents[2])
+    env = {
+        "PARLEY_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "PARLEY_HOST": "tests.support.hosts:waiting_host",
+        "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+    }
+    session_id = parley("new", str(workspace), env=env).stdout.strip()
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "parley", "submit", session_id, "wait for the go"],
+        env={**os.environ, "COLUMNS": "200", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with connect(env["PARLEY_DATABASE_URL"]) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                tree = client.session(session_id).tree()
+                if tree and tree[0].status is TurnStatus.WAITING:
+                    break
+                assert time.monotonic() < deadline, "the turn never waited"
+                time.sleep(0.1)
+        turn_id = tree[0].turn_id
+        bad = parley("signal", turn_id, "go", "{not json", env=env)
+        assert bad.returncode == 2 and bad.stderr.startswith("InvalidRequest:"), bad.stderr
+        sent = parley("signal", turn_id, "go", '{"ok": true}', env=env)
+        assert sent.returncode == 0, sent.stderr
+        assert "delivered" in sent.stdout and "finished" in sent.stdout
+        out, err = submit.communicate(timeout=60)
+        assert submit.returncode == 0, err
+        assert "waiting for event go" in out and "went on" in out
+        late = parley("signal", turn_id, "go", env=env)
+        assert late.returncode == 2 and late.stderr.startswith("TurnEnded:"), late.stderr
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
 
 
 def parley_reading(
@@ -380,13 +476,18 @@ def test_say_and_interrupt_steer_a_running_turn_from_another_process(
     # nothing stored.
     before = [len(client.store.pending_steers(h.run_id, 0)) for h in (steered, stopped)]
     late = parley("say", steered.turn_id, "too late", env=env)
-    assert late.returncode == 2 and late.stderr.startswith("TurnEnded:"), late.stderr
-    assert late.stdout == "" and late.stderr.count("\n") == 1
+    # (its own error is its last line: on the run's shared PostgreSQL database the
+    # command's client may also go on with a turn another test left, and log about it)
+    assert late.returncode == 2 and last_line(late.stderr).startswith("TurnEnded:"), late.stderr
+    assert late.stdout == ""
+    if db_url.startswith("sqlite"):  # this test's own database: nothing else to log about
+        assert late.stderr.count("\n") == 1, late.stderr
     again = parley("interrupt", stopped.turn_id, env=env)
-    assert again.returncode == 2 and again.stderr.startswith("TurnEnded:"), again.stderr
+    assert again.returncode == 2 and last_line(again.stderr).startswith("TurnEnded:"), again.stderr
     for command in (("say", UNKNOWN_TURN, "hello"), ("interrupt", UNKNOWN_TURN)):
         unknown = parley(*command, env=env)
-        assert unknown.returncode == 2 and unknown.stderr.startswith("TurnNotFound:")
+        assert unknown.returncode == 2, unknown.stderr
+        assert last_line(unknown.stderr).startswith("TurnNotFound:"), unknown.stderr
     after = [len(client.store.pending_steers(h.run_id, 0)) for h in (steered, stopped)]
     assert after == before
 
@@ -480,3 +581,9 @@ def test_follow_names_the_worker_of_a_turn_and_the_one_that_takes_it_over(
     assert first and second and first != second
     took = out.index(f"worker {first} took it (attempt 1)")
     assert took < out.index(f"worker {second} took it over from {first} (attempt 2)")
+
+
+def last_line(text: str) -> str:
+    """The last line of ``text`` ("" if none)."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""

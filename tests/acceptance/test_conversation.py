@@ -26,8 +26,8 @@ from parley.errors import (
     TurnEnded,
     TurnNotFound,
 )
-from schemas.events import EventKind
-from schemas.records import Steer, SteerKind
+from parley.schemas.events import EventKind
+from parley.schemas.records import Steer, SteerKind
 from tests.acceptance.conftest import ClientFactory
 from tests.support.deployments import ALL, on_deployments
 from tests.support.fleet import flush_redis

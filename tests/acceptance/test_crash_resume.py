@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import parley
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
+from parley.store.sql_store import SqlStore
 from tests.acceptance.conftest import ClientFactory
 from tests.support.deployments import ALL, on_deployments
 from tests.support.gateway import start_gateway
-from workers.store.sql_store import SqlStore
 
 pytestmark = on_deployments(*ALL)
 

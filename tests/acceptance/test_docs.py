@@ -3,15 +3,21 @@ run here, as written, as a new user would run it (the convention is CONTRIBUTING
 "The docs test"): ``python`` blocks in a fresh temporary directory with the repo's
 ``.venv``, ``sh`` blocks from the repo against a database of their own, which they
 create, and the test Redis database.  A block preceded by ``<!-- not run: why -->`` is
-not run; blocks in other languages (``text``) never are."""
+not run; blocks in other languages (``text``) never are.  A block preceded by
+``<!-- beside scripts/start.sh -->`` runs as a user runs it in a second terminal while
+``scripts/start.sh`` serves: in the directory of a gateway started as that script starts
+it (on 127.0.0.1:8000, its ``parley.db`` and ``workspaces/`` there, with the repo's
+``.venv`` linked), without parley's variables."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -35,6 +41,8 @@ DOCUMENTS = [
 PROCFILE_PAGE = REPO / "docs" / "operations.md"  # the Procfile and honcho
 RUN = ("python", "sh")
 NOT_RUN = re.compile(r"<!-- not run: (?P<why>\S.*?) -->")
+BESIDE_START = "<!-- beside scripts/start.sh -->"
+START_URL = "http://127.0.0.1:8000"  # where scripts/start.sh serves
 FENCE = "```"
 
 
@@ -47,6 +55,7 @@ class Block:
     language: str
     text: str
     not_run: str | None  # the reason, if marked not to run
+    beside_start: bool = False  # runs beside scripts/start.sh's gateway
 
     @property
     def where(self) -> str:
@@ -73,6 +82,7 @@ def blocks_of(path: Path) -> list[Block]:
                 language=lines[index][len(FENCE) :].strip(),
                 text="\n".join(lines[index + 1 : end]) + "\n",
                 not_run=mark["why"] if mark else None,
+                beside_start=above == BESIDE_START,
             )
         )
         index = end + 1
@@ -93,6 +103,29 @@ EXPECTED = [
     ("README.md", "parley gateway --bind 127.0.0.1:8321", "You said: hello\n"),
     ("README.md", "from examples.plan_then_act.host import host", "reply: retry.py backs off"),
     ("operations.md", "PARLEY_LOG_FORMAT=json", '"message":"running turn '),
+    (
+        "batches.md",
+        "api.batches.create(",
+        "completed BatchRequestCounts(completed=2, failed=1, total=3)",
+    ),
+    (
+        "README.md",
+        "parley batch submit lines.jsonl",
+        '"custom_id":"b","response":{"status_code":200',
+    ),
+    ("batches.md", "api.batches.create(", '"custom_id":"ticket-1","response":{"status_code":200'),
+    ("batches.md", "api.batches.create(", '"custom_id":"ticket-3","response":null,"error":{"code"'),
+    (
+        "batches.md",
+        "parley batch submit tickets.jsonl",
+        '"custom_id":"t1","response":{"status_code":200',
+    ),
+    (
+        "batches.md",
+        "parley batch submit tickets.jsonl",
+        '"custom_id":"t2","response":null,"error":{"code"',
+    ),
+    ("batches.md", "parley batch submit tickets.jsonl", "1 completed, 1 failed, of 2"),
     ("operations.md", "--prompt-file", "(attempt 1)\n"),
     ("operations.md", "--prompt-file", "You said: Review the Procfile:\n"),
     ("operations.md", "--prompt-file", "TurnEnded: the turn has ended (finished)"),
@@ -136,7 +169,9 @@ def clean_environment() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "block", [b for b in RUNNABLE if b.language == "python"], ids=lambda b: b.where
+    "block",
+    [b for b in RUNNABLE if b.language == "python" and not b.beside_start],
+    ids=lambda b: b.where,
 )
 def test_python_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     assert VENV_PYTHON.exists(), "scripts/setup.sh dev makes .venv"
@@ -196,7 +231,9 @@ def stop_group(group: int) -> None:
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "block", [b for b in RUNNABLE if b.language == "sh"], ids=lambda b: b.where
+    "block",
+    [b for b in RUNNABLE if b.language == "sh" and not b.beside_start],
+    ids=lambda b: b.where,
 )
 def test_sh_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     log = tmp_path / "output.log"
@@ -226,6 +263,64 @@ def test_sh_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     assert returncode == 0, f"{block.where}\n{output}"
     for expected in expected_output(block):
         assert expected in output, f"{block.where}: {expected!r} not in\n{output}"
+
+
+@pytest.fixture(scope="module")
+def start_sh_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A gateway started as ``scripts/start.sh`` starts it (``parley gateway``: embedded,
+    the offline agent, a local token kept in ``workspaces/.local-token``, port 8000), in
+    a directory of its own with the repo's ``.venv`` linked: that directory."""
+    home = tmp_path_factory.mktemp("start-sh")
+    (home / ".venv").symlink_to(REPO / ".venv")
+    with suppress(OSError), socket.create_connection(("127.0.0.1", 8000), timeout=1):
+        pytest.fail("port 8000, scripts/start.sh's, is taken: the docs' snippets need it")
+    log = home / "gateway.log"
+    with log.open("wb") as out:
+        gateway = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "parley"), "gateway"],
+            cwd=home,
+            env=clean_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{START_URL}/healthz", timeout=1):
+                    break
+            except OSError:
+                assert gateway.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, f"no gateway on 8000:\n{log.read_text()}"
+                time.sleep(0.2)
+        yield home
+    finally:
+        stop_group(gateway.pid)
+        gateway.wait(5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [b for b in RUNNABLE if b.beside_start], ids=lambda b: b.where)
+def test_block_beside_start_sh_runs_as_written(block: Block, start_sh_gateway: Path) -> None:
+    """As a user runs it from the repo in a second terminal while scripts/start.sh serves."""
+    command = [str(VENV_PYTHON), "-c", block.text] if block.language == "python" else [
+        "bash", "-e", "-c", block.text,
+    ]  # fmt: skip
+    run = subprocess.run(
+        command,
+        cwd=start_sh_gateway,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert run.returncode == 0, f"{block.where}\n{run.stdout}\n{run.stderr}"
+    for out in expected_output(block):
+        assert out in run.stdout, f"{block.where}: {out!r} not in\n{run.stdout}"
 
 
 def procfile_processes() -> dict[str, str]:

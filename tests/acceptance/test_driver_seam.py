@@ -15,7 +15,7 @@ import pytest
 
 import parley
 from examples.plan_then_act.driver import ACTING, PLANNING
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
 from tests.acceptance.conftest import deployed_client, host_fleet
 from tests.acceptance.test_approvals import wait_for
 from tests.support.chaos import chaos_fleet

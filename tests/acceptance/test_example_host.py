@@ -14,7 +14,8 @@ import pytest
 
 import parley
 from examples.audited_host.host import SYSTEM_PROMPT, build_host
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
+from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis
 
 pytestmark = pytest.mark.postgres
@@ -35,16 +36,20 @@ def client(
         with parley.connect(f"sqlite:///{tmp_path / 'runs.db'}", host=build_host()) as embedded:
             yield embedded
         return
-    url: str = request.getfixturevalue("postgres_url")
-    pool = Fleet(database_url=url, host="examples.audited_host.host:host")
-    flush_redis(pool.redis_url)
-    pool.start_worker(concurrency=2, pool="threads")
-    try:
-        pool.wait_ready()
-        with parley.connect(url, redis_url=pool.redis_url, queue=pool.queue) as fleet:
-            yield fleet
-    finally:
-        pool.stop()
+    # A database of its own: the run's shared one holds what other tests left (turns of
+    # other tenants counted as running or waiting, queued batch lines), and the fleet's
+    # share of the workers and its batch window read them (once seen: this turn held
+    # back for a minute, in a whole run under load).
+    with fresh_postgres_database("example") as url:
+        pool = Fleet(database_url=url, host="examples.audited_host.host:host")
+        flush_redis(pool.redis_url)
+        pool.start_worker(concurrency=2, pool="threads")
+        try:
+            pool.wait_ready()
+            with parley.connect(url, redis_url=pool.redis_url, queue=pool.queue) as fleet:
+                yield fleet
+        finally:
+            pool.stop()
 
 
 def audit_rows(path: Path) -> list[tuple[Any, ...]]:

@@ -21,7 +21,9 @@ import pytest
 import redis
 
 import parley
-from schemas.events import EventKind
+from parley.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
+from parley.engine.turn_engine import MAX_ATTEMPTS
+from parley.schemas.events import EventKind
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos, chaos_fleet, deployment_options
 from tests.support.databases import terminate_backends
 from tests.support.deployments import on_fleet_deployments
@@ -34,8 +36,6 @@ from tests.support.fleet_scenarios import (
     submit_load,
 )
 from tests.support.waiting import wait_until
-from workers.coordination.constants import TAKEOVER_SEQ_GAP, kicked_key
-from workers.engine.turn_engine import MAX_ATTEMPTS
 
 pytestmark = [on_fleet_deployments(), pytest.mark.postgres, pytest.mark.slow]
 

@@ -10,8 +10,10 @@ approval and protocol routes (AG-UI, chat, responses) are tested with their feat
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+import re
 import stat
 import statistics
 import subprocess
@@ -20,23 +22,28 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from openai import OpenAI
+from sqlalchemy import select
 
 import parley
-from schemas.events import EventKind
+from parley.schemas import tables
+from parley.schemas.events import EventKind
 from tests.support.deployments import ALL, on_deployments
 from tests.support.gateway import (
     Gateway,
     Gateways,
     Tenant,
     deployment_env,
+    gateway_fixtures,
     make_tokens,
+    scripted_tenant,
     start_gateway,
 )
 from tests.support.sse import SseMessage
@@ -45,7 +52,7 @@ pytestmark = on_deployments(*ALL)
 
 KEEPALIVE_SECONDS = 0.5
 
-SESSION_FIELDS = {"id", "workspace", "metadata", "head_turn_id", "created_at", "title"}
+SESSION_FIELDS = {"id", "workspace", "metadata", "head_turn_id", "created_at", "title", "batch_id"}
 TURN_FIELDS = {
     "turn_id",
     "session_id",
@@ -55,8 +62,18 @@ TURN_FIELDS = {
     "status",
     "reply",
     "created_at",
+    "waiting_for",
+    "not_before",
+    "waiting_event",
 }
-DETAIL_FIELDS = TURN_FIELDS | {"steps", "usage", "error", "undelivered", "pending_approvals"}
+DETAIL_FIELDS = TURN_FIELDS | {
+    "steps",
+    "usage",
+    "error",
+    "undelivered",
+    "pending_approvals",
+    "children",
+}
 EVENT_FIELDS = {"turn_id", "seq", "kind", "data"}
 STATUSES = {
     "queued",
@@ -80,6 +97,9 @@ ROUTES = [
     ("get", "/v1/sessions/{session_id}/history"),
     ("get", "/v1/sessions/{session_id}/tree"),
     ("post", "/v1/sessions/{session_id}/branch"),
+    ("post", "/v1/sessions/{session_id}/compact"),
+    ("get", "/v1/sessions/{session_id}/compactions"),
+    ("delete", "/v1/sessions/{session_id}/compactions/{compaction_id}"),
     ("get", "/v1/turns/{turn_id}"),
     ("get", "/v1/turns/{turn_id}/events"),
     ("get", "/v1/turns/{turn_id}/result"),
@@ -113,33 +133,19 @@ STREAM = {"when": "^stream", "steps": [{"text": STREAM_TEXT, "chunk_chars": 6, "
 # ------------------------------------------------------------------------ fixtures
 
 
-@pytest.fixture(scope="module")
-def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(
-        tmp_path_factory.mktemp("gateways"),
-        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
-    )
-    yield pool
-    pool.stop()
-
-
-@pytest.fixture
-def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
-    return gateways.get(backend, request)
+gateways, gateway = gateway_fixtures(
+    "gateways", {"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)}
+)
 
 
 @pytest.fixture
 def alpha(gateway: Gateway) -> Tenant:
-    tenant = gateway.tenant()
-    tenant.control.script([GATED, RETRY, LOOP, STREAM, ECHO])
-    return tenant
+    return scripted_tenant(gateway, [GATED, RETRY, LOOP, STREAM, ECHO])
 
 
 @pytest.fixture
 def beta(gateway: Gateway) -> Tenant:
-    tenant = gateway.tenant()
-    tenant.control.script([GATED, RETRY, LOOP, STREAM, ECHO])
-    return tenant
+    return scripted_tenant(gateway, [GATED, RETRY, LOOP, STREAM, ECHO])
 
 
 # ------------------------------------------------------------------------ helpers
@@ -305,6 +311,103 @@ def test_listing_refuses_bad_limits_and_unknown_pages(alpha: Tenant) -> None:
     for before in (unknown_id(), "a\x00b", "x" * 36):
         missing = alpha.http.get("/v1/sessions", params={"before": before})
         assert_error(missing, 404, "SessionNotFound")
+
+
+def submit_batch(gateway: Gateway, tenant: Tenant, bodies: list[dict[str, Any]]) -> str:
+    """A batch of Responses lines, made as the ``openai`` client makes one; its id."""
+    api = OpenAI(base_url=f"{gateway.url}/v1", api_key=tenant.token)
+    rows = [
+        json.dumps({"custom_id": f"c{n}", "method": "POST", "url": "/v1/responses", "body": b})
+        for n, b in enumerate(bodies)
+    ]
+    data = io.BytesIO(("\n".join(rows) + "\n").encode())
+    upload = api.files.create(file=("lines.jsonl", data), purpose="batch")
+    batch = api.batches.create(
+        input_file_id=upload.id, endpoint="/v1/responses", completion_window="24h"
+    )
+    return batch.id
+
+
+def test_a_listing_leaves_out_the_sessions_batch_lines_opened_when_asked(
+    gateway: Gateway, alpha: Tenant
+) -> None:
+    conversation = alpha.new_session()
+    assert conversation["batch_id"] is None
+    lines = [{"input": "one"}, {"input": "two", "conversation": conversation["id"]}, {"input": "3"}]
+    batch_id = submit_batch(gateway, alpha, lines)
+    later = alpha.new_session()
+
+    everything = alpha.http.get("/v1/sessions").json()["sessions"]
+    opened = [s for s in everything if s["batch_id"] == batch_id]
+    assert len(everything) == 4 and len(opened) == 2  # every session, by default
+    assert {s["title"] for s in opened} == {"one", "3"}
+    assert session_of(alpha, opened[0]["id"])["batch_id"] == batch_id
+    conversations = [later["id"], conversation["id"]]  # the one a line continued is one
+    listed = alpha.http.get("/v1/sessions", params={"batch_sessions": "false"})
+    assert listed.status_code == 200, listed.text
+    assert [s["id"] for s in listed.json()["sessions"]] == conversations
+    paged = alpha.http.get(
+        "/v1/sessions", params={"batch_sessions": "false", "limit": 1, "before": later["id"]}
+    )
+    assert [s["id"] for s in paged.json()["sessions"]] == conversations[1:]
+    default = alpha.http.get("/v1/sessions", params={"batch_sessions": "true"})
+    assert [s["id"] for s in default.json()["sessions"]] == [s["id"] for s in everything]
+    refused = alpha.http.get("/v1/sessions", params={"batch_sessions": "maybe"})
+    assert_error(refused, 422, "InvalidRequest")
+
+
+def test_a_json_get_answers_304_while_its_etag_names_it(
+    gateway: Gateway, alpha: Tenant, beta: Tenant
+) -> None:
+    alpha.new_session()
+    first = alpha.http.get("/v1/sessions")
+    tag = first.headers["etag"]
+    assert re.fullmatch(r'"[A-Za-z0-9_-]{22}"', tag), tag
+    assert alpha.http.get("/v1/sessions").headers["etag"] == tag  # the body's, every time
+    for named in (tag, f"W/{tag}", f'"elsewhere", {tag}', "*"):
+        same = alpha.http.get("/v1/sessions", headers={"If-None-Match": named})
+        assert same.status_code == 304, (named, same.status_code)
+        assert same.content == b"" and "content-type" not in same.headers
+        assert same.headers["etag"] == tag
+        assert {n: same.headers.get(n) for n in NO_SNIFF_NO_STORE} == NO_SNIFF_NO_STORE
+    other = alpha.http.get("/v1/sessions", headers={"If-None-Match": '"elsewhere"'})
+    assert other.status_code == 200 and other.json() == first.json()
+
+    session = alpha.new_session()  # the list changed: a new tag, and the list
+    changed = alpha.http.get("/v1/sessions", headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["etag"] != tag
+    assert changed.json()["sessions"][0]["id"] == session["id"]
+    # Another tenant's list is its own, whatever tag it sends.
+    assert beta.http.get("/v1/sessions", headers={"If-None-Match": tag}).status_code == 200
+    # Only a GET's JSON answer: a write, a refusal and a stream are answered as always.
+    created = alpha.http.post("/v1/sessions", json={}, headers={"If-None-Match": "*"})
+    assert created.status_code == 201 and "etag" not in created.headers
+    missing = alpha.http.get(f"/v1/sessions/{unknown_id()}", headers={"If-None-Match": "*"})
+    assert missing.status_code == 404 and "etag" not in missing.headers
+    turn = alpha.submit(session["id"], "hello")
+    alpha.result(turn["turn_id"])
+    with alpha.stream(turn["turn_id"]) as stream:
+        assert stream.response.status_code == 200 and "etag" not in stream.response.headers
+
+
+def test_every_gateway_of_a_fleet_gives_an_answer_the_same_etag(
+    gateways: Gateways, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """(The fleet only: a page's polls may reach any gateway of the fleet.)"""
+    first = gateways.get("fleet-postgres", request)
+    env = deployment_env("fleet-postgres", request, "")
+    second = start_gateway(
+        env, tmp_path, tokens=first.tokens, extra={"PARLEY_WORKSPACES": str(first.workspaces)}
+    )
+    try:
+        alpha = first.tenant()
+        alpha.new_session()
+        tag = alpha.http.get("/v1/sessions").headers["etag"]
+        also_alpha = second.tenant(alpha.name)
+        again = also_alpha.http.get("/v1/sessions", headers={"If-None-Match": tag})
+        assert again.status_code == 304, again.text
+    finally:
+        second.stop()
 
 
 def test_a_session_is_titled_by_its_first_prompt_or_over_patch(alpha: Tenant) -> None:
@@ -539,6 +642,52 @@ def test_a_turns_priority_is_stored_and_one_that_is_no_lane_is_refused(
     assert snapshot(alpha) == before
 
 
+def test_a_turn_delayed_over_http_waits_for_its_time_and_a_bad_time_is_refused(
+    gateway: Gateway, alpha: Tenant
+) -> None:
+    """``"at"`` (RFC 3339) or ``"after"`` (seconds) delays the turn (docs/time.md): it is
+    answered queued with its ``not_before`` and ``waiting_for: "time"``, and starts no
+    earlier; a time without its offset, a negative, infinite or non-numeric ``after``,
+    or both at once are 422 in the error form, and nothing changes."""
+    session = alpha.new_session()
+    turns = f"/v1/sessions/{session['id']}/turns"
+    asked = datetime.now(UTC) + timedelta(seconds=1.5)
+    at = alpha.http.post(turns, json={"prompt": "at", "at": asked.isoformat()})
+    assert at.status_code == 202, at.text
+    assert at.json()["status"] == "queued" and at.json()["waiting_for"] == "time"
+    assert datetime.fromisoformat(at.json()["not_before"].replace("Z", "+00:00")) == asked
+    after = alpha.http.post(turns, json={"prompt": "after", "after": 0.5})
+    assert after.json()["waiting_for"] == "time", after.text
+    for turn in (at.json(), after.json()):
+        assert alpha.result(turn["turn_id"])["status"] == "finished"
+    with parley.connect(gateway.env["PARLEY_DATABASE_URL"]) as reader:
+        runs = reader.store.engine.connect()
+        with runs:
+            began = runs.execute(
+                select(tables.runs.c.started_at).where(
+                    tables.runs.c.turn_id == at.json()["turn_id"]
+                )
+            ).scalar_one()
+    assert (began if began.tzinfo else began.replace(tzinfo=UTC)) >= asked
+
+    before = snapshot(alpha)
+    for body in (
+        {"at": "2030-01-01T09:00:00"},
+        {"at": "tomorrow"},
+        {"at": 1_900_000_000},
+        {"after": -1},
+        {"after": "60"},
+        {"after": True},
+        {"at": asked.isoformat(), "after": 5},
+    ):
+        response = alpha.http.post(turns, content=json.dumps({"prompt": "x", **body}), headers=JSON)
+        assert_error(response, 422, "InvalidRequest")
+    for raw in ('{"prompt": "x", "after": Infinity}', '{"prompt": "x", "after": NaN}'):
+        refused = alpha.http.post(turns, content=raw, headers=JSON)
+        assert refused.status_code in (400, 422), refused.text
+    assert snapshot(alpha) == before
+
+
 # ------------------------------------------------------------------------ branch
 
 
@@ -583,6 +732,80 @@ def test_branch_moves_the_head_and_refuses_foreign_unknown_and_unstarted_turns(
     alpha.control.open_gate()
     alpha.result(gated["turn_id"])
     alpha.result(waiting["turn_id"])
+
+
+# ------------------------------------------------------------------------ compaction
+
+COMPACTION_FIELDS = {
+    "id",
+    "session_id",
+    "through_turn_id",
+    "strategy",
+    "text",
+    "tokens_before",
+    "tokens_after",
+    "created_at",
+    "made_by_turn_id",
+    "dropped",
+    "dropped_at",
+    "usage",
+}
+
+
+def test_compact_lists_and_drops_and_refuses_what_it_cannot_do(alpha: Tenant, beta: Tenant) -> None:
+    session = alpha.new_session()
+    turns = [alpha.submit(session["id"], f"turn {n}") for n in range(3)]
+    for turn in turns:
+        alpha.result(turn["turn_id"])
+    sid = session["id"]
+    listed = f"/v1/sessions/{sid}/compactions"
+    made = alpha.http.post(
+        f"/v1/sessions/{sid}/compact", json={"strategy": "trim", "keep_turns": 1}
+    )
+    assert made.status_code == 201, made.text
+    record = made.json()
+    assert set(record) == COMPACTION_FIELDS
+    assert record["through_turn_id"] == turns[1]["turn_id"]
+    assert record["strategy"] == "trim" and not record["dropped"]
+    assert record["made_by_turn_id"] is None
+    assert alpha.http.get(listed).json() == {"compactions": [record]}
+    # Its event is the head turn's newest.
+    kinds = [e["kind"] for e in ended_events(alpha, turns[2]["turn_id"])]
+    assert kinds[-2:] == ["end", "compacted"]
+
+    before = snapshot(alpha)
+    compact = f"/v1/sessions/{sid}/compact"
+    for body in (
+        {"strategy": "native"},
+        {"strategy": "shrink"},
+        {"keep_turns": -1},
+        {"keep_turns": "1"},
+        {"keep": True},
+        {"strategy": "trim", "also": 1},
+    ):
+        assert_error(alpha.http.post(compact, json=body), 422, "InvalidRequest")
+    nothing = {"strategy": "trim", "keep_turns": 5}
+    assert_error(alpha.http.post(compact, json=nothing), 409, "Conflict")
+    nowhere = f"/v1/sessions/{unknown_id()}/compact"
+    assert_error(alpha.http.post(nowhere, json={}), 404, "SessionNotFound")
+    # Another tenant's session is unknown to beta.
+    assert_error(beta.http.post(compact, json={"strategy": "trim"}), 404, "SessionNotFound")
+    assert_error(beta.http.get(listed), 404, "SessionNotFound")
+    unknown = f"{listed}/{unknown_id()}"
+    assert_error(alpha.http.delete(unknown), 404, "CompactionNotFound")
+    assert_error(beta.http.delete(f"{listed}/{record['id']}"), 404, "SessionNotFound")
+    assert snapshot(alpha) == before
+    assert alpha.http.get(listed).json() == {"compactions": [record]}
+    gated = gated_turn(alpha, sid)  # a turn unfinished: compacting waits for its end
+    assert_error(alpha.http.post(compact, json={"strategy": "trim"}), 409, "Conflict")
+    assert alpha.http.get(listed).json() == {"compactions": [record]}
+    alpha.control.open_gate()
+    alpha.result(gated["turn_id"])
+
+    dropped = alpha.http.delete(f"{listed}/{record['id']}")
+    assert dropped.status_code == 200, dropped.text
+    assert dropped.json()["dropped"] and dropped.json()["dropped_at"]
+    assert alpha.http.get(listed).json()["compactions"][0]["dropped"]
 
 
 # ------------------------------------------------------------------------ events
@@ -835,6 +1058,64 @@ def test_say_reaches_the_model_at_the_next_step_and_after_the_end_is_turn_ended(
         assert_error(response, 422, "InvalidRequest")
     assert snapshot(alpha) == before
     assert len(requests_of(alpha, turn["turn_id"])) == 2
+
+
+def signals_of(gateway: Gateway, turn_id: str) -> list[tuple[str, Any, bool]]:
+    """The signals kept or delivered for a turn: name, payload, delivered."""
+    with (
+        parley.connect(gateway.env["PARLEY_DATABASE_URL"]) as reader,
+        reader.store.engine.connect() as db,
+    ):
+        rows = db.execute(
+            select(tables.signals.c.name, tables.signals.c.payload, tables.signals.c.wait_id)
+            .where(tables.signals.c.turn_id == turn_id)
+            .order_by(tables.signals.c.sent_at)
+        ).all()
+    return [(row.name, row.payload, row.wait_id is not None) for row in rows]
+
+
+def test_a_signal_is_kept_for_the_turn_and_refused_once_it_ended_or_is_not_the_tenants(
+    gateway: Gateway, alpha: Tenant, beta: Tenant
+) -> None:
+    session = alpha.new_session()
+    turn = gated_turn(alpha, session["id"])
+    path = f"/v1/turns/{turn['turn_id']}/signals"
+    # No call waits for it yet (docs/time.md#waiting-for-an-event): it is kept.
+    sent = alpha.http.post(path, json={"name": "finance.approved", "payload": {"ok": True}})
+    assert sent.status_code == 202, sent.text
+    assert sent.json() == {
+        "turn_id": turn["turn_id"],
+        "name": "finance.approved",
+        "delivered": False,
+    }
+    bare = alpha.http.post(path, json={"name": "ping"})  # a payload is optional: null
+    assert bare.status_code == 202, bare.text
+    # Bad names and payloads, another tenant's turn, an unknown one: refused, none kept.
+    for body in (
+        {},
+        {"payload": 1},
+        {"name": ""},
+        {"name": "has space"},
+        {"name": "x" * 129},
+        {"name": 7},
+        {"name": "ok", "extra": 1},
+        {"name": "ok", "payload": nested(70)},
+        {"name": "ok", "payload": "x" * 100_001},
+    ):
+        assert_error(alpha.http.post(path, json=body), 422, "InvalidRequest")
+    assert_error(beta.http.post(path, json={"name": "ok"}), 404, "TurnNotFound")
+    unknown = f"/v1/turns/{unknown_id()}/signals"
+    assert_error(alpha.http.post(unknown, json={"name": "ok"}), 404, "TurnNotFound")
+    assert signals_of(gateway, turn["turn_id"]) == [
+        ("finance.approved", {"ok": True}, False),
+        ("ping", None, False),
+    ]
+    alpha.control.open_gate()
+    alpha.result(turn["turn_id"])
+    before = snapshot(alpha)
+    assert_error(alpha.http.post(path, json={"name": "late"}), 409, "TurnEnded")
+    assert snapshot(alpha) == before
+    assert len(signals_of(gateway, turn["turn_id"])) == 2
 
 
 def test_interrupt_cancels_and_resume_continues_the_same_turn_and_run(alpha: Tenant) -> None:
@@ -1120,22 +1401,28 @@ def test_a_refused_cors_preflight_is_in_the_error_form(
     try:
         http = cors.anonymous()
 
-        def preflight(from_origin: str, method: str = "POST") -> httpx.Response:
+        def preflight(
+            from_origin: str, method: str = "POST", asks: str = "authorization, content-type"
+        ) -> httpx.Response:
             return http.options(
                 "/v1/sessions",
                 headers={
                     "Origin": from_origin,
                     "Access-Control-Request-Method": method,
-                    "Access-Control-Request-Headers": "authorization, content-type",
+                    "Access-Control-Request-Headers": asks,
                 },
             )
 
         allowed = preflight(origin)
         assert allowed.status_code == 200, allowed.text
         assert allowed.headers["access-control-allow-origin"] == origin
+        # A page elsewhere may poll with its ETag (docs/http.md#8-polling-with-etags).
+        assert preflight(origin, "GET", "authorization, if-none-match").status_code == 200
+        listed = cors.tenant("web").http.get("/v1/sessions", headers={"Origin": origin})
+        assert "etag" in listed.headers["access-control-expose-headers"].lower()
         for refused, named in (
             (preflight("https://evil.example"), "origin"),
-            (preflight(origin, "DELETE"), "method"),
+            (preflight(origin, "PUT"), "method"),  # (no route takes PUT)
         ):
             body = assert_error(refused, 400, "InvalidRequest")
             assert named in body["error"]["message"], body
@@ -1158,6 +1445,9 @@ def test_every_v1_route_needs_a_known_bearer_token(gateway: Gateway, alpha: Tena
         ("GET", f"/v1/sessions/{sid}/history", None),
         ("GET", f"/v1/sessions/{sid}/tree", None),
         ("POST", f"/v1/sessions/{sid}/branch", {"turn_id": tid}),
+        ("POST", f"/v1/sessions/{sid}/compact", {"strategy": "trim", "keep_turns": 0}),
+        ("GET", f"/v1/sessions/{sid}/compactions", None),
+        ("DELETE", f"/v1/sessions/{sid}/compactions/{unknown_id()}", None),
         ("GET", f"/v1/turns/{tid}", None),
         ("GET", f"/v1/turns/{tid}/events", None),
         ("GET", f"/v1/turns/{tid}/result", None),

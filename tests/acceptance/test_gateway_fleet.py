@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 import parley
-from schemas.events import Event, EventKind
+from parley.schemas.events import Event, EventKind
 from tests.support.databases import fresh_postgres_database
 from tests.support.events import assert_once_in_order, displayed_text
 from tests.support.fleet import Fleet, flush_redis

@@ -2,10 +2,14 @@
 ``parley gateway`` process on loopback with a scripted model, opened with the URL it
 prints.  A message streams its reply; the same box steers a running turn and the model
 hears it; Interrupt cancels and Resume finishes; "Branch from here" moves the head and a
-new turn hangs under the earlier one; a reload keeps the conversation, and picks up a
-turn that is still running; a stream cut mid-turn reconnects with nothing shown twice;
-and the browser's own ``EventSource`` reads the native stream across a silence longer
-than the keep-alive.
+new turn hangs under the earlier one; Approve and Deny answer a call that waits, a steer
+the turn stopped before taking is sent again as a message, and an older turn shows its
+steps when asked; a reload keeps the conversation, and picks up a turn that is still
+running; a stream cut mid-turn reconnects with nothing shown twice; the browser's own
+``EventSource`` reads the native stream across a silence longer than the keep-alive; and
+a batch ``parley batch submit`` runs on the same database appears on an open page with no
+reload, its sessions under it, its counts moving, while a page opened without a session
+opens the newest conversation (and with no batch, the sidebar has no Batches heading).
 
 Screenshots of each stage go to ``tmp_path`` and, when ``PARLEY_SCREENSHOTS`` names a
 directory, are copied there."""
@@ -31,6 +35,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
+
+from tests.support.helpers import Control
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).parents[2]
@@ -112,6 +118,8 @@ SCRIPT: dict[str, Any] = {
             ],
         },
         {"when": "(?i)markdown", "steps": [{"text": MARKDOWN, "chunk_chars": 7, "delay_ms": 10}]},
+        # A line that runs until it is stopped (a minute and more).
+        {"when": "(?i)linger", "steps": [{"text": "w " * 80, "chunk_chars": 2, "delay_ms": 1000}]},
         {"when": ".*", "steps": [{"text": "You said: {last_message}", "chunk_chars": 3}]},
     ]
 }
@@ -180,6 +188,103 @@ def limited_gateway(tmp_path: Path) -> Iterator[Gateway]:
         host=f"scripted:{script}",
         extra={"PARLEY_MODEL_LIMITS": f"scripted={LIMITED_RPM}rpm"},
     )
+
+
+RECORD = {
+    "when": "(?i)^record",
+    "steps": [
+        {
+            "text": "Recording it. ",
+            "tool_calls": [{"name": "record_call", "arguments": {"note": "from the page"}}],
+        },
+        {"text": "Asked, and answered."},
+    ],
+}
+"""A call the asking gateway's policy asks about."""
+
+
+@pytest.fixture
+def asking_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway on the acceptance suite's workspace host, whose policy asks before every
+    ``record_call`` (docs/approvals.md), and whose model follows :data:`SCRIPT` after
+    :data:`RECORD`."""
+    control = Control(tmp_path / "ws" / "local" / "any")  # the tenant local's workspaces
+    control.script([RECORD, *SCRIPT["rules"]])
+    control.policy(ask_tools=["record_call"])
+    yield from run_gateway(tmp_path, host="tests.support.hosts:workspace_host")
+
+
+AWAIT = {
+    "when": "(?i)^await",
+    "steps": [
+        {
+            "text": "Waiting for finance. ",
+            "tool_calls": [{"name": "wait", "arguments": {"event": "approved", "seconds": 3600}}],
+        },
+        {"text": "Finance answered."},
+    ],
+}
+"""A turn that waits for the event ``approved`` (docs/time.md#waiting-for-an-event)."""
+
+
+@pytest.fixture
+def waiting_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway on the waiting host (the built-in ``wait`` tool offered), whose model
+    follows :data:`AWAIT` before :data:`SCRIPT`."""
+    control = Control(tmp_path / "ws" / "local" / "any")
+    control.script([AWAIT, *SCRIPT["rules"]])
+    yield from run_gateway(tmp_path, host="tests.support.hosts:waiting_host")
+
+
+BIG_REPLY = "A long answer. " * 1500  # about 5,600 tokens a turn
+COMPACTING = [
+    {"when": "^USER: ", "steps": [{"text": "## Goal\nlong answers\n## Next steps\nmore"}]},
+    {"when": "(?i)^slow", "steps": [{"text": BIG_REPLY, "chunk_chars": 300, "delay_ms": 120}]},
+    {"when": "(?i)^big", "steps": [{"text": BIG_REPLY, "chunk_chars": 500}]},
+]
+
+
+@pytest.fixture
+def compacting_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway on the workspace host that summarizes a session before a turn whose
+    first request passes 10,000 tokens (tests.support.hosts.compacting_host)."""
+    control = Control(tmp_path / "ws" / "local" / "any")
+    control.script([*COMPACTING, *SCRIPT["rules"]])
+    yield from run_gateway(tmp_path, host="tests.support.hosts:compacting_host")
+
+
+def agent_call(task: str) -> dict[str, Any]:
+    return {"name": "researcher", "arguments": {"task": task}}
+
+
+CHILD_WORDS = "".join(f"c{i:02d} " for i in range(1, 81))
+"""What each child streams, slowly: long enough to see both cards grow at the same time."""
+FAN_OUT_TWO: list[dict[str, Any]] = [
+    {
+        "when": "^fan out",
+        "steps": [
+            {
+                "text": "Asking two researchers. ",
+                "tool_calls": [agent_call("topic alpha"), agent_call("topic beta")],
+            },
+            {"text": "Both reported back."},
+        ],
+    },
+    {
+        "when": "^topic",
+        "steps": [{"text": "On {prompt}: " + CHILD_WORDS, "chunk_chars": 4, "delay_ms": 150}],
+    },
+]
+"""A parent that fans out to two researchers, whose replies stream slowly."""
+
+
+@pytest.fixture
+def agents_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway on the acceptance suite's agents host (docs/sub-agents.md: a researcher
+    agent), whose model follows :data:`FAN_OUT_TWO`, then :data:`SCRIPT`."""
+    control = Control(tmp_path / "ws" / "local" / "any")
+    control.script([*FAN_OUT_TWO, *SCRIPT["rules"]])
+    yield from run_gateway(tmp_path, host="tests.support.hosts:agents_host")
 
 
 @pytest.fixture
@@ -463,21 +568,21 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     gateway: Gateway, page: Page, tmp_path: Path
 ) -> None:
     shot = Shots(tmp_path, "reconnect")
-    requests: list[int] = []
+    requests: list[str | None] = []  # each stream's Last-Event-ID (a cursor of the tree)
 
     def cut_first_streams(route: Route) -> None:
         """The first stream is cut off mid-turn (in the middle of a frame, after a word of
         the long step), the second fails outright; later ones reach the gateway."""
-        after = int(parse_qs(urlsplit(route.request.url).query).get("after", ["0"])[0])
-        requests.append(after)
+        requests.append(route.request.headers.get("last-event-id"))
         if len(requests) == 2:
             route.abort("connectionreset")
             return
         if len(requests) > 2:
             route.continue_()
             return
+        assert requests[0] is None  # the first from the start
         upstream = urllib.request.Request(
-            gateway.base + urlsplit(route.request.url).path + f"?after={after}",
+            gateway.base + urlsplit(route.request.url).path + "?children=1",
             headers={"Authorization": f"Bearer {gateway.token}"},
         )
         body = ""
@@ -501,8 +606,8 @@ def test_a_dropped_stream_reconnects_and_a_reload_picks_up_the_running_turn(
     # Every word once, in order, up to where it is now.
     shown = step_text(turn, 1)
     assert NUMBERS.startswith(shown), shown
-    assert len(requests) >= 3 and requests[0] == 0
-    assert requests[1] > 0 and requests[2] == requests[1], requests
+    assert len(requests) >= 3 and requests[0] is None
+    assert requests[1] and requests[2] == requests[1], requests
     expect(turn.locator(".tool")).to_have_count(1)
     expect(turn.locator(".step-divider")).to_have_count(1)
     shot(page, "reconnected")
@@ -795,6 +900,52 @@ def test_a_turn_waiting_for_capacity_shows_so_then_streams_when_it_goes_on(
     shot(page, "ended")
 
 
+def test_a_delayed_turn_shows_until_when_it_waits_then_runs(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """A turn submitted with ``after`` (docs/time.md#what-an-operator-sees) is shown
+    waiting until its time, in the conversation and the tree, then runs by itself."""
+    shot = Shots(tmp_path, "delayed")
+    page.goto(gateway.url)
+    send(page, "first")
+    expect(turns(page).nth(0).locator(".badge")).to_have_text("finished")
+    created = httpx.post(
+        f"{gateway.base}/v1/sessions/{session_id(page)}/turns",
+        headers={"Authorization": f"Bearer {gateway.token}"},
+        json={"prompt": "later", "after": 6},
+    )
+    assert created.status_code == 202, created.text
+    page.reload()
+    later = turns(page).nth(1)
+    expect(later.locator(".badge")).to_have_text(re.compile(r"^waiting until \S.*\d"))
+    shot(page, "waiting")
+    expect(later.locator(".agent-body")).to_contain_text("You said: later", timeout=30_000)
+    expect(later.locator(".badge")).to_have_text("finished")
+    shot(page, "ran")
+
+
+def test_a_turn_waiting_for_an_event_shows_which_and_until_when_then_goes_on(
+    waiting_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """A turn whose call waits for an event (docs/time.md#what-an-operator-sees-of-a-wait)
+    is shown waiting for it, with until when, and goes on once it is signalled."""
+    shot = Shots(tmp_path, "event")
+    gateway = waiting_gateway
+    page.goto(gateway.url)
+    send(page, "await the approval")
+    waiting = turns(page).nth(0)
+    expect(waiting.locator(".badge")).to_have_text(
+        re.compile(r"^waiting for event approved \(until \S.*\d.*\)$")
+    )
+    shot(page, "waiting")
+    [turn] = gateway.call("GET", f"/v1/sessions/{session_id(page)}/tree")["turns"]
+    sent = gateway.call("POST", f"/v1/turns/{turn['turn_id']}/signals", {"name": "approved"})
+    assert sent["delivered"] is True
+    expect(waiting.locator(".badge")).to_have_text("finished", timeout=30_000)
+    expect(waiting).to_contain_text("Finance answered.")
+    shot(page, "went on")
+
+
 def test_titles_the_head_mark_banners_and_the_offline_agents_files(
     offline_gateway: Gateway, page: Page, tmp_path: Path
 ) -> None:
@@ -850,6 +1001,69 @@ def test_titles_the_head_mark_banners_and_the_offline_agents_files(
     assert below is not None and above is not None
     assert above["y"] + above["height"] <= below["y"] + 1, (above, below)
     shot(page, "banner")
+
+
+def test_approve_deny_an_undelivered_steer_sent_again_and_an_older_turns_steps(
+    asking_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """The controls of a turn that no other test clicks, each reported by the turn's view
+    to the page: Approve and Deny on a call that waits (the first runs it, the second
+    tells the model no), "Send as a new message" under a steer the turn stopped before
+    taking, and "Show steps" of a turn older than the three a session opens with."""
+    shot = Shots(tmp_path, "controls")
+    control = Control(tmp_path / "ws" / "local" / "any")
+    page.goto(asking_gateway.url)
+    send(page, "record this")
+    approved = turns(page).nth(0)
+    card = approved.locator(".approval")
+    expect(card).to_contain_text("Approval needed: record_call")
+    expect(approved.locator(".badge")).to_have_text("waiting for approval")
+    assert control.recorded_notes() == []
+    shot(page, "waiting")
+    card.get_by_role("button", name="Approve").click()
+    expect(card.locator(".approval-status")).to_have_text("✓ approved")
+    expect(approved.locator(".badge")).to_have_text("finished")
+    expect(approved).to_contain_text("Asked, and answered.")
+    assert control.recorded_notes() == ["from the page"]
+
+    send(page, "record that")
+    denied = turns(page).nth(1)
+    denied.locator(".approval").get_by_role("button", name="Deny").click()
+    expect(denied.locator(".approval-status")).to_have_text("✗ denied")
+    expect(denied.locator(".refusal")).to_contain_text("Refused record_call by approval")
+    expect(denied.locator(".badge")).to_have_text("finished")
+    assert control.recorded_notes() == ["from the page"]
+    shot(page, "answered")
+
+    # A steer the turn never took (interrupted first) is offered as a new message.
+    send(page, "linger a while")
+    lingering = turns(page).nth(2)
+    expect(lingering.locator(".step .text").first).to_contain_text("w w")
+    send(page, "one more thing")
+    expect(lingering.locator(".steer-row.pending")).to_contain_text("one more thing")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(lingering.locator(".badge")).to_have_text("cancelled")
+    undelivered = lingering.locator(".steer-row.undelivered")
+    expect(undelivered).to_contain_text("one more thing")
+    undelivered.get_by_role("button", name="Send as a new message").click()
+    expect(undelivered.get_by_role("button", name="Send as a new message")).to_have_count(0)
+    again = turns(page).nth(3)
+    expect(again.locator(".bubble.user")).to_have_text("one more thing")
+    expect(again.locator(".agent-body")).to_contain_text("You said: one more thing")
+    expect(again.locator(".badge")).to_have_text("finished")
+    shot(page, "sent-again")
+
+    # Opened again, the three newest turns show their steps; the first, its reply.
+    page.reload()
+    expect(turns(page)).to_have_count(4)
+    first = turns(page).nth(0)
+    expect(first.locator(".agent-body")).to_have_text("Asked, and answered.")
+    expect(turns(page).nth(1).locator(".tool")).to_have_count(1)
+    first.get_by_role("button", name="Show steps").click()
+    expect(first.locator(".tool .tool-name")).to_have_text("record_call")
+    expect(first.locator(".tool-state")).to_have_text("done")
+    expect(first.get_by_role("button", name="Show steps")).to_have_count(0)
+    shot(page, "steps-shown")
 
 
 def submit_batch(gateway: Gateway, prompts: list[str], *, broken: bool = False) -> str:
@@ -915,3 +1129,337 @@ def test_the_page_lists_the_batches_and_a_line_opens_as_its_session(
     # The slow batch ends on the page by itself.
     expect(items.nth(1).locator(".batch-status")).to_have_text("completed", timeout=60_000)
     expect(items.nth(1).locator(".batch-counts")).to_contain_text("3/3 · 3 done")
+
+
+COUNTS_SEEN = """() => {
+  // Every text a batch's counts showed, in order (the page replaces the list's elements).
+  window.countsSeen = [];
+  const list = document.getElementById("batch-list");
+  const note = () => {
+    const text = list.querySelector(".batch-counts")?.textContent;
+    if (text && window.countsSeen.at(-1) !== text) window.countsSeen.push(text);
+  };
+  new MutationObserver(note).observe(list, { childList: true, subtree: true });
+}"""
+
+
+def test_a_cli_batch_appears_live_grouped_and_a_reload_opens_the_conversation(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "cli-batch")
+    page.goto(gateway.url)
+    # No batch yet: no Batches heading over nothing (nor a Tree one before a session).
+    expect(page.locator("#sessions-empty")).to_be_visible()
+    expect(page.locator("#batches-section")).to_be_hidden()
+    expect(page.locator("#tree-section")).to_be_hidden()
+    shot(page, "no-batches")
+    send(page, "hello")
+    expect(turns(page).nth(0).locator(".agent-body")).to_contain_text("You said: hello")
+    conversation = session_id(page)
+    expect(page.locator("#batches-section")).to_be_hidden()
+    page.evaluate(COUNTS_SEEN)
+
+    # The command line's batch on the gateway's database, its lines one at a time.
+    lines = tmp_path / "lines.jsonl"
+    rows = [
+        {"custom_id": f"c{n}", "method": "POST", "url": "/v1/responses", "body": {"input": p}}
+        for n, p in enumerate(["count sheep", "count stars", "count again"])
+    ]
+    lines.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")},
+        "PARLEY_WORKSPACES": str(tmp_path / "ws"),
+        "PARLEY_BATCH_WINDOW": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    script = f"scripted:{tmp_path / 'script.json'}"
+    command = [sys.executable, "-m", "parley", "--db", db, "--host", script, "batch", "submit"]
+    cli = subprocess.Popen(
+        [*command, str(lines)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        # It appears without a reload, running, grouped: its sessions are under it, not
+        # among the conversations.
+        batch = page.locator("#batch-list .batch-item")
+        expect(batch).to_have_count(1)
+        expect(batch.locator(".batch-status")).to_have_text("in progress")
+        expect(page.locator("#session-list .session-item")).to_have_count(1)
+        shot(page, "appeared")
+        batch.click()
+        line_items = page.locator("#batch-list .batch.open .batch-line")
+        expect(line_items).to_have_count(3)
+        expect(line_items.nth(0)).to_contain_text("c0")
+        shot(page, "lines")
+
+        # Its counts move as its lines end; the lines' statuses with them.
+        expect(batch.locator(".batch-status")).to_have_text("completed", timeout=90_000)
+        expect(batch.locator(".batch-counts")).to_have_text("3/3 · 3 done")
+        expect(line_items.nth(2).locator(".line-status")).to_have_text("finished")
+        stdout, stderr = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == 0, stderr
+    batch_id = stdout.splitlines()[0]
+    expect(batch).to_contain_text(f"Batch {batch_id.removeprefix('batch_')[:8]}")
+    seen: list[str] = page.evaluate("window.countsSeen")
+    ended = [int(text.split("/")[0]) for text in seen]
+    assert ended == sorted(ended) and ended[0] < 3 and seen[-1] == "3/3 · 3 done", seen
+    assert len(seen) >= 2, seen  # shown while it ran, then as it ended
+    shot(page, "completed")
+
+    # A line opens as its session, marked in its batch; the list of conversations keeps
+    # to conversations.
+    line_items.nth(1).click()
+    expect(turns(page).nth(0).locator(".agent-body")).to_contain_text("w120")
+    expect(page.locator("#session-sub")).to_contain_text("a line of batch")
+    expect(page.locator("#batch-list .batch-line.current")).to_contain_text("c1")
+    expect(page.locator("#session-list .session-item")).to_have_count(1)
+    expect(page.locator("#session-list .session-item.current")).to_have_count(0)
+    shot(page, "line-session")
+
+    # Opened without a session in its URL, the page shows the newest conversation, not
+    # one of the batch's newer sessions.
+    page.goto(gateway.base + "/")
+    expect(page.locator("#session-title")).to_have_text("hello")
+    assert session_id(page) == conversation
+    expect(turns(page).nth(0).locator(".agent-body")).to_contain_text("You said: hello")
+    expect(page.locator("#batch-list .batch-item")).to_have_count(1)
+    shot(page, "reloaded")
+
+    # A session made elsewhere (the API, another tab) appears without a reload.
+    gateway.call("POST", "/v1/sessions", {"title": "Made elsewhere"})
+    names = page.locator("#session-list .session-name")
+    expect(names).to_have_text(["Made elsewhere", "hello"])
+    shot(page, "made-elsewhere")
+
+
+def test_the_lines_of_a_long_batch_keep_up_past_the_first_hundred(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "long-batch")
+    batch_id = submit_batch(gateway, [f"ticket {n}" for n in range(110)] + ["linger"])
+    page.goto(gateway.url)
+    page.locator("#batch-list .batch-item").click()
+    lines = page.locator("#batch-list .batch.open .batch-line")
+    expect(lines).to_have_count(50)
+    more = page.get_by_role("button", name="More lines…")
+    more.click()
+    expect(lines).to_have_count(100)
+    more.click()
+    expect(lines).to_have_count(111)
+    last = lines.nth(110)
+    expect(last.locator(".line-status")).to_have_text("running")
+    shot(page, "running")
+
+    # Stopped elsewhere, the last line shows it: every page shown is read again.
+    gateway.call("POST", f"/v1/batches/{batch_id}/cancel")
+    expect(last.locator(".line-status")).to_have_text("cancelled", timeout=30_000)
+    expect(page.locator("#batch-list .batch-status")).to_have_text("cancelled")
+    expect(page.locator(".banner")).to_have_count(0)
+    shot(page, "cancelled")
+
+
+def test_a_compaction_shows_as_a_divider_with_its_text_folded(
+    gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "compaction")
+    page.goto(gateway.url)
+    for n, text in enumerate(("first <b>words</b>", "second", "third")):
+        send(page, text)
+        expect(turns(page).nth(n).locator(".badge")).to_have_text("finished")
+    sid = session_id(page)
+    made = gateway.call(
+        "POST", f"/v1/sessions/{sid}/compact", {"strategy": "summarize", "keep_turns": 1}
+    )
+    page.reload()
+    divider = page.locator("#turns > li.compaction-divider")
+    expect(divider).to_have_count(1)
+    # Under the newest turn it covers (the second), before the turn kept whole.
+    placed = page.locator("#turns > li").evaluate_all(
+        "els => els.map(el => el.classList.contains('compaction-divider') ? 'divider' : 'turn')"
+    )
+    assert placed == ["turn", "turn", "divider", "turn"]
+    expect(divider).to_contain_text("Compacted (summarize)")
+    expect(divider).to_contain_text(f"{made['tokens_before']} → {made['tokens_after']} tokens")
+    folded = divider.locator(".compaction-text")
+    expect(folded).to_be_hidden()  # folded until asked for
+    divider.locator("summary").click()
+    expect(folded).to_be_visible()
+    expect(folded).to_have_text(made["text"])  # the summary, as text: no markup runs
+    assert page.locator("#turns b").count() == 0
+    expect(turns(page)).to_have_count(3)  # the turns it covers stay on the page
+    shot(page, "divider-open")
+
+    gateway.call("DELETE", f"/v1/sessions/{sid}/compactions/{made['id']}")
+    page.reload()
+    expect(turns(page)).to_have_count(3)
+    expect(page.locator("#turns > li.compaction-divider")).to_have_count(0)
+
+
+def test_a_turn_that_compacts_first_shows_the_divider_while_it_runs(
+    compacting_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    shot = Shots(tmp_path, "compacting")
+    page.goto(compacting_gateway.url)
+    for n, text in enumerate(("big one", "big two")):
+        send(page, text)
+        expect(turns(page).nth(n).locator(".badge")).to_have_text("finished", timeout=20_000)
+    expect(page.locator("#turns > li.compaction-divider")).to_have_count(0)
+    send(page, "slow three")  # its first request passes the threshold: it compacts first
+    third = turns(page).nth(2)
+    divider = page.locator("#turns > li.compaction-divider")
+    expect(divider).to_have_count(1, timeout=10_000)
+    expect(third.locator(".badge")).to_have_text("running")  # shown while the turn runs
+    expect(divider).to_contain_text("Compacted (summarize)")
+    placed = page.locator("#turns > li").evaluate_all(
+        "els => els.map(el => el.classList.contains('compaction-divider') ? 'divider' : 'turn')"
+    )
+    assert placed == ["turn", "divider", "turn", "turn"]  # under the first: one kept whole
+    shot(page, "while-running")
+    expect(third.locator(".badge")).to_have_text("finished", timeout=30_000)
+    [made] = compacting_gateway.get(f"/v1/sessions/{session_id(page)}/compactions")["compactions"]
+    assert made["made_by_turn_id"] == third.get_attribute("data-turn-id")
+
+
+def agent_text(card: Locator) -> str:
+    text: str = card.locator(".agent-texts").evaluate("el => el.textContent")
+    return text
+
+
+def test_children_stream_at_once_as_cards_inside_their_parents_step(
+    agents_gateway: Gateway, page: Page, tmp_path: Path
+) -> None:
+    """docs/sub-agents.md#7-seen: each child turn is a card under its agent call, in the
+    parent's step, with its agent, status and session link, its text growing live; a
+    stream cut mid-fan-out resumes from its cursor with nothing shown twice."""
+    shot = Shots(tmp_path, "agents")
+    cursors: list[str | None] = []
+
+    def cut_first_stream(route: Route) -> None:
+        """The first tree stream is cut once both children have streamed some words."""
+        headers = route.request.headers
+        cursors.append(headers.get("last-event-id"))
+        assert parse_qs(urlsplit(route.request.url).query).get("children") == ["1"]
+        if len(cursors) > 1:
+            route.continue_()
+            return
+        upstream = urllib.request.Request(
+            gateway_url(route), headers={"Authorization": f"Bearer {agents_gateway.token}"}
+        )
+        body = ""
+        with urllib.request.urlopen(upstream, timeout=30) as stream:
+            while body.count('"path":[{') < 24:  # a few words of each child
+                line = stream.readline().decode()
+                assert line, "the stream ended before the cut"
+                body += line
+            while not body.endswith("\n\n"):
+                body += stream.readline().decode()
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body)
+
+    def gateway_url(route: Route) -> str:
+        return agents_gateway.base + urlsplit(route.request.url).path + "?children=1"
+
+    page.route(re.compile(r"/v1/turns/[^/]+/events"), cut_first_stream)
+    page.goto(agents_gateway.url)
+    send(page, "fan out over two topics")
+    turn = turns(page).nth(0)
+    cards = turn.locator(".step[data-step='0'] .tools > .agent-card")
+    expect(cards).to_have_count(2)
+    alpha, beta = cards.nth(0), cards.nth(1)
+    # Each card takes its call's place in the step, names its agent and task.
+    for card, task in ((alpha, "topic alpha"), (beta, "topic beta")):
+        expect(card.locator(".agent-name")).to_have_text("researcher")
+        expect(card.locator(".agent-task")).to_have_text(task)
+        call = card.locator("xpath=preceding-sibling::*[1]")
+        expect(call).to_have_attribute("data-call-id", str(card.get_attribute("data-call-id")))
+        expect(call).to_be_hidden()
+    expect(alpha.locator(".tool-state")).to_have_text("running")
+    expect(beta.locator(".tool-state")).to_have_text("running")
+    # The parent's step waits for them, holding nothing: it says so, with no typing dots.
+    expect(turn.locator(".badge")).to_have_text("waiting for agents")
+    expect(turn.locator(".typing")).to_have_count(0)
+    # Both grow at the same time: each shows more while the other has not finished.
+    expect(alpha.locator(".agent-texts")).to_contain_text("c10")
+    expect(beta.locator(".agent-texts")).to_contain_text("c10")
+    first = (agent_text(alpha), agent_text(beta))
+    shot(page, "both-streaming")
+    expect(alpha.locator(".agent-texts")).to_contain_text(_word_after(first[0], 8))
+    expect(beta.locator(".agent-texts")).to_contain_text(_word_after(first[1], 8))
+    assert "c80" not in agent_text(alpha) and "c80" not in agent_text(beta), "not at once"
+    assert len(cursors) >= 2 and cursors[0] is None and cursors[1], cursors
+    # Every word once, in order, across the cut.
+    for card, topic in ((alpha, "alpha"), (beta, "beta")):
+        shown = agent_text(card).strip()
+        assert f"On topic {topic}: {CHILD_WORDS}".startswith(shown), shown
+    shot(page, "both-grown")
+    # A reload while they stream shows them again, live, from the tree's start.
+    page.reload()
+    turn = turns(page).nth(0)
+    expect(turn.locator(".badge")).to_have_text("waiting for agents")
+    expect(cards).to_have_count(2)
+    alpha, beta = cards.nth(0), cards.nth(1)
+    expect(alpha.locator(".agent-texts")).to_contain_text(_word_after(agent_text(alpha), 4))
+    expect(beta.locator(".agent-texts")).to_contain_text(_word_after(agent_text(beta), 4))
+    shot(page, "reloaded")
+    expect(turn.locator(".badge")).to_have_text("finished", timeout=30_000)
+    for card, topic in ((alpha, "alpha"), (beta, "beta")):
+        expect(card.locator(".tool-state")).to_have_text("finished")
+        assert agent_text(card).strip() == f"On topic {topic}: {CHILD_WORDS}".strip()
+    expect(turn.locator(".step[data-step='1'] .text")).to_have_text("Both reported back.")
+    # Going on after its children is no takeover: no divider says another worker took over.
+    expect(turn.locator(".note-divider")).to_have_count(0)
+    shot(page, "finished")
+    # Each card links to its child's own session, which opens as a conversation.
+    details = agents_gateway.get(f"/v1/turns/{turn.get_attribute('data-turn-id')}")
+    children = {c["call_id"]: c for c in details["children"]}
+    for card in (alpha, beta):
+        child = children[str(card.get_attribute("data-call-id"))]
+        assert card.get_attribute("data-turn-id") == child["turn_id"]
+        href = card.locator(".agent-link").get_attribute("href")
+        assert href == f"#s={child['session_id']}"
+    alpha.locator(".agent-link").click()
+    expect(page).to_have_url(re.compile(f"#s={children['call_0_0']['session_id']}$"))
+    expect(turns(page)).to_have_count(1)
+    expect(turns(page).nth(0).locator(".bubble.user")).to_have_text("topic alpha")
+    shot(page, "child-session")
+
+
+def _word_after(text: str, ahead: int) -> str:
+    """The word ``ahead`` words past the last whole one of ``text`` in :data:`CHILD_WORDS`."""
+    words = CHILD_WORDS.split()
+    shown = [w for w in text.split() if w in words]
+    return words[min(len(words) - 1, words.index(shown[-1]) + ahead)]
+
+
+def test_the_page_lists_the_tenants_schedules_with_their_next_slot(
+    gateway: Gateway, page: Page
+) -> None:
+    headers = {"Authorization": f"Bearer {gateway.token}"}
+
+    def schedule(**body: Any) -> dict[str, Any]:
+        made = httpx.post(f"{gateway.base}/v1/schedules", headers=headers, json=body)
+        assert made.status_code == 201, made.text
+        answer: dict[str, Any] = made.json()
+        return answer
+
+    page.goto(gateway.url)
+    expect(page.locator("#schedules-section")).to_be_hidden()
+    schedule(
+        cron="0 9 * * 1-5", prompt="summarise tickets", timezone="Europe/Paris", name="Tickets"
+    )
+    paused = schedule(cron="*/5 * * * *", prompt="check the queue")
+    httpx.patch(
+        f"{gateway.base}/v1/schedules/{paused['id']}", headers=headers, json={"paused": True}
+    )
+    # Made elsewhere: the sidebar's watch shows them without a reload.
+    items = page.locator("#schedule-list .schedule")
+    expect(items).to_have_count(2, timeout=15_000)
+    expect(page.locator("#schedules-section")).to_be_visible()
+    expect(items.nth(0)).to_contain_text("Tickets")
+    expect(items.nth(0).locator(".schedule-cron")).to_have_text("0 9 * * 1-5 · Europe/Paris")
+    expect(items.nth(0).locator(".schedule-next")).to_contain_text("next ")
+    expect(items.nth(1)).to_contain_text("check the queue")
+    expect(items.nth(1).locator(".schedule-next")).to_have_text("paused")

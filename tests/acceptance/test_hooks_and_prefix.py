@@ -11,8 +11,8 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest, StoreError, TurnEnded
-from schemas.events import EventKind
-from schemas.messages import Prefix, ToolDeclaration
+from parley.schemas.events import EventKind
+from parley.schemas.messages import Prefix, ToolDeclaration
 from tests.acceptance.conftest import ClientFactory
 from tests.support.deployments import EMBEDDED, on_deployments
 from tests.support.events import displayed_text

@@ -14,8 +14,8 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest
-from schemas.events import EventKind
-from schemas.messages import AssistantMessage
+from parley.schemas.events import EventKind
+from parley.schemas.messages import AssistantMessage
 from tests.acceptance.conftest import ClientFactory
 from tests.support.chaos import chaos_fleet
 from tests.support.deployments import ALL, on_deployments

@@ -182,7 +182,7 @@ def test_a_path_cannot_forge_a_gateway_line_or_reach_the_terminal(
         # No token: anyone who can reach the gateway can send this.
         forged = "/v1/x%0a2026-01-01 00:00:00,000 parley.gateway.access GET /v1/admin 200%0d%1b[2J"
         answer = httpx.get(gateway.url + forged.replace(" ", "%20"), timeout=30)
-        assert answer.status_code == 404
+        assert answer.status_code == 401  # (the token is asked for before the route)
     finally:
         gateway.stop()
     log = gateway.stderr.read_text()
@@ -193,7 +193,7 @@ def test_a_path_cannot_forge_a_gateway_line_or_reach_the_terminal(
     else:
         lines = log.splitlines()
     [access] = [line for line in lines if "/v1/x" in line]
-    assert f"GET {escaped} 404" in access
+    assert f"GET {escaped} 401" in access
     assert not any("/v1/admin" in line and line is not access for line in lines)
 
 
@@ -227,7 +227,7 @@ def test_an_unknown_log_format_stops_every_process_before_it_starts(tmp_path: Pa
         "PARLEY_LOG_FORMAT": "yaml",
         "PARLEY_DATABASE_URL": f"sqlite:///{database}",
     }
-    refusal = "InvalidRequest: PARLEY_LOG_FORMAT must be 'text' or 'json', not 'yaml'\n"
+    refusal = "InvalidRequest: PARLEY_LOG_FORMAT must be text or json, not 'yaml'\n"
     for argv in (["worker"], ["beat"], ["gateway", "--bind", "127.0.0.1:0"], ["demo"]):
         run = parley_command(argv, env)
         assert (run.returncode, run.stdout, run.stderr) == (2, "", refusal), argv

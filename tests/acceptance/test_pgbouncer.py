@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 
 import parley
-from tests.support.chaos import CHAOS_REDIS_URL, Chaos
-from tests.support.databases import fresh_postgres_database
-from tests.support.fleet import flush_redis, procfile_worker
-from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
-from tests.support.pgbouncer import PgBouncer, peak_server_connections, pgbouncer
-from workers.store.database import (
+from parley.store.database import (
     behind_pooler,
     create_database_engine,
     current_revision,
     head_revision,
 )
+from tests.support.chaos import CHAOS_REDIS_URL, Chaos
+from tests.support.databases import fresh_postgres_database
+from tests.support.fleet import flush_redis, procfile_worker
+from tests.support.fleet_scenarios import killed_during_a_tool_call, steers_and_rejoining_readers
+from tests.support.pgbouncer import PgBouncer, peak_server_connections, pgbouncer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -27,10 +27,11 @@ from tests.support.deployments import ALL, on_deployments
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.gateway import (
     Gateway,
-    Gateways,
     Tenant,
+    gateway_fixtures,
     make_tokens,
     start_gateway,
+    tenant_fixture,
 )
 from tests.support.open_responses import check_event, check_response
 from tests.support.sse import sse_messages
@@ -66,26 +67,12 @@ CHAOS_REDIS_URL = os.environ.get("PARLEY_TEST_CHAOS_REDIS_URL", "redis://127.0.0
 # ------------------------------------------------------------------------ fixtures
 
 
-@pytest.fixture(scope="module")
-def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    pool = Gateways(
-        tmp_path_factory.mktemp("responses-gateways"),
-        extra={"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)},
-    )
-    yield pool
-    pool.stop()
+gateways, gateway = gateway_fixtures(
+    "responses-gateways", {"PARLEY_GATEWAY_KEEPALIVE": str(KEEPALIVE_SECONDS)}
+)
 
 
-@pytest.fixture
-def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
-    return gateways.get(backend, request)
-
-
-@pytest.fixture
-def tenant(gateway: Gateway) -> Tenant:
-    fresh = gateway.tenant()
-    fresh.control.script(RULES)
-    return fresh
+tenant = tenant_fixture(RULES)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import pytest
 
 from parley.gateway.projections.agui import AgUiRun
 from parley.gateway.projections.aisdk import UiMessageStream
-from schemas.events import (
+from parley.schemas.events import (
     Ended,
     Event,
     EventPayload,
@@ -39,8 +39,19 @@ from schemas.events import (
     ToolAnswered,
     ToolCalled,
 )
-from schemas.messages import ToolCall
-from tests.support.gateway import Gateway, Gateways, Tenant
+from parley.schemas.messages import ToolCall
+from tests.acceptance.conftest import host_fleet
+from tests.acceptance.test_sub_agents import RULES as SUB_AGENT_RULES
+from tests.support.fleet import Fleet
+from tests.support.gateway import (
+    Gateway,
+    Gateways,
+    Tenant,
+    deployment_env,
+    make_tokens,
+    scripted_tenant,
+    start_gateway,
+)
 from tests.support.waiting import wait_until
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -172,6 +183,38 @@ def test_a_stock_agui_client_drops_a_restarted_steps_text_and_tool_call() -> Non
     assert replayed["messages"] == messages
 
 
+READ_A: list[EventPayload] = [
+    ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments=CALL.arguments),
+    ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+]
+TWICE_RESTARTED = events_of(
+    Token(step=0, text="Reading it."),
+    *READ_A,
+    StepRestarted(step=0, reason="resumed"),  # the worker died while the tool ran
+    Token(step=0, text="Read"),
+    StepRestarted(step=0, reason="failed"),  # the redo's stream failed
+    Token(step=0, text="Reading it."),
+    *READ_A,
+    StepCommitted(step=0, text="Reading it.", tool_calls=(CALL,)),
+    Token(step=1, text="It says A."),
+    StepCommitted(step=1, text="It says A."),
+    Ended(outcome="finished", reply="It says A."),
+)
+
+
+def test_a_stock_agui_client_replaying_a_step_restarted_twice_holds_each_message_once() -> None:
+    events = agui_events(TWICE_RESTARTED, [USER])
+    got = node("offline.mjs", {"protocol": "ag-ui", "events": events, "messages": [USER]})
+    assert got["error"] is None and got["warnings"] == []
+    messages = got["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    # The same turn replayed into what the client holds (its message sent again).
+    again = agui_events(TWICE_RESTARTED, messages)
+    replayed = node("offline.mjs", {"protocol": "ag-ui", "events": again, "messages": messages})
+    assert replayed["error"] is None and replayed["warnings"] == []
+    assert replayed["messages"] == messages
+
+
 def test_a_stock_ai_sdk_client_builds_the_message_and_can_hide_retracted_text() -> None:
     stream = UiMessageStream(session_id="session", turn_id=TURN)
     chunks = stream.opening()
@@ -286,9 +329,7 @@ def gateway(gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
 
 @pytest.fixture
 def alice(gateway: Gateway) -> Tenant:
-    tenant = gateway.tenant()
-    tenant.control.script(RULES)
-    return tenant
+    return scripted_tenant(gateway, RULES)
 
 
 def agui(gateway: Gateway, tenant: Tenant, thread_id: str, *prompts: str | None) -> dict[str, Any]:
@@ -824,3 +865,84 @@ def test_chat_bad_input_is_refused_and_changes_nothing(gateway: Gateway, alice: 
     )
     assert malformed.status_code == 400
     assert sessions_of(alice) == []
+
+
+AGENTS_HOST = "tests.support.hosts:agents_host"
+agents_fleet = host_fleet(AGENTS_HOST)
+
+
+@pytest.fixture(params=DEPLOYMENTS)
+def agents_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway whose turns run with a host that declares agents (a researcher, which
+    may call a critic: ``tests.support.hosts.agents_host``): in the gateway, or on a
+    fleet of workers that hold it."""
+    if request.param.startswith("fleet"):
+        pool: Fleet = request.getfixturevalue("agents_fleet")
+        env = pool.env()
+        env.pop("PARLEY_HOST")
+    else:
+        env = deployment_env(request.param, request, f"sqlite:///{tmp_path / 'parley.db'}")
+        env["PARLEY_HOST"] = AGENTS_HOST
+    gateway = start_gateway(env, tmp_path / "gateway", tokens=make_tokens(["alpha"]))
+    yield gateway
+    gateway.stop()
+
+
+def test_agui_children_are_subagents_of_the_parents_run(agents_gateway: Gateway) -> None:
+    """docs/sub-agents.md#7-seen: a turn that fans out streams each child as an AG-UI
+    subagent of its run (SUBAGENT_STARTED tied to the call, the child's messages and
+    steps carrying its subagentRunId, SUBAGENT_FINISHED with its reply), a grandchild
+    under its parent's subagent, all of it accepted by the stock client's verifier."""
+    tenant = agents_gateway.tenant("alpha")
+    tenant.control.script(SUB_AGENT_RULES)
+    scenario = {
+        "url": agents_gateway.url,
+        "token": tenant.token,
+        "threadId": "thread-agents",
+        "runs": [{"prompt": "fan out over three topics"}, {"prompt": "nest the work"}],
+    }
+    got = node("agui.mjs", scenario)
+    assert got["warnings"] == []
+    fan, nest = got["runs"]
+    assert fan["error"] is None and nest["error"] is None, (fan["error"], nest["error"])
+    events = fan["events"]
+    assert kinds(events)[-1] == "RUN_FINISHED"
+    assert fan["result"] == {"outcome": "finished", "reply": "all three reported"}
+    parent = turn_of(fan)
+    children = {c["turn_id"]: c for c in tenant.http.get(f"/v1/turns/{parent}").json()["children"]}
+    started = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
+    assert [e["subagentRunId"] for e in started] == [
+        c["turn_id"] for c in sorted(children.values(), key=lambda c: c["call_id"])
+    ]
+    for event in started:
+        child = children[event["subagentRunId"]]
+        assert event["name"] == "researcher"
+        assert event["parentToolCallId"] == f"{parent}:{child['call_id']}"
+        assert "parentSubagentRunId" not in event
+        assert event["metadata"]["parley"]["sessionId"] == child["session_id"]
+    for child_id in children:
+        mine = [e for e in events if e.get("subagentRunId") == child_id]
+        # Opened, its step and text, then finished with its reply, in that order.
+        assert kinds(mine)[0] == "SUBAGENT_STARTED" and kinds(mine)[-1] == "SUBAGENT_FINISHED"
+        assert "STEP_STARTED" in kinds(mine) and "STEP_FINISHED" in kinds(mine)
+        text = "".join(e["delta"] for e in mine if e["type"] == "TEXT_MESSAGE_CONTENT")
+        assert text in ("found topic alpha", "found topic beta", "found topic gamma")
+        assert mine[-1]["result"] == {"outcome": "finished", "reply": text}
+        assert events.index(mine[-1]) < len(events) - 1  # before the parent's RUN_FINISHED
+    # The parent's own events carry no attribution, and the client keeps each child's
+    # message with its subagent.
+    assert all("subagentRunId" not in e for e in events if e["type"] == "RUN_FINISHED")
+    held = [m for m in fan["newMessages"] if m.get("subagentRunId") in children]
+    assert sorted(m["content"] for m in held) == [
+        "found topic alpha",
+        "found topic beta",
+        "found topic gamma",
+    ]
+    # A grandchild is a subagent under its parent's.
+    nested = [e for e in nest["events"] if e["type"] == "SUBAGENT_STARTED"]
+    assert [e["name"] for e in nested] == ["researcher", "researcher/critic"]
+    assert "parentSubagentRunId" not in nested[0]
+    assert nested[1]["parentSubagentRunId"] == nested[0]["subagentRunId"]
+    finished = [e["subagentRunId"] for e in nest["events"] if e["type"] == "SUBAGENT_FINISHED"]
+    assert finished == [nested[1]["subagentRunId"], nested[0]["subagentRunId"]]
+    assert nest["result"] == {"outcome": "finished", "reply": "nested done"}

@@ -18,14 +18,14 @@ import pytest
 import redis
 
 import parley
+from parley.coordination import constants as c
 from parley.errors import SessionNotFound
-from schemas.records import TurnStatus
+from parley.schemas.records import TurnStatus
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REDIS_TEST_URL, Fleet, flush_redis
 from tests.support.helpers import Control
 from tests.support.store_rows import ROWS_OF_SESSION, age, rows_of
 from tests.support.waiting import wait_until
-from workers.coordination import constants as c
 
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 GATE = {"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "out"}]}

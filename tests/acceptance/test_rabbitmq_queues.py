@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 import parley
-from broker_config.app import create_app, declare_kick_queues, send_kick
-from broker_config.settings import FleetSettings
+from parley.fleet.app import create_app, declare_kick_queues, send_kick
+from parley.fleet.settings import FleetSettings
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis
 from tests.support.helpers import Control

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import parley
+from parley.coordination import constants as c
 from tests.support.chaos import CHAOS_REDIS_URL, Chaos
 from tests.support.databases import fresh_postgres_database
 from tests.support.events import assert_once_in_order
@@ -40,7 +41,6 @@ from tests.support.redis_cluster import (
     redis_cluster,
 )
 from tests.support.waiting import wait_until
-from workers.coordination import constants as c
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

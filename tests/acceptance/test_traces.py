@@ -302,3 +302,86 @@ def test_an_approval_answered_later_joins_the_turns_trace(
         "POST /v1/turns/{turn_id}/approvals/{approval_id}"
     }
     assert their_span in {s.parent_span_id for s in receiver.trace(their_trace)}
+
+
+@pytest.fixture
+def traced_agents(workspace: Path, receiver: OtlpReceiver) -> Iterator[tuple[Chaos, Gateway, Path]]:
+    """:func:`traced` with the host that declares agents (a researcher)."""
+    pool, concurrency = procfile_worker()
+    with chaos_fleet(
+        workspace,
+        pool=pool,
+        concurrency=concurrency,
+        environment=_tracing(receiver),
+        host="tests.support.hosts:agents_host",
+    ) as chaos:
+        roots = workspace.parent / "gateway-workspaces"
+        gateway = start_fleet_gateway(chaos.fleet, roots)
+        wait_ready(gateway)
+        yield chaos, gateway, roots
+
+
+def test_a_childs_spans_nest_under_its_agent_call_across_the_queue(
+    traced_agents: tuple[Chaos, Gateway, Path], receiver: OtlpReceiver
+) -> None:
+    """docs/sub-agents.md#7-seen: each child turn's ``invoke_agent`` span is a child of
+    the parent's ``execute_tool {agent}`` span for its call, though a worker of its own
+    ran it; the parent's attempt that goes on with the results is in the same trace."""
+    _chaos, gateway, roots = traced_agents
+    call = {"name": "researcher", "arguments": {"task": "topic alpha"}}
+    other = {"name": "researcher", "arguments": {"task": "topic beta"}}
+    Control(roots / "alpha" / "traced").script(
+        [
+            {
+                "when": "^fan",
+                "steps": [{"tool_calls": [call, other]}, {"text": "both reported"}],
+            },
+            {"when": "^topic", "steps": [{"text": "found {prompt}"}]},
+        ]
+    )
+    trace_id, _span, traceparent = _caller()
+    turn = _submit(gateway, traceparent, "fan out to two")
+    result = _result(gateway, turn["turn_id"])
+    assert result["reply"] == "both reported", result
+    with _api(gateway) as api:
+        children = api.get(f"/v1/turns/{turn['turn_id']}").json()["children"]
+    assert len(children) == 2
+
+    receiver.wait_for(
+        _all(
+            *(_has("invoke_agent parley", **{"parley.turn.id": c["turn_id"]}) for c in children),
+            _has("invoke_agent parley", **{"parley.turn.id": turn["turn_id"], "parley.attempt": 2}),
+            _has("parley.commit step", **{"parley.step": 1}),
+        )
+    )
+    spans = receiver.trace(trace_id)
+    shown = tree(spans)
+    first = _one(
+        spans, "invoke_agent parley", **{"parley.turn.id": turn["turn_id"], "parley.attempt": 1}
+    )
+    assert first.attributes["parley.outcome"] == "waiting"
+    for child in children:
+        opened = _one(
+            spans, "execute_tool researcher", **{"parley.child.turn.id": child["turn_id"]}
+        )
+        assert opened.parent_span_id == first.span_id, shown
+        assert opened.attributes["parley.tool.decision"] == "agent"
+        assert opened.attributes["gen_ai.tool.call.id"] == child["call_id"]
+        invoked = _one(spans, "invoke_agent parley", **{"parley.turn.id": child["turn_id"]})
+        assert invoked.parent_span_id == opened.span_id, shown
+        assert invoked.resource["service.name"] == "parley-worker"
+        assert invoked.attributes["gen_ai.conversation.id"] == child["session_id"]
+        chat = next(
+            s for s in spans if s.name.startswith("chat ") and s.parent_span_id == invoked.span_id
+        )
+        assert chat.trace_id == trace_id
+    # The parent goes on in its trace, and gives each call its child's result.
+    second = _one(
+        spans, "invoke_agent parley", **{"parley.turn.id": turn["turn_id"], "parley.attempt": 2}
+    )
+    given = [
+        s
+        for s in spans
+        if s.name == "execute_tool researcher" and s.parent_span_id == second.span_id
+    ]
+    assert len(given) == 2, shown

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import parley
-from schemas.operations import DeliveryState, WebhookDelivery
-from schemas.records import TurnResult, TurnStatus
+from parley.schemas.operations import DeliveryState, WebhookDelivery
+from parley.schemas.records import TurnResult, TurnStatus
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REDIS_TEST_URL, Fleet, flush_redis
 from tests.support.helpers import Control

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import parley
-from schemas.messages import Message, Prefix, message_bytes
+from parley.engine.context import assemble, history_messages, turn_replay
+from parley.engine.replay_cache import ReplayCache
+from parley.ports.backend import PathTurn
+from parley.schemas.messages import Message, Prefix, message_bytes
 from tests.bench.embedded import bare_sqlite_commit
 from tests.support.helpers import RecordingModel
-from workers.engine.context import assemble, history_messages, turn_replay
-from workers.engine.replay_cache import ReplayCache
-from workers.ports.backend import PathTurn
 
 RULES = {
     "rules": [

@@ -36,13 +36,13 @@ import psycopg
 import redis
 
 import parley
-from schemas.events import EventKind
+from parley.coordination import constants as c
+from parley.schemas.events import EventKind
 from tests.bench import pipeline_floor
 from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.bench.noop_floor import NoopFloor
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import Fleet, flush_redis, procfile_worker
-from workers.coordination import constants as c
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 TEXT = "".join(f"t{i:02d}" for i in range(70))  # 70 chunks of 3 characters
@@ -422,7 +422,7 @@ def main() -> int:
     print(f"bare Celery noop throughput   {noop_rate:7.1f} tasks/s (2 workers)")
     print(
         f"  same noop, parley's channel p50 {ms(statistics.median(channel_trips))}   "
-        f"{channel_rate:7.1f} tasks/s (not the floor: what broker_config.transport saves)"
+        f"{channel_rate:7.1f} tasks/s (not the floor: what parley.fleet.transport saves)"
     )
     print(
         f"submit → first token          p50 {ms(statistics.median(first))}   "

@@ -48,7 +48,7 @@ import httpx
 import uvloop
 
 import parley
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
 from tests.bench.common import ms, pct, start_scripted_fleet
 from tests.bench.connections import AsyncConnection, Connection
 from tests.support.databases import fresh_postgres_database

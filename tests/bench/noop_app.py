@@ -13,10 +13,11 @@ from typing import Any
 import redis
 from celery.signals import celeryd_after_setup
 
-from broker_config.app import create_app
-from broker_config.settings import FleetSettings
+from parley.fleet.app import create_app
+from parley.fleet.settings import FleetSettings
+from parley.settings import Settings
 
-settings = FleetSettings.from_env()
+settings = FleetSettings.from_settings(Settings.from_environment())
 app = create_app(
     settings,
     name="parley-bench-noop",

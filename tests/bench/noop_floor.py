@@ -12,7 +12,7 @@ import uuid
 
 import redis
 
-from broker_config.app import is_amqp
+from parley.fleet.app import is_amqp
 from tests.support.fleet import REPO
 from tests.support.rabbitmq import delete_queue
 
@@ -73,8 +73,8 @@ class NoopFloor:
             )
             for n in range(workers)
         ]
-        from broker_config.app import create_app
-        from broker_config.settings import FleetSettings
+        from parley.fleet.app import create_app
+        from parley.fleet.settings import FleetSettings
 
         self.app = create_app(FleetSettings.from_env(env), stock_kombu=channel == "stock")
         # (Its reads block for up to minutes: redis-py 8 would time them out after 5 s.)

@@ -20,14 +20,14 @@ from typing import Any
 import redis
 
 import parley
-from schemas.messages import ToolCall
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.engine.turn_engine import TurnEngine
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest
+from parley.runtime.session_drainer import SessionDrainer
+from parley.schemas.messages import ToolCall
+from parley.store import connection as store_connection
+from parley.store.sql_store import SqlStore
 from tests.support.databases import fresh_postgres_database
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.engine.turn_engine import TurnEngine
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest
-from workers.runtime.session_drainer import SessionDrainer
-from workers.store import connection as store_connection
-from workers.store.sql_store import SqlStore
 
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 STEPS = 20

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.ports.backend import Coordinator
+from parley.store.sql_store import SqlStore
 from tests.integration.drive import migrated_store
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.redis_cluster import RedisClusterNodes, redis_cluster
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.ports.backend import Coordinator
-from workers.store.sql_store import SqlStore
 
 COORDINATORS = ["local", "redis", "cluster"]
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import event
 
-from schemas.events import Event, EventKind
-from schemas.messages import StepPayload
-from schemas.records import IfBusy, TurnStatus, Usage
-from workers.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
-from workers.store.database import create_database_engine, migrate
-from workers.store.sql_store import SqlStore
+from parley.ports.backend import CommittedStep, FinishReceipt, StepReceipt, TurnEnd
+from parley.schemas.events import Event, EventKind
+from parley.schemas.messages import StepPayload
+from parley.schemas.records import IfBusy, TurnStatus, Usage
+from parley.store.database import create_database_engine, migrate
+from parley.store.sql_store import SqlStore
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import parley
-from schemas.events import Event, EventKind
-from schemas.records import TurnStatus
+from parley.schemas.events import Event, EventKind
+from parley.schemas.records import TurnStatus, Waiting
 from tests.support.events import assert_once_in_order
 from tests.support.waiting import wait_until
 
@@ -83,11 +83,15 @@ def test_a_waiting_turn_holds_its_sessions_line_and_no_runner(tmp_path: Path) ->
         waiting = second.submit("must wait")
         later = second.submit("after it")  # the same session: behind the waiting turn
         wait_until(
-            lambda: any(e.kind is EventKind.THROTTLED for e in _events_so_far(waiting)),
+            lambda: any(e.kind is EventKind.THROTTLED for e in _events_so_far(client, waiting)),
             timeout=10,
             what="the second session's turn to wait for capacity",
         )
-        assert client.attach(waiting.turn_id).record().status is TurnStatus.QUEUED
+        record = client.attach(waiting.turn_id).record()
+        assert record.status is TurnStatus.QUEUED
+        # What it waits for, and until when, is on its record (docs/http.md#3-resources).
+        assert record.waiting_for is Waiting.CAPACITY and record.not_before is not None
+        assert later.record().waiting_for is None  # in line behind it: waits for nothing
         assert client.attach(later.turn_id).record().status is TurnStatus.QUEUED
         results = [waiting.wait(timeout=30), later.wait(timeout=30)]
         assert [r.outcome for r in results] == [TurnStatus.FINISHED, TurnStatus.FINISHED]
@@ -98,9 +102,9 @@ def test_a_waiting_turn_holds_its_sessions_line_and_no_runner(tmp_path: Path) ->
         client.close()
 
 
-def _events_so_far(handle: parley.TurnHandle) -> list[Event]:
+def _events_so_far(client: parley.Client, handle: parley.TurnHandle) -> list[Event]:
     """The turn's durable events stored so far (without waiting for more)."""
-    return handle._client.store.events_after(handle.turn_id, 0)
+    return client.store.events_after(handle.turn_id, 0)
 
 
 def test_an_interrupt_does_not_wait_for_the_capacity_a_turn_waits_for(tmp_path: Path) -> None:
@@ -111,7 +115,7 @@ def test_an_interrupt_does_not_wait_for_the_capacity_a_turn_waits_for(tmp_path: 
         a.submit("takes the burst").wait(timeout=30)
         waiting = b.submit("waits half a minute")
         wait_until(
-            lambda: any(e.kind is EventKind.THROTTLED for e in _events_so_far(waiting)),
+            lambda: any(e.kind is EventKind.THROTTLED for e in _events_so_far(client, waiting)),
             timeout=10,
             what="the turn to wait for capacity",
         )

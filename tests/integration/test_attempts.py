@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import parley
-from schemas.records import TurnStatus
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.engine.turn_engine import MAX_ATTEMPTS, TurnEngine, worker_name
+from parley.runtime.session_drainer import SessionDrainer
+from parley.schemas.records import TurnStatus
+from parley.store.sql_store import SqlStore
 from tests.integration.drive import commit, migrated_store, new_session, start, submit
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.engine.turn_engine import MAX_ATTEMPTS, TurnEngine, worker_name
-from workers.runtime.session_drainer import SessionDrainer
-from workers.store.sql_store import SqlStore
 
 
 @pytest.fixture

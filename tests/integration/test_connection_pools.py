@@ -17,16 +17,16 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from schemas.errors import StoreError
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.engine.emitter import Emitter
+from parley.runtime.concurrency import ConnectionBudget
+from parley.runtime.fleet import FleetRuntime
+from parley.schemas.errors import StoreError
+from parley.store import statements as q
+from parley.store.sql_store import SqlStore
 from tests.support.databases import PG_ADMIN_URL
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.waiting import wait_until
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.engine.emitter import Emitter
-from workers.runtime.concurrency import ConnectionBudget
-from workers.runtime.fleet import FleetRuntime
-from workers.store import statements as q
-from workers.store.sql_store import SqlStore
 
 
 def blocked_reads(admin: redis.Redis, db: int) -> int:
@@ -128,7 +128,7 @@ def test_a_dropped_connection_leaves_the_pool_no_larger_than_its_size(postgres_u
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with store._tx() as db:
+        with store.db.tx() as db:
             db.execute(q.PING)
             holding.set()
             release.wait(30)
@@ -138,7 +138,7 @@ def test_a_dropped_connection_leaves_the_pool_no_larger_than_its_size(postgres_u
     try:
         holder.start()
         assert holding.wait(10)
-        with pytest.raises(StoreError), store._tx() as db:
+        with pytest.raises(StoreError), store.db.tx() as db:
             terminate(db.execute(text("SELECT pg_backend_pid()")).scalar_one())
             wait_until(lambda: held_by(name) == 1, what="the connection dropped")
             db.execute(q.PING)  # the direct path, on a broken connection
@@ -149,7 +149,7 @@ def test_a_dropped_connection_leaves_the_pool_no_larger_than_its_size(postgres_u
         both = threading.Barrier(2)
 
         def busy() -> None:
-            with store._tx() as db:
+            with store.db.tx() as db:
                 db.execute(q.PING)
                 both.wait(10)
                 seen.append(held_by(name))

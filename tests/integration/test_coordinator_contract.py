@@ -1,4 +1,4 @@
-"""The coordinator port's contract (:class:`workers.ports.backend.Coordinator`), one suite for
+"""The coordinator port's contract (:class:`parley.ports.backend.Coordinator`), one suite for
 both implementations: the test bodies that take the ``coordinator`` fixture run against
 the in-process coordinator and against the Redis one, and those that take ``peer`` also
 read (or lock, or adopt) through what another client sees.
@@ -30,13 +30,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from schemas.events import Ended, Event, Queued, Started, StepCommitted, Token, ToolCalled
-from schemas.records import Steer, SteerKind
+from parley.coordination import constants as c
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.ports.backend import Coordinator, SessionLock
+from parley.schemas.events import Ended, Event, Queued, Started, StepCommitted, Token, ToolCalled
+from parley.schemas.records import Steer, SteerKind
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
-from workers.coordination import constants as c
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.ports.backend import Coordinator, SessionLock
 
 TURN = "turn"
 SESSION = "session"

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 import parley
+from parley.ports.host import ModelReply
+from parley.runtime.fleet import FleetRuntime, drive_session
 from tests.integration.drive import migrated_store, new_session, submit
+from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
-from workers.ports.host import ModelReply
-from workers.runtime.fleet import FleetRuntime, drive_session
 
 pytestmark = pytest.mark.postgres
 
@@ -44,7 +45,15 @@ class MeetingModel:
 
 
 @pytest.fixture
-def runtime_of(postgres_url: str) -> Iterator[Any]:
+def own_database() -> Iterator[str]:
+    """A database of this test's own: the run's shared one may hold an embedded client
+    another test left behind, whose recovery would drive the turns counted here first."""
+    with fresh_postgres_database("drives") as url:
+        yield url
+
+
+@pytest.fixture
+def runtime_of(own_database: str) -> Iterator[Any]:
     """``runtime_of(model)``: a worker process's runtime with a host around ``model``."""
     flush_redis(REDIS_TEST_URL)
     built: list[FleetRuntime] = []
@@ -52,7 +61,7 @@ def runtime_of(postgres_url: str) -> Iterator[Any]:
     def build(model: MeetingModel) -> FleetRuntime:
         built.append(
             FleetRuntime.build(
-                database_url=postgres_url,
+                database_url=own_database,
                 redis_url=REDIS_TEST_URL,
                 host=parley.Host(model=model),
             )
@@ -80,10 +89,10 @@ def _drive_counts(
 
 
 def test_two_drivers_at_once_in_one_process_each_log_their_own_counts(
-    postgres_url: str, runtime_of: Any, caplog: pytest.LogCaptureFixture
+    own_database: str, runtime_of: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="parley.tasks")
-    with migrated_store(postgres_url) as store:
+    with migrated_store(own_database) as store:
         sessions = [new_session(store) for _ in range(3)]
         for session_id in sessions:
             submit(store, session_id, "count me")

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 import parley
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.engine.turn_engine import TurnEngine
 from parley.errors import DriverFailed, InvalidRequest
-from schemas.records import TurnStatus
+from parley.runtime.session_drainer import SessionDrainer
+from parley.schemas.records import TurnStatus
+from parley.store.sql_store import SqlStore
 from tests.integration.drive import new_session, submit
 from tests.support.helpers import RecordingModel, scripted_host
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.engine.turn_engine import TurnEngine
-from workers.runtime.session_drainer import SessionDrainer
-from workers.store.sql_store import SqlStore
 
 TWO_CALLS = {
     "when": ".*",

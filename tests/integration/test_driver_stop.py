@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import parley
-from schemas.records import TurnStatus
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.engine.turn_engine import TurnEngine
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest
+from parley.runtime.session_drainer import SessionDrainer
+from parley.schemas.records import TurnStatus
+from parley.store.sql_store import SqlStore
 from tests.integration.drive import new_session, submit
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.engine.turn_engine import TurnEngine
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest
-from workers.runtime.session_drainer import SessionDrainer
-from workers.store.sql_store import SqlStore
 
 
 class StopDuringFirstTurn:

@@ -13,9 +13,9 @@ import pytest
 
 import parley
 import parley.kickers as kickers
+from parley.engine.turn_engine import TurnEngine
 from parley.kickers import EmbeddedKicker
-from schemas.events import EventKind
-from workers.engine.turn_engine import TurnEngine
+from parley.schemas.events import EventKind
 
 
 class GatedModel:

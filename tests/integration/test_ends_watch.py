@@ -1,4 +1,4 @@
-"""The gateway's one watcher of turns' ends (parley/gateway/ends_watch.py), on each
+"""The gateway's one watcher of turns' ends (src/parley/gateway/ends_watch.py), on each
 coordinator (the Redis one on the machine's Redis): many waiting requests share one
 thread; a waiter for a turn the watcher's blocking read does not cover yet rings it awake
 (it would otherwise wait out the read); an end already published answers at once, and one
@@ -16,8 +16,8 @@ import pytest
 
 from parley.gateway import ends_watch
 from parley.gateway.ends_watch import EndsWatcher
-from schemas.events import Ended, Event
-from workers.ports.backend import Coordinator
+from parley.ports.backend import Coordinator
+from parley.schemas.events import Ended, Event
 
 
 @pytest.fixture

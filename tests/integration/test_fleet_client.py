@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import parley
-from schemas.events import Event, EventKind
+from parley.schemas.events import Event, EventKind
 from tests.integration.drive import commit, finish, start
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.waiting import wait_until

@@ -1,4 +1,4 @@
-"""The gateway's shared feeds (``parley/gateway/feeds.py``) on an embedded client: a
+"""The gateway's shared feeds (``src/parley/gateway/feeds.py``) on an embedded client: a
 subscriber from any seq gets every later event once, in order, whatever the feed had read
 when it came."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import parley
 from parley.gateway.feeds import Feeds
-from schemas.events import Event, EventKind
+from parley.schemas.events import Event, EventKind
 from tests.support.helpers import scripted_host
 
 TEXT = "".join(f"t{i:02d} " for i in range(40))

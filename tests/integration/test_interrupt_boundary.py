@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import parley
-from schemas.messages import ToolCall
-from schemas.records import SteerKind, TurnStatus
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.engine.turn_engine import TurnEngine
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest
+from parley.runtime.session_drainer import SessionDrainer
+from parley.schemas.messages import ToolCall
+from parley.schemas.records import SteerKind, TurnStatus
+from parley.store.sql_store import SqlStore
 from tests.integration.drive import new_session, submit
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.engine.turn_engine import TurnEngine
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest
-from workers.runtime.session_drainer import SessionDrainer
-from workers.store.sql_store import SqlStore
 
 
 class CountingModel:

@@ -18,9 +18,9 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Producer, Queue  # type: ignore[attr-defined]
 
-from broker_config.app import TLS_TRANSPORT, TRANSPORT, create_app, transport_for
-from broker_config.settings import FleetSettings
-from broker_config.transport import Channel, TlsTransport, Transport
+from parley.fleet.app import TLS_TRANSPORT, TRANSPORT, create_app, transport_for
+from parley.fleet.settings import FleetSettings
+from parley.fleet.transport import Channel, TlsTransport, Transport
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.redis_server import RedisServer, running_redis
 

@@ -14,7 +14,7 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from parley.mcp import McpServer
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
 from tests.support.helpers import RecordingModel
 
 SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")

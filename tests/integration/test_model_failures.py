@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import parley
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest
+from parley.schemas.events import EventKind
+from parley.schemas.records import Usage
 from parley.tools.base import FunctionTool
-from schemas.events import EventKind
-from schemas.records import Usage
 from tests.support.events import displayed_text
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest
 
 
 class BreaksOnce:

@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 
-from schemas.events import (
+from parley.coordination import constants as c
+from parley.coordination.redis_clients import open_client
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.engine.emitter import Emitter
+from parley.schemas.events import (
     Ended,
     Event,
     EventKind,
@@ -26,13 +30,9 @@ from schemas.events import (
     Token,
     ToolCalled,
 )
-from schemas.records import Steer, SteerKind
+from parley.schemas.records import Steer, SteerKind
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.redis_cluster import RedisClusterNodes
-from workers.coordination import constants as c
-from workers.coordination.redis_clients import open_client
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.engine.emitter import Emitter
 
 STARTED = Started(run_id="r", attempt=1, worker="w")
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import parley
-from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from parley.engine.replay_cache import ReplayCache, replay_size
+from parley.schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from parley.store import claims, rows, turn_reads
 from tests.support.helpers import RecordingModel
-from workers.engine.replay_cache import ReplayCache, replay_size
-from workers.store import claims, rows, turn_reads
 
 RULES = [
     {

@@ -4,7 +4,7 @@ round (issue 4), and an approved call runs at most once per answer (issue 19).
 Hypothesis draws whole conversations: turns of steps that call tools or answer, with
 steers, interrupts (at a boundary, mid-stream, during a tool), driver crashes (mid-stream
 and inside a tool) and resumes of crashed or interrupted turns.  Every request the model
-is sent is checked by a verifier written here, independently of ``workers.engine.context``: each
+is sent is checked by a verifier written here, independently of ``parley.engine.context``: each
 assistant tool call is answered by exactly one result before the conversation goes on,
 and no text streamed by an attempt that never committed is ever replayed.
 
@@ -38,12 +38,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import parley
+from parley.engine.tool_calls import NOT_RUN_INTERRUPTED
 from parley.errors import StoreError, TurnEnded, WaitTimeout
-from schemas.events import EventKind
-from schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from schemas.records import Decision, TurnStatus
-from workers.engine.tool_calls import NOT_RUN_INTERRUPTED
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest, ToolContext
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest, ToolContext
+from parley.schemas.events import EventKind
+from parley.schemas.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from parley.schemas.records import Decision, TurnStatus
 
 EVENTS = (
     "none",

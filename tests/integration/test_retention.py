@@ -18,20 +18,28 @@ from alembic import command
 from sqlalchemy import event, text
 
 import parley
+from parley.coordination import constants as c
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.coordination.redis_coordinator import RedisCoordinator
 from parley.errors import BatchNotFound, FileNotFound, InvalidRequest, SessionNotFound
 from parley.housekeeping import Housekeeper
 from parley.retention import prune, report_lines
+from parley.schemas import tables as t
+from parley.schemas.events import Ended, Event, Queued
+from parley.schemas.operations import DeliveryState
+from parley.schemas.records import Steer, SteerKind, TurnStatus
+from parley.store.batch_acceptance import Acceptance
+from parley.store.database import alembic_config, create_database_engine, current_revision
+from parley.store.retention import Cut
+from parley.store.sql_store import SqlStore
 from parley.webhooks import WebhookSettings
-from schemas import tables as t
-from schemas.events import Ended, Event, Queued
-from schemas.operations import DeliveryState
-from schemas.records import Steer, SteerKind, TurnStatus
 from tests.conftest import BACKENDS
+from tests.integration.batch_plans import create_batch, new_batch, opening
 from tests.integration.drive import finish, migrated_store, new_session, start, submit
 from tests.support.databases import fresh_postgres_database
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
 from tests.support.helpers import Control
-from tests.support.hosts import workspace_host
+from tests.support.hosts import waiting_host, workspace_host
 from tests.support.store_rows import (
     HELD_WHILE_DRIVEN,
     OF_NO_SESSION,
@@ -40,12 +48,6 @@ from tests.support.store_rows import (
     rows_of,
 )
 from tests.support.webhook_receiver import receiver
-from workers.coordination import constants as c
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.store.database import alembic_config, create_database_engine, current_revision
-from workers.store.retention import Cut
-from workers.store.sql_store import SqlStore
 
 SECRET = "test-secret-0123456789"
 ASK = {"ask_tools": ["record_call"]}
@@ -57,6 +59,13 @@ PUSH = {
     ],
 }
 GATED = {"when": "gate", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}, {"text": "out"}]}
+AWAIT = {
+    "when": "^await",
+    "steps": [
+        {"tool_calls": [{"name": "await_event", "arguments": {"event": "go"}}]},
+        {"text": "went"},
+    ],
+}
 ECHO = {"when": ".*", "steps": [{"text": "heard: {last_message}"}]}
 DAYS_AGO_10 = timedelta(days=10)
 
@@ -72,11 +81,15 @@ def own_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def client(own_db_url: str, workspace: Path) -> Iterator[parley.Client]:
+def client(
+    own_db_url: str, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[parley.Client]:
+    # The deliverer's key, read as the client is made (as every setting is).
+    monkeypatch.setenv("PARLEY_WEBHOOK_SECRET", SECRET)
     control = Control(workspace)
-    control.script([PUSH, GATED, ECHO])
+    control.script([PUSH, GATED, AWAIT, ECHO])
     control.policy(**ASK)
-    with parley.connect(own_db_url, host=workspace_host(), migrate_schema=True) as opened:
+    with parley.connect(own_db_url, host=waiting_host(), migrate_schema=True) as opened:
         yield opened
 
 
@@ -89,7 +102,8 @@ def wait_status(handle: parley.TurnHandle, status: TurnStatus) -> None:
 
 def populated(client: parley.Client, root: Path, webhook_url: str) -> parley.Session:
     """A session with a row in every table: a seeded history, a turn that asked for an
-    answer and got a steer while it waited, an ordinary turn, webhooks delivered."""
+    answer and got a steer while it waited, an ordinary turn, an A2A push configuration,
+    a compaction, webhooks delivered."""
     root.mkdir(exist_ok=True)
     session = client.open_session(root, webhook_url=webhook_url)
     session.seed_history(
@@ -102,6 +116,14 @@ def populated(client: parley.Client, root: Path, webhook_url: str) -> parley.Ses
     handle.approve(pending.approval_id)
     assert handle.wait(30).outcome is TurnStatus.FINISHED
     assert session.turn("hello").outcome is TurnStatus.FINISHED
+    # A turn that waited for an event, and was signalled (a wait's row and a signal's).
+    waited = session.submit("await go")
+    wait_status(waited, TurnStatus.WAITING)
+    assert waited.signal("go", "now") is True
+    assert waited.wait(30).outcome is TurnStatus.FINISHED
+    # An A2A push configuration of an ended turn: its end is posted at once, too.
+    client.store.add_push_config(handle.turn_id, webhook_url, "push-token")
+    session.compact(strategy="trim", keep_turns=1)  # a compaction's row goes with it too
     # A batch's line that continues the session (its row goes with the session).
     line = {"custom_id": "again", "method": "POST", "url": "/v1/responses"}
     batch = client.submit_batch([{**line, "body": {"input": "again", "conversation": session.id}}])
@@ -119,7 +141,6 @@ def test_pruning_deletes_every_row_of_an_ended_session_and_none_of_another(
     assert set(ROWS_OF_SESSION) | OF_NO_SESSION == set(t.metadata.tables), (
         "a new table: say how it is pruned"
     )
-    monkeypatch.setenv("PARLEY_WEBHOOK_SECRET", SECRET)
     store = client.store
     with receiver() as hooks:
         victim = populated(client, workspace.parent / "victim", hooks.url)
@@ -254,10 +275,10 @@ def test_a_submission_that_lands_before_the_prune_keeps_the_session_and_one_afte
     # Submitted between the prune's look and its delete: the delete looks again, under
     # the session row's lock, and keeps it.
     handle = session.submit("just in time")
-    assert store.prune_session(candidate.session_id, cut) is None
+    assert store.prune_sessions([candidate.session_id], cut) == []
     assert handle.wait(30).outcome is TurnStatus.FINISHED
     age(store, session.id, DAYS_AGO_10)
-    assert store.prune_session(session.id, cut) is not None
+    assert store.prune_sessions([session.id], cut) != []
     with pytest.raises(SessionNotFound):
         session.submit("too late")
     assert rows_of(store, session.id) == dict.fromkeys(ROWS_OF_SESSION, 0)
@@ -331,14 +352,14 @@ def test_a_prune_waits_for_a_submission_holding_the_session_and_then_keeps_it() 
         cut = Cut.of(timedelta(days=5), None)
         pruning: dict[str, Any] = {}
         pruner = threading.Thread(
-            target=lambda: pruning.update(r=store.prune_session(session_id, cut))
+            target=lambda: pruning.update(r=store.prune_sessions([session_id], cut))
         )
         pruner.start()
         blocked_on_a_lock(store)  # the prune waits for the submission's lock
         pause.go()
         pruner.join(30)
         assert "error" not in submitting, submitting
-        assert pruning == {"r": None}  # it looked again after the lock: a turn in flight
+        assert pruning == {"r": []}  # it looked again after the lock: a turn in flight
         assert rows_of(store, session_id)["runs"] == 1
 
 
@@ -349,7 +370,7 @@ def test_a_submission_that_waits_for_a_prune_fails_cleanly_once_it_committed() -
         age(store, session_id, DAYS_AGO_10)
         pause = Pause(store, "DELETE FROM sessions")
         cut = Cut.of(timedelta(days=5), None)
-        pruning = pause.run(lambda: store.prune_session(session_id, cut))  # holds the row
+        pruning = pause.run(lambda: store.prune_sessions([session_id], cut))  # holds the row
         submitting: dict[str, Any] = {}
 
         def submission() -> None:
@@ -363,7 +384,7 @@ def test_a_submission_that_waits_for_a_prune_fails_cleanly_once_it_committed() -
         blocked_on_a_lock(store)  # the submission waits for the prune's lock
         pause.go()
         submitter.join(30)
-        assert pruning["value"] is not None
+        assert pruning["value"] != []
         assert isinstance(submitting.get("error"), SessionNotFound), submitting
         assert rows_of(store, session_id) == dict.fromkeys(ROWS_OF_SESSION, 0)
 
@@ -500,7 +521,7 @@ def test_migration_0009_dates_existing_sessions_by_their_newest_turn_end(own_db_
         older = Cut.of(timedelta(days=30), None, now=datetime(2025, 3, 2, tzinfo=UTC))
         assert [s.session_id for s in store.expired_sessions(older)] == ["s-without"]
         for sid in ("s-with-turn", "s-without"):
-            assert store.prune_session(sid, Cut.of(timedelta(0), None)) is not None
+            assert store.prune_sessions([sid], Cut.of(timedelta(0), None)) != []
     finally:
         store.close()
 
@@ -540,3 +561,85 @@ def test_prune_removes_an_ended_batch_with_its_files_and_its_lines_sessions(
             store.get_file(file_id)
     assert "deleted 1 ended batch(es) and their files" in report_lines(report)
     assert client.batch(recent.id).status().request_counts["completed"] == 1
+
+
+def test_prune_drops_a_batch_acceptance_abandoned_an_hour_ago_with_its_workspaces(
+    client: parley.Client, tmp_path: Path
+) -> None:
+    store = client.store
+    before = store.table_counts()
+    abandoned, fresh = new_batch(), new_batch()
+    roots = {abandoned.batch_id: tmp_path / "abandoned", fresh.batch_id: tmp_path / "fresh"}
+    for batch in (abandoned, fresh):
+        assert store.open_batch(batch) is None
+        roots[batch.batch_id].mkdir()
+        store.accept_lines(batch.batch_id, "acme", [opening(1, str(roots[batch.batch_id]))], [])
+    with store.engine.begin() as db:  # its process died an hour and a half ago
+        began = datetime.now(UTC) - timedelta(minutes=90)
+        db.execute(
+            t.batches.update().where(t.batches.c.id == abandoned.batch_id).values(created_at=began)
+        )
+
+    client.prune(timedelta(days=30))
+
+    assert not roots[abandoned.batch_id].exists() and roots[fresh.batch_id].exists()
+    assert store.abandoned_acceptances(datetime.now(UTC)) == [
+        Acceptance(batch_id=fresh.batch_id, lines=1, dropping=False)
+    ]
+    store.drop_batch(fresh.batch_id)
+    assert store.table_counts() == before
+
+
+def ended_sessions(store: SqlStore, count: int) -> None:
+    """``count`` sessions of a turn each, every one ended ten days ago (a batch's lines)."""
+    create_batch(store, new_batch(), [opening(n) for n in range(1, count + 1)], [])
+    then = datetime.now(UTC) - DAYS_AGO_10
+    with store.engine.begin() as db:
+        db.execute(t.runs.update().values(status="finished", ended_at=then))
+        db.execute(t.sessions.update().values(last_active_at=then))
+
+
+def test_a_prune_takes_a_chunk_of_sessions_a_transaction_on_sqlite_one_on_postgresql(
+    own_db_url: str,
+) -> None:
+    with migrated_store(own_db_url) as store:
+        ended_sessions(store, 450)
+        before = store.transactions
+
+        report = prune(store, LocalCoordinator(), older_than=timedelta(days=5))
+
+        assert len(report.pruned) == 450 and store.table_counts()["sessions"] == 0
+        spent = store.transactions - before
+        if store.engine.dialect.name == "postgresql":
+            assert spent >= 450  # each session in a transaction of its own, as SPEC says
+        else:
+            assert spent < 20, spent  # three chunks, and the reads
+
+
+def test_pruning_costs_as_much_a_session_whatever_their_number(tmp_path: Path) -> None:
+    steps = {}
+    for count in (300, 2400):
+        url = f"sqlite:///{tmp_path / f'prune-{count}.db'}"
+        with migrated_store(url) as store:
+            ended_sessions(store, count)
+            # The work SQLite does, counted in steps of its virtual machine.
+            counted = [0]
+
+            def count_step(counted: list[int] = counted) -> int:
+                counted[0] += 1
+                return 0
+
+            event.listen(
+                store.engine,
+                "connect",
+                lambda dbapi, _: dbapi.set_progress_handler(count_step, 100),
+            )
+            store.engine.dispose()
+            assert (
+                len(prune(store, LocalCoordinator(), older_than=timedelta(days=5)).pruned) == count
+            )
+            steps[count] = counted[0]
+    # Eight times the sessions, eight times the work, give or take (it was 34 times: each
+    # turn deleted read every turn, for its key's check, and each page of candidates
+    # sorted every session ended at the same time).
+    assert steps[2400] < 12 * steps[300], steps

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import IntegrityError
 
+from parley.store import statements as q
+from parley.store.connection import DirectStatements, StoreConnection
+from parley.store.sql_store import SqlStore
+from parley.store.statements.binds import MAX_INSERT_ROWS
 from tests.integration.drive import submit
-from workers.store import statements as q
-from workers.store.connection import DirectStatements, StoreConnection
-from workers.store.sql_store import SqlStore
-from workers.store.statements.binds import MAX_INSERT_ROWS
 
 
 @pytest.fixture
@@ -69,8 +69,8 @@ def test_inserts_of_many_rows_store_each_rows_json(
         {"turn_id": turn_id, "seq": 10 + n, "kind": "step", "data": {"n": n}, "created_at": now}
         for n in range(count)
     ]
-    direct.execute(store._q.insert_events, rows)
-    direct.execute(store._q.insert_events, rows)  # ON CONFLICT DO NOTHING: no error
+    direct.execute(store.db.q.insert_events, rows)
+    direct.execute(store.db.q.insert_events, rows)  # ON CONFLICT DO NOTHING: no error
     stored = direct.execute(q.EVENTS_AFTER, {"b_turn_id": turn_id, "b_seq": 9}).all()
     assert [(r.seq, r.data) for r in stored] == [(10 + n, {"n": n}) for n in range(count)]
 

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.coordination.redis_coordinator import RedisCoordinator
+from parley.engine.emitter import Emitter
+from parley.schemas.events import Event, EventKind, StepCommitted, StepRestarted
+from parley.store.sql_store import SqlStore
 from parley.streaming import PATIENCE_SECONDS, follow
-from schemas.events import Event, EventKind, StepCommitted, StepRestarted
 from tests.integration.drive import Driving, commit, finish, new_session, start, submit
 from tests.support.fleet import REDIS_TEST_URL, flush_redis
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.coordination.redis_coordinator import RedisCoordinator
-from workers.engine.emitter import Emitter
-from workers.store.sql_store import SqlStore
 
 
 def test_a_reader_waits_for_a_lost_durable_event_instead_of_skipping_it(

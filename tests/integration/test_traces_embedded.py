@@ -11,14 +11,17 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 import parley
 from parley import metrics_export
+from parley.schemas import tables as t
+from parley.telemetry import tracing
 from tests.support.otlp import CONTENT_ATTRIBUTES, OtlpReceiver, ReceivedSpan, tree
-from workers.telemetry import tracing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,7 +151,7 @@ def _turn_in_a_fresh_process(tmp_path: Path, **env: str) -> str:
     program = f"""
 import threading, parley
 from opentelemetry import trace
-from workers.telemetry import tracing
+from parley.telemetry import tracing
 client = parley.connect("sqlite:///{tmp_path / "fresh.db"}", host=parley.Host(
     model=parley.models.ScriptedModel({{"rules": [{{"when": "", "steps": [{{"text": "hi"}}]}}]}})))
 print(client.open_session(root="{tmp_path}").turn("hello").reply)
@@ -297,8 +300,8 @@ def test_a_batch_line_is_a_trace_of_its_own_from_its_first_attempt(
 def test_a_trace_context_that_cannot_be_kept_does_not_fail_the_turn(
     receiver: OtlpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from schemas.errors import StoreError
-    from workers.store.sql_store import SqlStore
+    from parley.schemas.errors import StoreError
+    from parley.store.sql_store import SqlStore
 
     def refuse(_store: SqlStore, _run_id: str, _context: dict[str, str]) -> None:
         raise StoreError("database error: the disk is full")
@@ -312,3 +315,29 @@ def test_a_trace_context_that_cannot_be_kept_does_not_fail_the_turn(
     spans = receiver.wait_for(lambda got: any(s.name == "invoke_agent parley" for s in got))
     agent = next(s for s in spans if s.name == "invoke_agent parley")
     assert agent.attributes["parley.outcome"] == "finished"
+
+
+def test_a_schedules_firing_is_a_span_its_turns_trace_starts_from(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    client, session = _client(tmp_path)
+    schedule = client.schedule(
+        "0 9 * * *", "read the notes", session_id=session.id, priority="interactive"
+    )
+    with client.store.engine.begin() as db:  # its slot has come
+        db.execute(
+            update(t.schedules)
+            .where(t.schedules.c.id == schedule.id)
+            .values(next_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    client.runtime.kicker.ready()  # (its recovery thread fires slots)
+    spans = _ended(receiver)
+    [run] = schedule.runs()
+    client.close()
+    fire = next(s for s in spans if s.name == "parley.schedule.fire")
+    assert fire.kind == "PRODUCER"
+    assert fire.attributes["parley.schedule.id"] == schedule.id
+    assert fire.attributes["parley.schedule.fired"] == 1
+    agent = next(s for s in spans if s.name == "invoke_agent parley")
+    assert agent.trace_id == fire.trace_id, tree(spans)
+    assert run.turn_id is not None and run.turn_id in str(fire.attributes["parley.turn.ids"])

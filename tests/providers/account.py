@@ -4,10 +4,13 @@ and a tokens bucket refilled continuously, the quota switch, and what was admitt
 Each bucket holds ``burst`` seconds of its rate (``rpm / 60 * burst`` requests) and refills
 continuously; a call is checked once, when it arrives, against both at once: it takes one
 request and its tokens (the prompt's estimate plus the ``max_tokens`` it asks for, as
-OpenAI counts) or is refused, taking nothing.  A call larger than the tokens bucket itself
-(but within the per-minute limit) is admitted when the bucket is full, which it then owes
-(the bucket goes below zero and refills at the rate): big calls are paced, not refused
-forever.  A call larger than the per-minute limit is refused as too large.
+OpenAI counts) or is refused, taking nothing.  A call larger than the tokens bucket
+itself (but within the per-minute limit) is admitted when the bucket is full, which it
+then owes (the bucket goes below zero and refills at the rate): big calls are paced, not
+refused forever.  A call larger than the per-minute limit is refused as too large.
+``refuse(n)`` has the next ``n`` calls refused for their rate whatever the buckets hold,
+with a retry-after of one request's time: the 429 a provider whose bucket is out of
+phase with the caller's sends.
 
 Thread-safe: the server's handler threads share one account.
 """
@@ -155,6 +158,7 @@ class ProviderAccount:
         self._requests = TokenBucket(rpm / 60, rpm / 60 * burst, now) if rpm else None
         self._tokens = TokenBucket(tpm / 60, tpm / 60 * burst, now) if tpm else None
         self._mode: Mode = "normal"
+        self._refusals_due = 0
         self._in_flight = 0
         self._max_concurrent = 0
         self._epoch = now
@@ -192,6 +196,9 @@ class ProviderAccount:
     def _refusal(self, tokens: int, now: float) -> tuple[Refusal, float]:
         if self._mode == "quota":
             return "quota", 0.0
+        if self._refusals_due > 0:
+            self._refusals_due -= 1
+            return "requests", 60 / self.rpm if self.rpm else 1.0
         if self.tpm is not None and tokens > self.tpm:
             return "too_large", 0.0
         buckets: tuple[tuple[Refusal, TokenBucket | None, int], ...] = (
@@ -243,6 +250,13 @@ class ProviderAccount:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         with self._lock:
             self._mode = next(m for m in MODES if m == mode)
+
+    def refuse(self, calls: int) -> None:
+        """Refuse the next ``calls`` calls for their rate, whatever the buckets hold."""
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise ValueError(f"calls must be a whole number >= 0, not {calls!r}")
+        with self._lock:
+            self._refusals_due = calls
 
     def stats(self) -> Stats:
         with self._lock:

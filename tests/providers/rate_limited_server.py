@@ -12,7 +12,8 @@ saying ``use tool <name>`` is answered with one call of that tool instead (the n
 request, carrying its result, gets text), so multi-step turns can run against it.  Every
 response, 200 or 429, has ``x-ratelimit-limit-requests``/``-tokens``, ``-remaining-`` and
 ``-reset-`` (Go durations: ``1s``, ``6m0s``, ``20ms``) for each limit the account has.  In
-the quota mode every call is refused with ``insufficient_quota``.
+the quota mode every call is refused with ``insufficient_quota``; after ``refuse(n)``
+the next ``n`` calls are refused for their rate (a 429 out of phase).
 
 In process::
 
@@ -25,7 +26,8 @@ As its own process (the fleet's workers are other processes; the benchmark wants
 server off the client's core): ``python -m tests.providers.rate_limited_server --rpm 1200
 --stream-seconds 1 --port 0`` prints its base URL on its first line of stdout, serves
 ``GET /stats`` (JSON), ``POST /stats/reset`` and ``POST /mode`` (``{"mode": "quota"}``),
-until it is terminated; :func:`server_process` runs it so from a test.
+``POST /refuse`` (``{"calls": n}``), until it is terminated; :func:`server_process` runs it
+so from a test.
 
 A stdlib ``ThreadingHTTPServer`` (a thread per connection, a deep listen backlog) sustains
 the hundreds of concurrent streams and ~50 calls a second a fleet test needs: the streams
@@ -118,6 +120,10 @@ class RateLimitedServer:
         """``"quota"``: every call is refused with ``insufficient_quota``; ``"normal"``."""
         self.account.set_mode(mode)
 
+    def refuse(self, calls: int) -> None:
+        """Refuse the next ``calls`` calls for their rate, whatever the buckets hold."""
+        self.account.refuse(calls)
+
     def close(self) -> None:
         self._http.shutdown()
         self._http.server_close()
@@ -164,6 +170,8 @@ def _handler(account: ProviderAccount, behaviour: Behaviour) -> type[BaseHTTPReq
                     self._complete(body)
                 elif self.path == "/mode":
                     self._mode(body)
+                elif self.path == "/refuse":
+                    self._refuse(body)
                 elif self.path == "/stats/reset":
                     account.reset_stats()
                     self._json(200, {"reset": True})
@@ -179,6 +187,14 @@ def _handler(account: ProviderAccount, behaviour: Behaviour) -> type[BaseHTTPReq
                 self._json(400, _error(f'expected {{"mode": "normal" | "quota"}}: {exc}'))
                 return
             self._json(200, {"mode": account.mode})
+
+        def _refuse(self, body: bytes) -> None:
+            try:
+                account.refuse(json.loads(body)["calls"])
+            except (ValueError, KeyError, TypeError) as exc:
+                self._json(400, _error(f'expected {{"calls": <a whole number >= 0>}}: {exc}'))
+                return
+            self._json(200, {"refusing": json.loads(body)["calls"]})
 
         def _complete(self, body: bytes) -> None:
             try:
@@ -486,6 +502,9 @@ class ServerProcess:
 
     def set_mode(self, mode: str) -> None:
         self._post("/mode", {"mode": mode})
+
+    def refuse(self, calls: int) -> None:
+        self._post("/refuse", {"calls": calls})
 
     def _post(self, path: str, body: Any) -> None:
         request = urllib.request.Request(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from workers.ports.host import StreamAborted
+from parley.ports.admission import ProviderReport
+from parley.ports.host import StreamAborted
 
 
 class RecordingSink:
-    """Records ``("delta", text)`` and ``("restart", reason)`` in ``log``.  ``on_delta``
+    """Records ``("delta", text)`` and ``("restart", reason)`` in ``log``, and the
+    provider's reports in ``reports``.  ``on_delta``
     runs on each delta (e.g. to open a server's gate); ``abort_after`` raises
     :class:`StreamAborted` on that many deltas, like an interrupt mid-stream."""
 
@@ -25,6 +27,8 @@ class RecordingSink:
         self.first_delta = threading.Event()
         self.interrupted = threading.Event()  # set it to interrupt the turn
         self.checks = 0
+        self.reports: list[tuple[ProviderReport, int]] = []
+        """Each report, with how many deltas had come before it."""
 
     def __call__(self, text: str) -> None:
         self.log.append(("delta", text))
@@ -37,6 +41,9 @@ class RecordingSink:
     def restart(self, reason: str) -> None:
         self.log.append(("restart", reason))
         self.raise_if_interrupted()
+
+    def provider_report(self, report: ProviderReport) -> None:
+        self.reports.append((report, len(self.deltas)))
 
     def raise_if_interrupted(self) -> None:
         self.checks += 1

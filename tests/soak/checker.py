@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
+from parley.coordination.constants import TAKEOVER_SEQ_GAP
 from tests.soak.journal import Journal, Turn
-from workers.coordination.constants import TAKEOVER_SEQ_GAP
 
 TERMINAL = {"finished", "succeeded", "check_failed", "budget_exceeded", "cancelled", "failed"}
 EXPECTED = {
@@ -37,7 +37,7 @@ TURN_COLUMNS = (
 
 NOT_RUN_AGAIN = "error: not run again"
 """How an approved call's result begins when an earlier attempt started it and died
-before its step committed (workers/engine/tool_calls.py): it may have run once, in that
+before its step committed (src/parley/engine/tool_calls.py): it may have run once, in that
 attempt, and is never run again."""
 
 

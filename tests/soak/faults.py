@@ -22,6 +22,8 @@ from tests.soak.topology import Topology
 STOP_PAST_LOCK_SECONDS = 10.0
 """How long a stopped worker stays stopped: well past its lock's TTL (LOCK_TTL_MS, 3 s)."""
 RESUME_TIMEOUT = 90.0
+BUSY_WAIT_SECONDS = 10.0
+"""How long a worker fault waits for a worker that drives turns before it strikes any."""
 
 
 def worker_pid(worker: str) -> int:
@@ -152,10 +154,22 @@ class Faults:
         time.sleep(STOP_PAST_LOCK_SECONDS)
         os.killpg(victim.pid, signal.SIGCONT)
 
+    def _busy_worker(self) -> subprocess.Popen[bytes]:
+        """A live worker, one driving turns if one does within ``BUSY_WAIT_SECONDS``: a
+        crash is meant to catch turns mid-run (struck at random, it once fell between
+        turns through a whole short soak, which then showed no takeover at all)."""
+        live = [w for w in self.topology.workers if w.poll() is None]
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
+        while True:
+            busy = [w for w in live if self._running_on(w.pid)]
+            if busy or time.monotonic() > deadline:
+                return self.rng.choice(busy or live)
+            time.sleep(0.1)
+
     def _strike_worker(self, fault: Fault, signal_number: int) -> subprocess.Popen[bytes]:
         """Send a live worker's group ``signal_number``, and watch its running turns go to
         another worker; the worker struck."""
-        victim = self.rng.choice([w for w in self.topology.workers if w.poll() is None])
+        victim = self._busy_worker()
         fault.target = f"pid {victim.pid}"
         turns = self._running_on(victim.pid)
         os.killpg(victim.pid, signal_number)

@@ -18,8 +18,8 @@ from typing import Any
 
 import parley
 from parley.models import ScriptedModel
+from parley.ports.host import ToolContext
 from parley.tools import FunctionTool
-from workers.ports.host import ToolContext
 
 LEDGER = "ledger"
 APPROVED_LEDGER = "approved_ledger"

@@ -12,11 +12,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from parley.coordination.constants import LOCK_TTL_MS
 from tests.soak.checker import TERMINAL, Checker, Store, Violation
 from tests.soak.faults import Fault
 from tests.soak.journal import Journal
 from tests.soak.memory import MemorySampler
-from workers.coordination.constants import LOCK_TTL_MS
 
 SETTINGS = {
     "lock TTL (s)": LOCK_TTL_MS / 1000,

@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from parley.store.database import create_database_engine, migrate
 from tests.support.fleet import Fleet, procfile_worker
 from tests.support.gateway import printed_url_of
 from tests.support.postgres_server import PostgresServer
 from tests.support.processes import stop_group
 from tests.support.rabbitmq import RabbitServer
 from tests.support.redis_server import RedisServer
-from workers.store.database import create_database_engine, migrate
 
 TENANT = "soak"
 TOKEN = "soak-token-0123456789abcdef"

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from workers.store.database import create_database_engine, migrate
+from parley.store.database import create_database_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

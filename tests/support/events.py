@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.events import Event, EventKind
-from workers.coordination.constants import TAKEOVER_SEQ_GAP
+from parley.coordination.constants import TAKEOVER_SEQ_GAP
+from parley.schemas.events import Event, EventKind
 
 
 def assert_once_in_order(events: Sequence[Event], *, gap_free: bool = True) -> None:

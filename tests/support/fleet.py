@@ -19,9 +19,9 @@ from pathlib import Path
 import redis
 
 import parley
-from broker_config.app import is_amqp
+from parley.coordination.constants import BATCH_QUEUE_SUFFIX
+from parley.fleet.app import is_amqp
 from tests.support.rabbitmq import consumers, delete_queue, queue_type
-from workers.coordination.constants import BATCH_QUEUE_SUFFIX
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_TEST_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -43,6 +43,23 @@ def procfile_worker() -> tuple[str, int]:
     options.add_argument("-c", "--concurrency", type=int, default=os.cpu_count())
     known, _ = options.parse_known_args(argv[argv.index("worker") + 1 :])
     return str(known.pool), int(known.concurrency)
+
+
+STARTED_LOGS: list[Path] = []
+"""The logs of every fleet process started in this test process, in order: a failed
+test's report shows the tails of those its test started (tests/conftest.py)."""
+
+
+def log_tails(logs: list[Path], lines: int = 40) -> str:
+    """The last ``lines`` of each of ``logs``, headed by its name."""
+    parts = []
+    for log in logs:
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as error:
+            tail = [f"(unreadable: {error})"]
+        parts.append(f"--- {log.name}\n" + "\n".join(tail))
+    return "\n".join(parts)
 
 
 @dataclass
@@ -122,6 +139,7 @@ class Fleet:
             )
         self.logs[process.pid] = log
         self.processes.append(process)
+        STARTED_LOGS.append(log)
         return process
 
     def wait_ready(self, timeout: float = 30) -> None:

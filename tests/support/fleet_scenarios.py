@@ -10,7 +10,7 @@ import threading
 import time
 
 import parley
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
 from tests.support.chaos import Chaos
 from tests.support.events import assert_once_in_order
 
@@ -27,9 +27,12 @@ def steers_and_rejoining_readers(chaos: Chaos, *, sessions: int = 6, turns: int 
                 "when": "busy",
                 "steps": [
                     {
-                        "text": "reading ",
+                        # A quarter of a second, so that the say sent right after the
+                        # submission finds the turn at its first step however loaded
+                        # the machine (it ended first once, on the shared topology).
+                        "text": "reading the workspace ",
                         "chunk_chars": 3,
-                        "delay_ms": 5,
+                        "delay_ms": 30,
                         "tool_calls": [{"name": "list_files"}],
                     },
                     {"text": "re: {last_message}", "chunk_chars": 3, "delay_ms": 2},

@@ -371,3 +371,40 @@ class Gateways:
         for gateway in self.running.values():
             gateway.stop()
         self.running.clear()
+
+
+def gateway_fixtures(folder: str, extra: Mapping[str, str] | None = None) -> tuple[Any, Any]:
+    """A test module's ``gateways`` fixture (a :class:`Gateways` of its own, in a folder
+    named ``folder``, with ``extra`` variables, stopped with the module) and its
+    ``gateway`` fixture (the gateway of the test's ``backend``).  Assign them to those
+    names, which pytest finds them by: ``gateways, gateway = gateway_fixtures("x")``."""
+
+    @pytest.fixture(scope="module")
+    def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+        pool = Gateways(tmp_path_factory.mktemp(folder), extra=extra)
+        yield pool
+        pool.stop()
+
+    @pytest.fixture
+    def gateway(backend: str, gateways: Gateways, request: pytest.FixtureRequest) -> Gateway:
+        return gateways.get(backend, request)
+
+    return gateways, gateway
+
+
+def scripted_tenant(gateway: Gateway, rules: list[dict[str, Any]]) -> Tenant:
+    """A fresh tenant of ``gateway`` whose model answers with ``rules``."""
+    fresh = gateway.tenant()
+    fresh.control.script(rules)
+    return fresh
+
+
+def tenant_fixture(rules: list[dict[str, Any]]) -> Any:
+    """A test module's ``tenant`` fixture: a fresh tenant of the test's gateway whose
+    model answers with ``rules`` (``tenant = tenant_fixture(RULES)``)."""
+
+    @pytest.fixture
+    def tenant(gateway: Gateway) -> Tenant:
+        return scripted_tenant(gateway, rules)
+
+    return tenant

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import parley
+from parley.ports.host import ModelReply, ModelRequest
 from tests.support.hosts import control_dir
 from tests.support.waiting import wait_until
-from workers.ports.host import ModelReply, ModelRequest
 
 
 class Control:

@@ -8,6 +8,7 @@ the fleet with the very same host code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import parley
-from parley.tools import WORKSPACE_TOOLS, FunctionTool
-from schemas.messages import message_to_json
-from workers.ports.host import (
+from parley.engine.compaction import SUMMARY_INSTRUCTIONS
+from parley.ports.host import (
     Access,
     ApprovalRequest,
     Ask,
@@ -28,6 +28,8 @@ from workers.ports.host import (
     Refusal,
     ToolContext,
 )
+from parley.schemas.messages import message_to_json
+from parley.tools import WORKSPACE_TOOLS, FunctionTool
 
 GATE_TIMEOUT_SECONDS = 30
 
@@ -178,12 +180,80 @@ def workspace_host(**options: Any) -> parley.Host:
     )
 
 
+PEDANT = parley.Agent("pedant", "Finds fault with the smallest details.")
+CRITIC = parley.Agent(
+    "critic", "Reviews what it is given and says what is wrong with it.", agents=[PEDANT]
+)
+RESEARCHER = parley.Agent(
+    "researcher", "Looks one topic up and reports what it found.", agents=[CRITIC]
+)
+
+
+def agents_host(**options: Any) -> parley.Host:
+    """``workspace_host`` with sub-agents (docs/sub-agents.md): a researcher, which may
+    call a critic, which may call a pedant; children nest two deep at most, so the
+    critic's calls of the pedant are refused (``options``: more ``parley.Host``
+    arguments)."""
+    return workspace_host(agents=[RESEARCHER], max_agent_depth=2, **options)
+
+
+class SummaryGatedModel(WorkspaceScriptedModel):
+    """``WorkspaceScriptedModel`` whose summarizing calls wait at the ``summary`` gate
+    while the test's control directory holds a ``summary-gate`` file."""
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelReply:
+        if request.prefix.system_prompt == SUMMARY_INSTRUCTIONS and request.context is not None:
+            control = control_dir(request.context.root)
+            if (control / "summary-gate").exists():
+                wait_at_gate(control, "summary")
+        return super().stream(request, on_delta)
+
+
+def compacting_host() -> parley.Host:
+    """``workspace_host`` that summarizes a session but its newest turn before a turn
+    whose first request passes 10,000 tokens (docs/compaction.md#when); its summaries
+    wait at a gate when the test asks (:class:`SummaryGatedModel`)."""
+    policy = parley.Compaction(strategy="summarize", threshold=0.5, keep_turns=1, window=20_000)
+    host = workspace_host(compaction=policy)
+    return dataclasses.replace(host, model=SummaryGatedModel())
+
+
 def plan_then_act_host() -> parley.Host:
     """``workspace_host`` whose turns run on the example plan-then-act driver
     (``examples/plan_then_act``), which gives up after three steps of acting."""
     from examples.plan_then_act.driver import PlanThenAct
 
     return workspace_host(driver=PlanThenAct(max_act_steps=3))
+
+
+def _await_event(arguments: dict[str, Any], _context: ToolContext) -> parley.WaitFor:
+    """Parks the turn until the event ``event`` (a host's tool answering WaitFor)."""
+    timeout = arguments.get("timeout")
+    return parley.WaitFor(arguments["event"], timeout=None if timeout is None else float(timeout))
+
+
+AWAIT_EVENT = FunctionTool(
+    name="await_event",
+    description="Waits until the named event is signalled to this turn (or the timeout).",
+    parameters={
+        "type": "object",
+        "properties": {"event": {"type": "string"}, "timeout": {"type": "number"}},
+        "required": ["event"],
+    },
+    function=_await_event,
+)
+
+
+def waiting_host() -> parley.Host:
+    """``workspace_host`` with the built-in ``wait`` tool and a tool of its own that
+    answers ``parley.WaitFor`` (docs/time.md#waiting-for-an-event)."""
+    return parley.Host(
+        model=WorkspaceScriptedModel(),
+        tools=[*WORKSPACE_TOOLS, WAIT_FOR_GATE, RECORD_CALL, AWAIT_EVENT],
+        policy=WorkspacePolicy(),
+        approver=WorkspaceApprover(),
+        wait_tool=True,
+    )
 
 
 def timeout_host() -> parley.Host:
@@ -270,3 +340,22 @@ def provider_host() -> parley.Host:
         timeout=30,
     )
     return parley.Host(model=model, tools=WORKSPACE_TOOLS)
+
+
+def remote_agents_host(**options: Any) -> parley.Host:
+    """``workspace_host`` with one remote agent (docs/sub-agents.md#8-remote-agents): the
+    ``oracle``, an agent at ``PARLEY_TEST_REMOTE_URL`` (a second parley gateway) reached
+    over ``PARLEY_TEST_REMOTE_PROTOCOL`` (``a2a``, the default, or ``mcp``: its ``/mcp``)
+    with the token ``PARLEY_TEST_REMOTE_TOKEN`` (``options``: more ``parley.Host``
+    arguments)."""
+    protocol = os.environ.get("PARLEY_TEST_REMOTE_PROTOCOL", "a2a")
+    url = os.environ["PARLEY_TEST_REMOTE_URL"]
+    oracle = parley.Agent.remote(
+        "oracle",
+        f"{url}/mcp" if protocol == "mcp" else url,
+        protocol,
+        description="Answers one question, somewhere else.",
+        token=os.environ["PARLEY_TEST_REMOTE_TOKEN"],
+        poll_seconds=0.2,
+    )
+    return workspace_host(agents=[oracle], **options)

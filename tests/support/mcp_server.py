@@ -4,7 +4,9 @@ Run it as ``python tests/support/mcp_server.py stdio`` (newline-delimited JSON-R
 or ``python tests/support/mcp_server.py http --port N`` (streamable HTTP on
 ``http://127.0.0.1:N/mcp``).  Its tools: ``add``, ``echo``, ``fail`` (always an error
 result), ``slow`` (sleeps, to exercise call timeouts), ``picture`` (non-text content),
-``pid`` (the server's process id) and ``crash`` (the server exits mid-call).
+``pid`` (the server's process id), ``crash`` (the server exits mid-call) and
+``append`` (a line added to a file under the server's working directory: a write,
+checked on disk).
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def pid() -> int:
 def crash() -> str:
     """Exit the server process at once, without answering."""
     os._exit(3)
+
+
+@server.tool()
+def append(path: str, text: str) -> str:
+    """Add ``text`` as a line to the file ``path`` (under the working directory)."""
+    with open(os.path.join(os.getcwd(), path), "a", encoding="utf-8") as file:
+        file.write(text + "\n")
+    return f"appended to {path}"
 
 
 def main() -> None:

@@ -72,6 +72,13 @@ class ProcessProbes:
         pages = int(Path(f"/proc/{self.pid}/statm").read_text().split()[1])
         return pages * PAGE_SIZE
 
+    def peak_rss(self) -> int:
+        """The most resident memory the process has had so far, in bytes (VmHWM)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise LookupError(f"no VmHWM for process {self.pid}")
+
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the process (every thread) so far."""
         text = Path(f"/proc/{self.pid}/stat").read_text()

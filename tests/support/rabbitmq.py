@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import kombu
 
-from broker_config.app import kick_exchange
+from parley.fleet.app import kick_exchange
 
 AMQP_TEST_URL = os.environ.get("PARLEY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from schemas.events import Event, EventKind
+from parley.schemas.events import Event, EventKind
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from workers.store.sql_store import SqlStore
+from parley.store.sql_store import SqlStore
 
 
 def age(store: SqlStore, session_id: str, by: timedelta) -> None:
@@ -38,10 +38,19 @@ ROWS_OF_SESSION = {
     "events": "SELECT count(*) FROM events JOIN turns ON turns.id = events.turn_id "
     "WHERE turns.session_id = :s",
     "batch_lines": "SELECT count(*) FROM batch_lines WHERE session_id = :s",
+    "compactions": "SELECT count(*) FROM compactions WHERE session_id = :s",
+    "push_configs": "SELECT count(*) FROM push_configs JOIN turns "
+    "ON turns.id = push_configs.turn_id WHERE turns.session_id = :s",
+    "event_waits": "SELECT count(*) FROM event_waits JOIN runs "
+    "ON runs.id = event_waits.run_id WHERE runs.session_id = :s",
+    "signals": "SELECT count(*) FROM signals JOIN runs ON runs.id = signals.run_id "
+    "WHERE runs.session_id = :s",
 }
 
-OF_NO_SESSION = frozenset({"files", "file_parts", "batches"})
-"""Tables whose rows belong to a tenant, not a session: pruned as their batches end."""
+OF_NO_SESSION = frozenset({"files", "file_parts", "batches", "schedules", "schedule_runs"})
+"""Tables whose rows belong to a tenant, not a session: a batch's pruned as it ends, a
+schedule's kept until it is deleted (a slot's record names the turn it fired, which a
+prune of that turn's session leaves as a record of the firing)."""
 
 
 HELD_WHILE_DRIVEN = frozenset({"session_leases"})

@@ -11,10 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.gateway.projections.agui import AgUiRun
-from schemas.events import (
+from parley.schemas.events import (
+    AgentEnded,
+    AgentStarted,
     ApprovalAnswered,
     ApprovalRequested,
     Checked,
+    Compacted,
     Ended,
     Event,
     EventPayload,
@@ -28,8 +31,9 @@ from schemas.events import (
     Token,
     ToolAnswered,
     ToolCalled,
+    WaitingForEvent,
 )
-from schemas.messages import ToolCall
+from parley.schemas.messages import ToolCall
 
 TURN = "11111111-2222-3333-4444-555555555555"
 USER = {"id": "u1", "role": "user", "content": "hello"}
@@ -447,6 +451,47 @@ def test_a_replay_into_messages_the_client_holds_adds_only_what_it_lacks() -> No
     assert apply(cut, resent) == whole
 
 
+def twice_restarted_turn() -> list[Event]:
+    """A step redone twice (a worker died while its tool ran, then the redo's stream
+    failed) before it committed."""
+
+    def read() -> list[EventPayload]:
+        return [
+            ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments="{}"),
+            ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+        ]
+
+    return events_of(
+        Token(step=0, text="Reading."),
+        *read(),
+        StepRestarted(step=0, reason="resumed"),
+        Token(step=0, text="Rea"),
+        StepRestarted(step=0, reason="failed"),
+        Token(step=0, text="Reading."),
+        *read(),
+        StepCommitted(step=0, text="Reading.", tool_calls=(READ,)),
+        Token(step=1, text="It says A."),
+        StepCommitted(step=1, text="It says A."),
+        Ended(outcome="finished", reply="It says A."),
+    )
+
+
+def test_a_replay_of_a_step_restarted_twice_holds_its_tool_result_once() -> None:
+    """Replayed into what the client holds, the first restart takes the step's held
+    messages back (its redo streams them again); the second must not give back the tool
+    result the first took, or the redo's result is held twice."""
+    first = project(twice_restarted_turn())
+    verify(first)
+    whole = apply([USER], first)
+    assert [m["role"] for m in whole] == ["user", "assistant", "tool", "assistant"]
+    again = project(twice_restarted_turn(), input_messages=whole)
+    verify(again)
+    assert apply(whole, again) == whole
+    snapshots = [e["messages"] for e in again if e["type"] == "MESSAGES_SNAPSHOT"]
+    assert len(snapshots) == 2
+    assert [m["role"] for m in snapshots[1]] == ["user", "assistant", "assistant"]
+
+
 def test_the_events_carry_only_fields_ag_ui_declares() -> None:
     declared = {
         "RUN_STARTED": {"type", "threadId", "runId", "metadata"},
@@ -596,3 +641,81 @@ def test_a_resumed_run_shows_the_waiting_call_once_and_its_answer() -> None:
 
 def customs(events: list[dict[str, Any]], name: str) -> list[Any]:
     return [e["value"] for e in events if e["type"] == "CUSTOM" and e["name"] == name]
+
+
+def test_a_child_turn_is_told_by_custom_events() -> None:
+    started = AgentStarted(call_id="call_0_0", agent="researcher", turn_id="t2", session_id="s2")
+    ended = AgentEnded(call_id="call_0_0", outcome="cancelled", agent="researcher", turn_id="t2")
+    out = project(
+        events_of(
+            Queued(run_id="r"),
+            Started(run_id="r", attempt=1, worker="w"),
+            Token(step=0, text="Asking."),
+            started,
+            ended,
+            StepCommitted(step=0, text="Asking."),
+            Ended(outcome="finished", reply="Asking."),
+        )
+    )
+    verify(out)
+    told = [e for e in out if e.get("name", "").startswith("parley.agent_")]
+    assert told == [
+        {"type": "CUSTOM", "name": "parley.agent_started", "value": started.to_json()},
+        {"type": "CUSTOM", "name": "parley.agent_ended", "value": ended.to_json()},
+    ]
+
+
+COMPACTED = Compacted(
+    compaction_id="k1",
+    through_turn_id="t0",
+    strategy="summarize",
+    text="## Goal\nread a.txt",
+    tokens_before=900,
+    tokens_after=40,
+)
+COMPACTED_VALUE = {
+    "compactionId": "k1",
+    "throughTurnId": "t0",
+    "strategy": "summarize",
+    "text": "## Goal\nread a.txt",
+    "tokensBefore": 900,
+    "tokensAfter": 40,
+}
+
+
+def test_a_compaction_before_the_first_step_is_a_custom_event_and_changes_nothing_else() -> None:
+    plain = tool_turn()
+    compacted = events_of(
+        *[e.payload for e in plain[:2]], COMPACTED, *[e.payload for e in plain[2:]]
+    )
+    out = project(compacted)
+    verify(out)
+    shown = [e for e in out if e.get("name") == "parley.compacted"]
+    assert shown == [{"type": "CUSTOM", "name": "parley.compacted", "value": COMPACTED_VALUE}]
+    assert types(out).index("CUSTOM") == 1  # after RUN_STARTED, before the first step
+    assert [e for e in out if e.get("name") != "parley.compacted"] == project(plain)
+
+
+def test_a_wait_for_an_event_is_a_custom_event_and_changes_nothing_else() -> None:
+    events = tool_turn()
+    payloads = [e.payload for e in events]
+    called = next(n for n, p in enumerate(payloads) if isinstance(p, ToolCalled)) + 1
+    waited = [
+        *payloads[:called],
+        WaitingForEvent(step=0, call_id="call_0_0", event="go", until="2027-01-04T08:00:00+00:00"),
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=2, worker="w"),
+        *payloads[called:],
+    ]
+    plain = project(events)
+    out = project(events_of(*waited))
+    verify(out)
+    assert [e for e in out if e.get("name") == "parley.waiting"] == [
+        {
+            "type": "CUSTOM",
+            "name": "parley.waiting",
+            "value": {"callId": "call_0_0", "event": "go", "until": "2027-01-04T08:00:00+00:00"},
+        }
+    ]
+    assert [e for e in out if e.get("name") != "parley.waiting"] == plain
+    assert apply([USER], out) == apply([USER], plain)

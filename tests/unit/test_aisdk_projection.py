@@ -12,10 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.gateway.projections.aisdk import UiMessageStream
-from schemas.events import (
+from parley.schemas.events import (
+    AgentEnded,
+    AgentStarted,
     ApprovalAnswered,
     ApprovalRequested,
     Checked,
+    Compacted,
     Ended,
     Event,
     EventPayload,
@@ -29,8 +32,9 @@ from schemas.events import (
     Token,
     ToolAnswered,
     ToolCalled,
+    WaitingForEvent,
 )
-from schemas.messages import ToolCall
+from parley.schemas.messages import ToolCall
 
 TURN = "11111111-2222-3333-4444-555555555555"
 IDS = {"sessionId": "session", "turnId": TURN}
@@ -488,3 +492,111 @@ def test_a_waiting_call_and_the_message_going_on_after_its_answer(decision: str)
 
 def part_types(message: dict[str, Any]) -> list[str]:
     return [p["type"] for p in message["parts"]]
+
+
+def test_a_child_turn_is_one_agent_part_updated_when_it_ends() -> None:
+    started = AgentStarted(call_id="call_0_0", agent="researcher", turn_id="t2", session_id="s2")
+    out = project(
+        events_of(
+            Queued(run_id="r"),
+            Started(run_id="r", attempt=1, worker="w"),
+            Token(step=0, text="Asking."),
+            started,
+            AgentEnded(call_id="call_0_0", outcome="finished", agent="researcher", turn_id="t2"),
+            Queued(run_id="r"),
+            Started(run_id="r", attempt=2, worker="w"),
+            StepCommitted(step=0, text="Asking."),
+            Token(step=1, text="Done."),
+            StepCommitted(step=1, text="Done."),
+            Ended(outcome="finished", reply="Done."),
+        )
+    )
+    check(out)
+    parts = [c for c in out if c["type"] == "data-parley-agent"]
+    assert parts == [
+        {
+            "type": "data-parley-agent",
+            "id": "agent:call_0_0",
+            "data": {**started.to_json(), "status": "running"},
+        },
+        {
+            "type": "data-parley-agent",
+            "id": "agent:call_0_0",  # the same part: the client replaces the first
+            "data": {
+                "call_id": "call_0_0",
+                "agent": "researcher",
+                "turn_id": "t2",
+                "status": "finished",
+            },
+        },
+    ]
+
+
+COMPACTED = Compacted(
+    compaction_id="k1",
+    through_turn_id="t0",
+    strategy="summarize",
+    text="## Goal\nread a.txt",
+    tokens_before=900,
+    tokens_after=40,
+)
+COMPACTED_VALUE = {
+    "compactionId": "k1",
+    "throughTurnId": "t0",
+    "strategy": "summarize",
+    "text": "## Goal\nread a.txt",
+    "tokensBefore": 900,
+    "tokensAfter": 40,
+}
+
+
+def test_a_compaction_is_a_data_part_and_changes_nothing_else() -> None:
+    first: list[EventPayload] = [Queued(run_id="r"), Started(run_id="r", attempt=1, worker="w")]
+    rest: list[EventPayload] = [
+        Token(step=0, text="It says A."),
+        StepCommitted(step=0, text="It says A."),
+        Ended(outcome="finished", reply="It says A."),
+    ]
+    plain = project(events_of(*first, *rest))
+    out = project(events_of(*first, COMPACTED, *rest))
+    check(out)
+    parts = [c for c in out if c["type"] == "data-parley-compacted"]
+    assert parts == [
+        {"type": "data-parley-compacted", "id": "compacted:k1", "data": COMPACTED_VALUE}
+    ]
+    assert [c for c in out if c["type"] != "data-parley-compacted"] == plain
+
+
+def test_a_wait_for_an_event_is_a_data_part_and_changes_nothing_else() -> None:
+    # A call that waited for an event (docs/time.md#waiting-for-an-event): its result came
+    # on the attempt the signal queued.
+    called: list[EventPayload] = [
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=1, worker="w"),
+        Token(step=0, text="Let me look."),
+        ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments='{"path": "a.txt"}'),
+    ]
+    answered: list[EventPayload] = [
+        ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+        StepCommitted(step=0, text="Let me look.", tool_calls=(READ,)),
+        Token(step=1, text="It says A."),
+        StepCommitted(step=1, text="It says A."),
+        Ended(outcome="finished", reply="It says A."),
+    ]
+    waited: list[EventPayload] = [
+        WaitingForEvent(step=0, call_id="call_0_0", event="go", until=None),
+        Queued(run_id="r"),
+        Started(run_id="r", attempt=2, worker="w"),
+    ]
+    plain = project(events_of(*called, *answered))
+    out = project(events_of(*called, *waited, *answered))
+    check(out)
+    parts = [c for c in out if c["type"] == "data-parley-waiting"]
+    assert parts == [
+        {
+            "type": "data-parley-waiting",
+            "id": "waiting:call_0_0",
+            "data": {"callId": "call_0_0", "event": "go", "until": None},
+        }
+    ]
+    assert [c for c in out if c["type"] != "data-parley-waiting"] == plain

@@ -18,8 +18,10 @@ import parley
 from parley.errors import InvalidRequest
 from parley.models import AnthropicModel, Backoff, Fallover, ProviderError
 from parley.models.errors import RateLimited
-from schemas.events import Event, EventKind
-from schemas.messages import (
+from parley.ports.admission import Limits, ProviderReport
+from parley.ports.host import ModelRequest, ModelThrottled, StreamAborted
+from parley.schemas.events import Event, EventKind
+from parley.schemas.messages import (
     AssistantMessage,
     Message,
     Prefix,
@@ -28,11 +30,9 @@ from schemas.messages import (
     ToolMessage,
     UserMessage,
 )
-from schemas.records import Usage
+from parley.schemas.records import Usage
 from tests.providers.servers import ProviderServer, Reply, anthropic_message, anthropic_server, sse
 from tests.providers.sink import RecordingSink
-from workers.ports.admission import Limits
-from workers.ports.host import ModelRequest, ModelThrottled, StreamAborted
 
 KEY = "sk-ant-test-0123456789abcdef"
 
@@ -278,6 +278,18 @@ def test_a_reply_carries_the_limits_its_headers_reported(
     # Without the combined figure, the input-tokens limit stands for tpm.
     assert model.stream(request(), RecordingSink()).limits == Limits(rpm=1000, tpm=80_000)
     assert model.stream(request(), RecordingSink()).limits is None
+
+
+def test_what_the_headers_say_reaches_the_sink_before_the_first_delta(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(Reply(frames=anthropic_message("ok"), headers=rate_headers()))
+    sink = RecordingSink()
+    make_model().stream(request(), sink)
+    report = ProviderReport(
+        limits=Limits(rpm=1000, tpm=96_000), requests_remaining=999, tokens_remaining=0
+    )
+    assert sink.reports == [(report, 0)]
 
 
 def test_a_retry_after_beyond_the_cap_fails_over_instead_of_sleeping(

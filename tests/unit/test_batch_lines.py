@@ -1,20 +1,29 @@
-"""A batch's input lines (parley/openai_api/batch_lines.py): each is read on its own, a
+"""A batch's input lines (src/parley/openai_api/batch_lines.py): each is read on its own, a
 malformed one refused alone with OpenAI's error and the line's number, the rest kept;
 an input of no lines, or of too many, is refused whole."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from parley.errors import InvalidRequest
 from parley.openai_api import batch_lines
-from parley.openai_api.batch_lines import ParsedLine, jsonl_lines, parse_lines
-from schemas.batches import LineRefusal
+from parley.openai_api.batch_lines import ParsedLine, read_lines
+from parley.openai_api.jsonl import jsonl_stream
+from parley.schemas.batches import LineRefusal
 
 GOOD = {"custom_id": "a", "method": "POST", "url": "/v1/responses", "body": {"input": "hi"}}
+
+
+def parse_lines(lines: Iterable[tuple[int, Any]]) -> tuple[list[ParsedLine], list[LineRefusal]]:
+    """The lines read, split into the accepted and the refused."""
+    read = list(read_lines(lines))
+    parsed = [line for line in read if isinstance(line, ParsedLine)]
+    return parsed, [line for line in read if isinstance(line, LineRefusal)]
 
 
 def refusal_of(value: Any) -> tuple[str, str | None]:
@@ -101,7 +110,7 @@ def test_jsonl_numbers_the_lines_skips_blank_ones_and_refuses_what_is_not_json()
     data = b"\n".join(
         [json.dumps(GOOD).encode(), b"", b"   ", b"{oops", b"\xff\xfe", json.dumps(GOOD).encode()]
     )
-    lines = list(jsonl_lines(data + b"\n"))
+    lines = list(jsonl_stream([data + b"\n"]))
     assert [n for n, _ in lines] == [1, 4, 5, 6]
     assert [type(v) for _, v in lines] == [dict, LineRefusal, LineRefusal, dict]
     assert all(v.code == "invalid_json" for _, v in lines if isinstance(v, LineRefusal))
@@ -111,7 +120,7 @@ def test_an_input_of_no_lines_or_too_many_is_refused_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with pytest.raises(InvalidRequest, match="no lines"):
-        parse_lines(jsonl_lines(b"\n\n"))
+        parse_lines(jsonl_stream([b"\n\n"]))
     monkeypatch.setattr(batch_lines, "MAX_LINES", 2)
     with pytest.raises(InvalidRequest, match="at most 2 lines"):
         parse_lines([(n, {**GOOD, "custom_id": str(n)}) for n in range(1, 4)])

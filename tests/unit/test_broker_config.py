@@ -9,17 +9,17 @@ import sys
 import pytest
 from kombu.transport.native_delayed_delivery import calculate_routing_key
 
-from broker_config.app import (
+from parley.coordination import constants as c
+from parley.errors import InvalidRequest
+from parley.fleet.app import (
     REDIS_BROKER_CONNECTIONS,
     create_app,
     kick_queue,
     quorum_queues,
     transport_options,
 )
-from broker_config.settings import FleetSettings
-from parley.errors import InvalidRequest
-from workers.coordination import constants as c
-from workers.runtime.concurrency import DATABASE_POOL_SIZE
+from parley.fleet.settings import FleetSettings
+from parley.runtime.concurrency import DATABASE_POOL_SIZE
 
 ENV = {
     "PARLEY_DATABASE_URL": "postgresql+psycopg://db/parley",
@@ -201,4 +201,4 @@ def test_importing_parley_leaves_the_brokers_transport_to_the_first_connection()
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert "kombu.transport.redis" not in loaded
-    assert "broker_config.transport" not in loaded
+    assert "parley.fleet.transport" not in loaded

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import parley
+from parley.engine.context import check_replay
 from parley.errors import InvalidRequest
-from schemas.messages import (
+from parley.ports.budget import ContextBudget, elided_result_marker, estimate_tokens
+from parley.schemas.messages import (
     AssistantMessage,
     Message,
     Prefix,
@@ -21,8 +23,6 @@ from schemas.messages import (
     UserMessage,
 )
 from tests.support.helpers import RecordingModel
-from workers.engine.context import check_replay
-from workers.ports.budget import ContextBudget, elided_result_marker, estimate_tokens
 
 PREFIX = Prefix(system_prompt="be brief", tools=())
 

@@ -15,12 +15,12 @@ import pytest
 import parley
 from parley.errors import InvalidRequest
 from parley.policy import Policy
+from parley.ports.host import Access, ToolContext
+from parley.schemas.events import EventKind
 from parley.tools import WORKSPACE_TOOLS, FunctionTool, command_tool, run_command, search_files
 from parley.tools import commands as commands_module
 from parley.tools import search as search_module
 from parley.tools.base import validate
-from schemas.events import EventKind
-from workers.ports.host import Access, ToolContext
 
 
 @pytest.fixture
@@ -42,7 +42,9 @@ def parse(tool: FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
 def call(tool: FunctionTool, arguments: dict[str, Any], context: ToolContext) -> str:
     parsed = parse(tool, arguments)
     tool.accesses(parsed)  # what the engine does first: its errors come before the run
-    return tool.run(parsed, context)
+    result = tool.run(parsed, context)
+    assert isinstance(result, str)  # (a WaitFor parks a turn: none of these tools waits)
+    return result
 
 
 def refusal(

@@ -1,4 +1,4 @@
-"""The engine's side of admission (workers/engine/call_admission.py) on the in-process
+"""The engine's side of admission (src/parley/engine/call_admission.py) on the in-process
 admission and a clock the test moves: a model whose limits nobody knows is probed (its
 calls in this process go one at a time, a probe that takes long holds the others at most
 ``PROBE_SECONDS``, a throttle or a failure lets the next one go); an admission out of
@@ -18,19 +18,19 @@ from typing import TypeVar
 
 import pytest
 
-from schemas.errors import InvalidRequest
-from schemas.records import Usage
-from workers.coordination.local_admission import LocalAdmission
-from workers.coordination.redis_admission import RedisAdmission
-from workers.engine.call_admission import (
+from parley.coordination.local_admission import LocalAdmission
+from parley.coordination.redis_admission import RedisAdmission
+from parley.engine.call_admission import (
     DEFAULT_MAX_RETRY_AFTER,
     PROBE_SECONDS,
     AdmissionSettings,
     CallAdmission,
     Throttle,
 )
-from workers.ports.admission import Demand, Grant, Limits
-from workers.ports.host import ModelReply, ModelThrottled
+from parley.ports.admission import Demand, Grant, Limits, ProviderReport
+from parley.ports.host import ModelReply, ModelThrottled
+from parley.schemas.errors import InvalidRequest
+from parley.schemas.records import Usage
 
 MODEL = "openai:gpt-test"
 HELD_SECONDS = 0.4
@@ -216,6 +216,62 @@ def test_a_probe_that_fails_lets_the_next_call_go(
         let_go(clock)()
 
 
+def test_a_probe_ends_when_the_answer_begins_stating_its_limits(
+    clock: Clock, local: LocalAdmission, pool: ThreadPoolExecutor
+) -> None:
+    """The headers come before the first token: the next calls need not wait for the
+    probe's whole answer (issue 42: a second of one call per worker at a cold start)."""
+    gate = gate_of(clock, local)
+    first = granted(gate.admit(ask(), go_on))
+    second = admit_in(pool, gate)
+    assert still_waiting(second)
+    gate.observe(first, ProviderReport(limits=Limits(rpm=600), requests_remaining=599))
+    granted(second.result(DONE_SECONDS))  # the probe's answer is still streaming
+    assert gate.limits_of(MODEL) == Limits(rpm=600)
+
+
+def test_headers_that_state_nothing_end_the_probe_for_good(
+    clock: Clock, local: LocalAdmission, pool: ThreadPoolExecutor
+) -> None:
+    gate = gate_of(clock, local)
+    first = granted(gate.admit(ask(), go_on))
+    second = admit_in(pool, gate)
+    assert still_waiting(second)
+    gate.observe(first, ProviderReport())
+    granted(second.result(DONE_SECONDS))
+    together = [admit_in(pool, gate) for _ in range(3)]
+    for future in together:
+        granted(future.result(DONE_SECONDS))
+
+
+class CountingAdmission(LocalAdmission):
+    """The in-process admission, counting the reports it was passed."""
+
+    observed = 0
+
+    def observe(self, grant: Grant, report: ProviderReport) -> None:
+        self.observed += 1
+        super().observe(grant, report)
+
+
+@pytest.mark.parametrize(
+    ("remaining", "passed"),
+    [(5, True), (19, True), (20, False), (1_200, False)],  # bursts of 9.8: reach 19.6
+)
+def test_a_report_is_passed_on_when_what_is_left_is_within_reach_of_the_buckets(
+    remaining: int, passed: bool, clock: Clock
+) -> None:
+    """A provider whose bucket holds a minute (OpenAI's) says it has far more left than
+    ours hold: its reports cost no round trip, and would lower nothing anyway."""
+    counting = CountingAdmission(clock=clock)
+    gate = gate_of(clock, counting, limits={MODEL: Limits(rpm=600)})
+    grant = granted(gate.admit(ask(), go_on))
+    gate.observe(grant, ProviderReport(requests_remaining=remaining))
+    assert counting.observed == int(passed)
+    available = counting.use([MODEL])[0].requests_available
+    assert available == pytest.approx(min(8.8, remaining))
+
+
 # ------------------------------------------------------------------------ out of reach
 
 
@@ -261,7 +317,7 @@ def test_a_refusal_waits_the_providers_retry_after_capped_by_max_retry_after(
     assert gate.refused(grant, ModelThrottled("429", retry_after=retry_after)) == waits
     [use] = local.use([MODEL])
     assert use.blocked_seconds == pytest.approx(waits)
-    assert use.slowed < 1
+    assert use.slowed == 1.0  # a lone 429 blocks the model; it does not slow it
 
 
 def test_a_refusal_gives_its_tokens_back_before_the_penalty_empties_the_buckets(

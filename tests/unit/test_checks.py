@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.engine.contract_check import run_contract_check
+from parley.engine.contract_check import run_contract_check
 
 
 def test_a_check_reports_its_exit_code_and_output(tmp_path: Path) -> None:

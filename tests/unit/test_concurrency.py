@@ -1,11 +1,11 @@
 """How many turns a fleet process drives at once, and the connection pools sized for
-them (``workers.runtime.concurrency``)."""
+them (``parley.runtime.concurrency``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.runtime.concurrency import (
+from parley.runtime.concurrency import (
     COORDINATOR_THREADS,
     DATABASE_POOL_SIZE,
     ConnectionBudget,

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from parley.engine.context import assemble, check_replay, history_messages, step_messages
 from parley.errors import CodecError
-from schemas.messages import (
+from parley.ports.backend import CommittedStep, PathTurn
+from parley.schemas.messages import (
     AssistantMessage,
     Message,
     StepInput,
@@ -21,9 +23,7 @@ from schemas.messages import (
     ToolResult,
     UserMessage,
 )
-from schemas.records import TurnRecord, TurnStatus
-from workers.engine.context import assemble, check_replay, history_messages, step_messages
-from workers.ports.backend import CommittedStep, PathTurn
+from parley.schemas.records import TurnRecord, TurnStatus
 
 
 def tool_call(call_id: str, name: str = "read_file") -> ToolCall:

@@ -27,7 +27,7 @@ MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 COMPOSE = DEPLOY / "compose.yaml"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 IMAGE = "parley"  # what deploy/Dockerfile builds; the compose file and manifests run it
-CODE = [REPO / d for d in ("parley", "workers", "broker_config", "schemas")]
+CODE = [REPO / "src" / "parley"]
 
 
 def manifests() -> list[dict[str, Any]]:

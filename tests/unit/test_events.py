@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 
-from schemas.errors import CodecError
-from schemas.events import (
+from parley.schemas.errors import CodecError
+from parley.schemas.events import (
     PAYLOADS,
+    AgentEnded,
+    AgentStarted,
     ApprovalAnswered,
     ApprovalRequested,
     Checked,
+    Compacted,
     Ended,
     Event,
     EventKind,
@@ -26,10 +29,11 @@ from schemas.events import (
     Token,
     ToolAnswered,
     ToolCalled,
+    WaitingForEvent,
     payload_adapter,
 )
-from schemas.messages import ToolCall
-from schemas.records import Usage
+from parley.schemas.messages import ToolCall
+from parley.schemas.records import Usage
 
 EXAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Queued(run_id="r"), {"run_id": "r"}),
@@ -111,6 +115,43 @@ EXAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (
         Throttled(model="openai:gpt-4o-mini", seconds=4.5, reason="requests"),
         {"model": "openai:gpt-4o-mini", "seconds": 4.5, "reason": "requests"},
+    ),
+    (
+        WaitingForEvent(
+            step=1, call_id="call_1_0", event="finance.approved", until="2027-01-04T08:00:00+00:00"
+        ),
+        {
+            "index": 1,
+            "call_id": "call_1_0",
+            "event": "finance.approved",
+            "until": "2027-01-04T08:00:00+00:00",
+        },
+    ),
+    (
+        Compacted(
+            compaction_id="k",
+            through_turn_id="t",
+            strategy="trim",
+            text="trimmed 2 tool results",
+            tokens_before=900,
+            tokens_after=300,
+        ),
+        {
+            "compaction_id": "k",
+            "through_turn_id": "t",
+            "strategy": "trim",
+            "text": "trimmed 2 tool results",
+            "tokens_before": 900,
+            "tokens_after": 300,
+        },
+    ),
+    (
+        AgentStarted(call_id="c1", agent="writer/critic", turn_id="t2", session_id="s2"),
+        {"call_id": "c1", "agent": "writer/critic", "turn_id": "t2", "session_id": "s2"},
+    ),
+    (
+        AgentEnded(call_id="c1", outcome="cancelled", agent="writer", turn_id="t2"),
+        {"call_id": "c1", "outcome": "cancelled", "agent": "writer", "turn_id": "t2"},
     ),
     (
         Ended(outcome="cancelled", undelivered=("late",)),

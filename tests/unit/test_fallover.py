@@ -20,7 +20,9 @@ from parley.models import (
     ProviderError,
     RateLimited,
 )
-from schemas.messages import Prefix, UserMessage
+from parley.ports.admission import Limits
+from parley.ports.host import DeltaSink, ModelReply, ModelRequest, ModelThrottled, StreamAborted
+from parley.schemas.messages import Prefix, UserMessage
 from tests.providers.servers import (
     ProviderServer,
     Reply,
@@ -30,8 +32,6 @@ from tests.providers.servers import (
     openai_text,
 )
 from tests.providers.sink import RecordingSink
-from workers.ports.admission import Limits
-from workers.ports.host import DeltaSink, ModelReply, ModelRequest, ModelThrottled, StreamAborted
 
 OPENAI_KEY = "sk-test-123456"
 ANTHROPIC_KEY = "sk-ant-123456"

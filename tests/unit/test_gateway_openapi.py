@@ -11,7 +11,7 @@ import pytest
 
 import parley
 from parley.gateway import GatewaySettings, create_app
-from schemas.events import EventKind
+from parley.schemas.events import EventKind
 from tests.support.helpers import scripted_host
 
 ROUTES = {
@@ -22,6 +22,9 @@ ROUTES = {
     ("get", "/v1/sessions/{session_id}/history"),
     ("get", "/v1/sessions/{session_id}/tree"),
     ("post", "/v1/sessions/{session_id}/branch"),
+    ("post", "/v1/sessions/{session_id}/compact"),
+    ("get", "/v1/sessions/{session_id}/compactions"),
+    ("delete", "/v1/sessions/{session_id}/compactions/{compaction_id}"),
     ("get", "/v1/turns/{turn_id}"),
     ("get", "/v1/turns/{turn_id}/events"),
     ("get", "/v1/turns/{turn_id}/result"),

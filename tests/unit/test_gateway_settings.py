@@ -16,6 +16,7 @@ from parley.gateway.local_token import TOKEN_FILE
 from parley.gateway.server import Bind
 from parley.gateway.settings import LOCAL_TENANT, GatewaySettings, parse_tokens
 from parley.gateway.tenants import TokenTable
+from parley.settings import Settings
 from parley.workspaces import workspace_root
 
 TOKEN_A = "aaaaaaaaaaaaaaaaaaaa"
@@ -143,6 +144,15 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
             "PARLEY_GATEWAY_BODY_TIMEOUT": "7.5",
             "PARLEY_GATEWAY_TENANT_REQUESTS": "9",
             "PARLEY_GATEWAY_TENANT_STREAMS": "3",
+            "PARLEY_GATEWAY_MAX_FILE": "5000",
+            "PARLEY_GATEWAY_UPLOAD_RATE": "100",
+            "PARLEY_GATEWAY_UPLOAD_SPOOL": "5000",
+            "PARLEY_GATEWAY_TENANT_UPLOADS": "4",
+            "PARLEY_GATEWAY_CONNECTIONS": "50",
+            "PARLEY_GATEWAY_CLIENT_CONNECTIONS": "10",
+            "PARLEY_GATEWAY_HEAVY_THREADS": "6",
+            "PARLEY_GATEWAY_TENANT_HEAVY": "3",
+            "PARLEY_TENANT_STORAGE": "123456",
         }
     )
     assert not settings.loopback_only
@@ -153,6 +163,18 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
     assert settings.cors_origins == ("https://a.example", "https://b.example")
     assert (settings.header_timeout_seconds, settings.body_timeout_seconds) == (2, 7.5)
     assert (settings.tenant_requests, settings.tenant_streams) == (9, 3)
+    assert (settings.max_file, settings.upload_rate, settings.upload_spool) == (5000, 100, 5000)
+    assert settings.tenant_uploads == 4
+    assert (settings.connections, settings.client_connections) == (50, 10)
+    assert (settings.heavy_threads, settings.tenant_heavy) == (6, 3)
+    assert settings.tenant_storage == 123456
+
+
+def test_the_upload_spool_holds_the_largest_file() -> None:
+    with pytest.raises(InvalidRequest, match=r"PARLEY_GATEWAY_UPLOAD_SPOOL .* PARLEY_GATEWAY_MAX"):
+        GatewaySettings.from_environment(
+            {"PARLEY_GATEWAY_MAX_FILE": "5000", "PARLEY_GATEWAY_UPLOAD_SPOOL": "4999"}
+        )
 
 
 @pytest.mark.parametrize(
@@ -166,6 +188,14 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
         ("PARLEY_GATEWAY_BODY_TIMEOUT", "soon"),
         ("PARLEY_GATEWAY_TENANT_REQUESTS", "0"),
         ("PARLEY_GATEWAY_TENANT_STREAMS", "many"),
+        ("PARLEY_GATEWAY_UPLOAD_RATE", "fast"),
+        ("PARLEY_GATEWAY_UPLOAD_SPOOL", "-5"),
+        ("PARLEY_GATEWAY_TENANT_UPLOADS", "0"),
+        ("PARLEY_GATEWAY_CONNECTIONS", "1.5"),
+        ("PARLEY_GATEWAY_CLIENT_CONNECTIONS", "0"),
+        ("PARLEY_GATEWAY_HEAVY_THREADS", "none"),
+        ("PARLEY_GATEWAY_TENANT_HEAVY", "0"),
+        ("PARLEY_TENANT_STORAGE", "10GB"),
     ],
 )
 def test_a_bad_setting_names_its_variable(name: str, value: str) -> None:
@@ -200,8 +230,9 @@ def test_binds(value: str, host: str, port: int, loopback: bool) -> None:
 
 
 def test_the_default_bind_is_loopback_on_port() -> None:
-    assert Bind.parse(None, {"PORT": "5001"}) == Bind(host="127.0.0.1", port=5001)
-    assert Bind.parse(None, {}) == Bind(host="127.0.0.1", port=8000)
+    port = Settings.from_environment({"PORT": "5001"}).port
+    assert Bind.parse(None, port) == Bind(host="127.0.0.1", port=5001)
+    assert Bind.parse(None, Settings.from_environment({}).port) == Bind(host="127.0.0.1", port=8000)
 
 
 @pytest.mark.parametrize("value", ["8000", ":8000", "host:port", "host:70000"])

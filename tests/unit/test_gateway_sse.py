@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from parley.gateway.routers.native import event_stream, sse_bytes
+from parley.gateway.event_streams import event_stream, sse_bytes
 from parley.gateway.settings import GatewaySettings
-from schemas.events import Event, EventKind
+from parley.schemas.events import Event, EventKind
 
 
 def test_an_event_frame_is_id_event_data_and_a_blank_line_in_lf() -> None:

@@ -1,4 +1,4 @@
-"""``parley/gateway/threads.py``: a protocol's thread or chat id names one session per
+"""``src/parley/gateway/threads.py``: a protocol's thread or chat id names one session per
 tenant, found the same way by every process, created once even when two requests race,
 and an id that is one of the tenant's session ids names that session."""
 

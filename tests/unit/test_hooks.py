@@ -9,7 +9,7 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest
-from workers.ports.host import HookSet
+from parley.ports.host import HookSet
 
 
 class Audit(parley.SessionHooks):

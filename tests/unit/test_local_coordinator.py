@@ -5,9 +5,9 @@ tested, with the Redis one, in tests/integration/test_coordinator_contract.py.""
 
 from __future__ import annotations
 
-from schemas.events import Event, EventKind
-from schemas.records import Steer, SteerKind
-from workers.coordination.local_coordinator import UNENDED_FACTOR, LocalCoordinator
+from parley.coordination.local_coordinator import UNENDED_FACTOR, LocalCoordinator
+from parley.schemas.events import Event, EventKind
+from parley.schemas.records import Steer, SteerKind
 
 
 def event(turn_id: str, seq: int, kind: EventKind = EventKind.TOKEN) -> Event:

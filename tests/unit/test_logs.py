@@ -1,4 +1,4 @@
-"""parley.logs and workers.telemetry.log_context: the format a variable names, the ids a line
+"""parley.logs and parley.telemetry.log_context: the format a variable names, the ids a line
 carries, and the JSON line itself."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 
 from parley.errors import InvalidRequest
 from parley.logs import IdsOnRecords, JsonLines, LogFormat, TextLines, log_format
-from workers.telemetry.log_context import bind, current_ids, log_context, log_scope
+from parley.settings import Settings
+from parley.telemetry.log_context import bind, current_ids, log_context, log_scope
 
 
 @pytest.fixture
@@ -40,14 +41,17 @@ def parsed(out: io.StringIO) -> list[dict[str, Any]]:
 
 
 def test_the_format_is_text_unless_json_is_asked_and_anything_else_is_refused() -> None:
-    assert log_format({}) is LogFormat.TEXT
-    assert log_format({"PARLEY_LOG_FORMAT": ""}) is LogFormat.TEXT
-    assert log_format({"PARLEY_LOG_FORMAT": "text"}) is LogFormat.TEXT
-    assert log_format({"PARLEY_LOG_FORMAT": "json"}) is LogFormat.JSON
+    def format_of(environ: dict[str, str]) -> LogFormat:
+        return log_format(Settings.from_environment(environ))
+
+    assert format_of({}) is LogFormat.TEXT
+    assert format_of({"PARLEY_LOG_FORMAT": ""}) is LogFormat.TEXT
+    assert format_of({"PARLEY_LOG_FORMAT": "text"}) is LogFormat.TEXT
+    assert format_of({"PARLEY_LOG_FORMAT": "json"}) is LogFormat.JSON
     for wrong in ("JSON", "xml", "json ", "logfmt"):
         with pytest.raises(InvalidRequest) as refused:
-            log_format({"PARLEY_LOG_FORMAT": wrong})
-        expected = f"PARLEY_LOG_FORMAT must be 'text' or 'json', not {wrong!r}"
+            format_of({"PARLEY_LOG_FORMAT": wrong})
+        expected = f"PARLEY_LOG_FORMAT must be text or json, not {wrong!r}"
         assert str(refused.value) == expected
 
 

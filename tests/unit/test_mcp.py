@@ -29,7 +29,9 @@ from parley.mcp import (
 )
 from parley.mcp.toolbox import _name_tools
 from parley.policy import Policy
-from workers.ports.host import Access, ToolContext
+from parley.ports.host import Access, ToolContext
+from parley.remote_mcp import McpRemote, RemoteMcpError
+from tests.providers.sink import RecordingSink
 
 SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
 CONTEXT = ToolContext(root="/tmp", session_id="s", turn_id="t")
@@ -424,3 +426,16 @@ def test_one_failed_server_closes_the_others(http_url: str) -> None:
     with pytest.raises(McpError, match="'nope' did not start") as failure:
         open_toolbox(specs)
     assert "'fine'" not in str(failure.value)
+
+
+def test_a_remote_mcp_agent_on_a_server_without_tasks_is_refused_before_sending(
+    http_url: str,
+) -> None:
+    """A remote agent over MCP (docs/sub-agents.md#8-remote-agents) handshakes with the
+    official SDK's server (a session id, SSE answers) and, since that server runs no tool
+    call as a task, refuses it before any call is sent."""
+    remote = McpRemote(url=http_url, tool="echo", headers={}, poll_seconds=0.1, timeout_seconds=10)
+    sink = RecordingSink()
+    with pytest.raises(RemoteMcpError, match="does not run tool calls as tasks"):
+        remote.ask("hello", key="turn-1", sink=sink)
+    assert sink.log == []

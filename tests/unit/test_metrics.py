@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 
 import parley
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.engine.emitter import Emitter
 from parley.metrics_export import MetricsBind, exposition
-from schemas.errors import Fenced
-from schemas.events import Ended, Event
-from schemas.messages import ToolCall
-from schemas.records import TurnStatus
+from parley.schemas.errors import Fenced
+from parley.schemas.events import Ended, Event
+from parley.schemas.messages import ToolCall
+from parley.schemas.records import TurnStatus
+from parley.settings import Settings
+from parley.telemetry import metrics
 from tests.support.scrape import Samples, parse
 from tests.unit.test_tool_calls import Recorder, runner
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.engine.emitter import Emitter
-from workers.telemetry import metrics
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
@@ -209,15 +210,26 @@ def test_a_turn_runs_while_every_metric_fails(
     ],
 )
 def test_the_metrics_port_is_a_port_or_host_and_port(value: str, host: str, port: int) -> None:
-    assert MetricsBind.from_env({"PARLEY_METRICS_PORT": value}) == MetricsBind(host=host, port=port)
+    settings = Settings.from_environment({"PARLEY_METRICS_PORT": value})
+    assert MetricsBind.from_settings(settings) == MetricsBind(host=host, port=port)
 
 
 @pytest.mark.parametrize("value", ["ninety", "0", "65536", "host:", ":9100", "9100:host", "-1"])
 def test_a_malformed_metrics_port_is_refused(value: str) -> None:
     with pytest.raises(parley.errors.InvalidRequest, match="PARLEY_METRICS_PORT"):
-        MetricsBind.from_env({"PARLEY_METRICS_PORT": value})
+        MetricsBind.from_settings(Settings.from_environment({"PARLEY_METRICS_PORT": value}))
 
 
 def test_no_metrics_port_serves_nothing() -> None:
-    assert MetricsBind.from_env({}) is None
-    assert MetricsBind.from_env({"PARLEY_METRICS_PORT": ""}) is None
+    assert MetricsBind.from_settings(Settings.from_environment({})) is None
+    assert MetricsBind.from_settings(Settings.from_environment({"PARLEY_METRICS_PORT": ""})) is None
+
+
+def test_the_turns_waiting_for_an_event_gauge_reads_zero_once_a_tenant_waits_no_more() -> None:
+    metrics.turns_waiting_event({"acme": 3, "globex": 1})
+    assert scraped().value("parley_turns_waiting_event", tenant="acme") == 3
+    metrics.turns_waiting_event({"globex": 2})
+    after = scraped()
+    assert after.value("parley_turns_waiting_event", tenant="acme") == 0
+    assert after.value("parley_turns_waiting_event", tenant="globex") == 2
+    metrics.turns_waiting_event({})

@@ -15,12 +15,12 @@ from parley.models import (
     ScriptedModel,
     model_from_spec,
 )
-from schemas.messages import Prefix, UserMessage
+from parley.ports.host import Model, ModelRequest
+from parley.schemas.messages import Prefix, UserMessage
 from tests.providers.servers import Reply, openai_server, openai_text
 from tests.providers.sink import RecordingSink
-from workers.ports.host import Model, ModelRequest
 
-SCRIPT = str(Path(__file__).resolve().parents[2] / "parley" / "demo" / "script.json")
+SCRIPT = str(Path(__file__).resolve().parents[2] / "src" / "parley" / "demo" / "script.json")
 OPENAI_KEY = "sk-env-openai-0123456789"
 ANTHROPIC_KEY = "sk-env-anthropic-0123456789"
 ENV = {"OPENAI_API_KEY": OPENAI_KEY, "ANTHROPIC_API_KEY": ANTHROPIC_KEY}

@@ -18,8 +18,10 @@ import parley
 from parley.errors import InvalidRequest
 from parley.models import Backoff, Fallover, OpenAIChatModel, ProviderError
 from parley.models.errors import RateLimited
-from schemas.events import Event, EventKind
-from schemas.messages import (
+from parley.ports.admission import Limits, ProviderReport
+from parley.ports.host import ModelRequest, ModelThrottled, StreamAborted
+from parley.schemas.events import Event, EventKind
+from parley.schemas.messages import (
     AssistantMessage,
     Message,
     Prefix,
@@ -28,7 +30,7 @@ from schemas.messages import (
     ToolMessage,
     UserMessage,
 )
-from schemas.records import Usage
+from parley.schemas.records import Usage
 from tests.providers.servers import (
     ProviderServer,
     Reply,
@@ -39,8 +41,6 @@ from tests.providers.servers import (
     sse,
 )
 from tests.providers.sink import RecordingSink
-from workers.ports.admission import Limits
-from workers.ports.host import ModelRequest, ModelThrottled, StreamAborted
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -285,6 +285,30 @@ def test_a_reply_carries_the_limits_its_headers_reported(
     model = make_model()
     assert model.stream(request(), RecordingSink()).limits == Limits(rpm=500, tpm=200_000)
     assert model.stream(request(), RecordingSink()).limits is None  # a server that sends none
+
+
+def test_what_the_headers_say_reaches_the_sink_before_the_first_delta(
+    server: ProviderServer, make_model: ModelFactory
+) -> None:
+    server.plan(
+        Reply(frames=openai_text("ok"), headers=RATE_HEADERS),
+        Reply(frames=openai_text("ok")),
+    )
+    model = make_model()
+    told, silent = RecordingSink(), RecordingSink()
+    model.stream(request(), told)
+    model.stream(request(), silent)
+    assert told.reports == [
+        (
+            ProviderReport(
+                limits=Limits(rpm=500, tpm=200_000),
+                requests_remaining=0,
+                tokens_remaining=199_000,
+            ),
+            0,  # deltas before it
+        )
+    ]
+    assert silent.reports == [(ProviderReport(), 0)]
 
 
 def test_the_output_ceiling_is_the_max_tokens_the_request_sends(

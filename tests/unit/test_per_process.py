@@ -1,4 +1,4 @@
-"""One of something per process (workers/runtime/per_process.py): however many threads
+"""One of something per process (src/parley/runtime/per_process.py): however many threads
 ask for it at once, one is built and all of them get it; a process forked meanwhile
 builds its own, even while a thread of its parent was building."""
 
@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 
-from workers.runtime.per_process import PerProcess
+from parley.runtime.per_process import PerProcess
 
 ASKING = 16
 

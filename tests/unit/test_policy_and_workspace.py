@@ -11,8 +11,8 @@ import pytest
 from parley.errors import InvalidRequest
 from parley.globs import glob_match
 from parley.policy import ApproveAll, Policy
+from parley.ports.host import Access, AccessMode, ApprovalRequest
 from parley.workspace import confine, relative
-from workers.ports.host import Access, AccessMode, ApprovalRequest
 
 # ---------------------------------------------------------------------------- globs
 

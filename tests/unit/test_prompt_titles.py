@@ -1,4 +1,4 @@
-"""A session's title from its first prompt (workers/store/session_titles.py) reads only
+"""A session's title from its first prompt (src/parley/store/session_titles.py) reads only
 the prompt's head when that is enough: for any prompt it is the title the whole prompt
 gives (its words on one line, cut to PROMPT_TITLE_CHARS)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.store.session_titles import PROMPT_TITLE_CHARS, _unprintable, title_of_prompt
+from parley.store.session_titles import PROMPT_TITLE_CHARS, _unprintable, title_of_prompt
 
 
 def whole_prompt_title(prompt: str) -> str | None:

@@ -14,7 +14,7 @@ from parley.models.rate_headers import (
     read_rate_headers,
     retry_delay,
 )
-from workers.ports.admission import Limits
+from parley.ports.admission import Limits
 
 # OpenAI's own example (https://platform.openai.com/docs/guides/rate-limits#rate-limits-in-headers).
 OPENAI = {

@@ -1,7 +1,8 @@
 """The rate-limited provider server the admission tests run against, checked with the real
 ``openai`` client: its buckets refuse past the limit with OpenAI's body and headers and
-refill, tokens count the prompt and ``max_tokens``, the quota mode, tool steps, the stats,
-the throughput a fleet test needs, and the server as its own process."""
+refill, tokens count the prompt and ``max_tokens``, the quota mode, refusals out of phase,
+tool steps, the stats, the throughput a fleet test needs, and the server as its own
+process."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import pytest
 
 from parley.models import OpenAIChatModel
 from parley.models.errors import RateLimited
-from schemas.messages import Prefix, UserMessage
+from parley.ports.admission import Limits
+from parley.ports.host import ModelRequest
+from parley.schemas.messages import Prefix, UserMessage
 from tests.providers.account import ProviderAccount
 from tests.providers.rate_limited_server import RateLimitedServer, go_duration, server_process
 from tests.providers.sink import RecordingSink
-from workers.ports.admission import Limits
-from workers.ports.host import ModelRequest
 
 HI: Any = [{"role": "user", "content": "hi"}]
 
@@ -137,6 +138,25 @@ def test_quota_mode_refuses_every_call_until_switched_off(clients: list[openai.O
             server.set_mode("broke")
 
 
+def test_refuse_refuses_the_next_calls_for_their_rate_whatever_the_buckets_hold(
+    clients: list[openai.OpenAI],
+) -> None:
+    with RateLimitedServer(rpm=6000, stream_seconds=0.0) as server:
+        client = client_of(server, clients)
+        server.refuse(2)
+        for _ in range(2):
+            with pytest.raises(openai.RateLimitError) as caught:
+                streamed_text(client)
+            assert caught.value.code == "rate_limit_exceeded"
+            assert caught.value.response.headers["retry-after-ms"] == "10"  # a request's time
+        assert streamed_text(client)
+        stats = server.stats()
+        assert (stats.admitted, stats.rate_limited) == (1, 2)
+        for bad in (-1, 1.5, True):
+            with pytest.raises(ValueError, match="calls must be"):
+                server.refuse(bad)  # type: ignore[arg-type]
+
+
 def test_parleys_model_reads_its_limits_and_429s(clients: list[openai.OpenAI]) -> None:
     with RateLimitedServer(rpm=60, tpm=60_000, stream_seconds=0.0) as server:
         model = OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="sk-test")
@@ -222,6 +242,13 @@ def test_the_server_runs_as_its_own_process(clients: list[openai.OpenAI]) -> Non
         with pytest.raises(openai.RateLimitError) as caught:
             streamed_text(client)
         assert caught.value.code == "insufficient_quota"
+        server.set_mode("normal")
+        server.reset_stats()
+        server.refuse(1)
+        with pytest.raises(openai.RateLimitError) as refused:
+            streamed_text(client)
+        assert refused.value.code == "rate_limit_exceeded"
+        assert server.stats().rate_limited == 1
         server.reset_stats()
         assert server.stats().refused == 0
         with pytest.raises(urllib.error.HTTPError) as bad:

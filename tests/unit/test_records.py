@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from parley.errors import CodecError, InvalidRequest
-from schemas.messages import StepInput, StepPayload, ToolCall, ToolResult
-from schemas.records import TaskContract, TurnStatus, Usage
+from parley.schemas.messages import StepInput, StepPayload, ToolCall, ToolResult
+from parley.schemas.records import TaskContract, TurnStatus, Usage
 
 # ---------------------------------------------------------------------------- TaskContract
 

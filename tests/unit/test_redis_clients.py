@@ -1,5 +1,5 @@
-"""Redis URLs and keys for a Redis Cluster (workers/coordination/redis_clients.py and the
-key shapes of workers/coordination/constants.py): what names a cluster, what a cluster
+"""Redis URLs and keys for a Redis Cluster (src/parley/coordination/redis_clients.py and the
+key shapes of src/parley/coordination/constants.py): what names a cluster, what a cluster
 URL may say, what a log line shows of one, that a cluster is never the broker, and that
 every key a script or a command touches together lands in one hash slot."""
 
@@ -11,17 +11,17 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from broker_config.settings import FleetSettings
-from schemas.errors import InvalidRequest
-from workers.coordination import constants as c
-from workers.coordination.admission_math import check_model
-from workers.coordination.redis_clients import (
+from parley.coordination import constants as c
+from parley.coordination.admission_checks import check_model
+from parley.coordination.redis_clients import (
     ClusterClient,
     address_of,
     cluster_seeds,
     is_cluster,
     open_client,
 )
+from parley.fleet.settings import FleetSettings
+from parley.schemas.errors import InvalidRequest
 
 ENV = {"PARLEY_DATABASE_URL": "postgresql://db/parley", "PARLEY_REDIS_URL": "redis://r:6379/0"}
 
@@ -112,6 +112,7 @@ def test_each_sessions_keys_share_one_slot_and_each_turns_too() -> None:
         c.admission_tickets_key,
         c.admission_weights_key,
         c.admission_served_key,
+        c.admission_interactive_key,
     ]
     assert len({key_slot(k(model).encode()) for k in admission}) == 1
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai import OpenAI, Stream, omit
 from openai.lib.streaming.responses import ResponseStream
 from openai.types.responses import ParsedResponse, Response, ResponseStreamEvent
@@ -32,7 +34,8 @@ from parley.openai_api.response_objects import (
     response_object,
     stored_response,
 )
-from schemas.events import (
+from parley.ports.backend import CommittedStep
+from parley.schemas.events import (
     Ended,
     Event,
     EventPayload,
@@ -44,11 +47,10 @@ from schemas.events import (
     ToolAnswered,
     ToolCalled,
 )
-from schemas.messages import StepPayload, ToolCall, ToolResult
-from schemas.records import TurnStatus
+from parley.schemas.messages import StepPayload, ToolCall, ToolResult
+from parley.schemas.records import TurnStatus
 from tests.support.helpers import scripted_host
 from tests.support.open_responses import OPENAI_ITEMS, check_event, check_response
-from workers.ports.backend import CommittedStep
 
 TURN = "0b6c0c3e-4a1f-4d55-9d1e-2f9d5d1f7a10"
 META = ResponseMeta(response_id=TURN, created_at=1_700_000_000, conversation_id="s-1")
@@ -365,6 +367,116 @@ def test_call_ids_a_model_repeats_across_steps_stay_distinct() -> None:
     calls = [i.call_id for i in parsed.output if i.type == "function_call"]
     assert calls == ["call_1", "call_1_1"]
     assert parsed.output_text == "Two files."
+
+
+def test_a_replay_whose_tokens_aged_out_closes_each_steps_text() -> None:
+    """Read after the replay buffer let the tokens go (a response retrieved a week later),
+    each step's text arrives whole with its commit: the text of a step that called tools
+    is closed as commentary before the next step's opens, so the client's accumulator
+    takes the stream (it refuses to complete a response with an item left open)."""
+    read = ToolCall(id="call_0_0", name="read_file", arguments="{}")
+    stream = project(
+        numbered(
+            [
+                Queued(run_id="r"),
+                Started(run_id="r", attempt=1, worker="w1"),
+                ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments="{}"),
+                ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+                StepCommitted(step=0, text="Let me look.", tool_calls=(read,)),
+                StepCommitted(step=1, text="It says A."),
+                Ended(outcome="finished", reply="It says A."),
+            ]
+        ),
+        final_object("completed", [reply_item("It says A.", 1)], "It says A."),
+    )
+    done = [e["item"] for e in stream if e["type"] == "response.output_item.done"]
+    messages = [(i["status"], i["phase"], i["content"][0]["text"]) for i in done[2:]]
+    assert messages == [
+        ("completed", "commentary", "Let me look."),
+        ("completed", "final_answer", "It says A."),
+    ]
+    assert parse(stream).output_text == "It says A."
+
+
+def test_a_replay_closes_the_text_of_a_step_that_called_tools_as_commentary() -> None:
+    """Without its tokens, a step that called tools shows its text at its commit, after
+    its tool items: that text is commentary, closed there as a streamed step's is at its
+    first call, not left open for the end to call incomplete (the last step said
+    nothing)."""
+    read = ToolCall(id="call_0_0", name="read_file", arguments="{}")
+    stream = project(
+        numbered(
+            [
+                Queued(run_id="r"),
+                Started(run_id="r", attempt=1, worker="w1"),
+                ToolCalled(step=0, call_id="call_0_0", name="read_file", arguments="{}"),
+                ToolAnswered(step=0, call_id="call_0_0", name="read_file", content="A"),
+                StepCommitted(step=0, text="Let me look.", tool_calls=(read,)),
+                StepCommitted(step=1, text=""),
+                Ended(outcome="finished", reply=""),
+            ]
+        ),
+        final_object("completed", [], ""),
+    )
+    done = [e["item"] for e in stream if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i["status"], i.get("phase")) for i in done] == [
+        ("function_call", "completed", None),
+        ("function_call_output", "completed", None),
+        ("message", "completed", "commentary"),
+    ]
+    assert parse(stream).status == "completed"
+
+
+# One step's stream: chunks of text, then each redo's after a restart; and whether its
+# tokens survived for the reader (a late replay has none).  Every step but the last
+# calls a tool.
+step_plan = st.tuples(
+    st.lists(st.text(min_size=1, max_size=4), max_size=4),
+    st.lists(st.lists(st.text(min_size=1, max_size=4), max_size=3), max_size=2),
+    st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(step_plan, min_size=1, max_size=4))
+def test_any_turn_projects_to_a_stream_the_client_takes_showing_the_committed_steps(
+    plans: list[tuple[list[str], list[list[str]], bool]],
+) -> None:
+    payloads: list[EventPayload] = [Queued(run_id="r"), Started(run_id="r", attempt=1, worker="w")]
+    committed: list[str] = []
+    for index, (chunks, redos, tokens_kept) in enumerate(plans):
+        attempts = [chunks, *redos]
+        for n, attempt in enumerate(attempts):
+            if n:
+                payloads.append(StepRestarted(step=index, reason="failed"))
+            if tokens_kept:
+                payloads += [Token(step=index, text=c) for c in attempt]
+        calls: tuple[ToolCall, ...] = ()
+        if index < len(plans) - 1:
+            calls = (ToolCall(id=f"call_{index}_0", name="list_files", arguments="{}"),)
+            payloads.append(
+                ToolCalled(step=index, call_id=calls[0].id, name="list_files", arguments="{}")
+            )
+            payloads.append(
+                ToolAnswered(step=index, call_id=calls[0].id, name="list_files", content="-")
+            )
+        committed.append("".join(attempts[-1]))
+        payloads.append(StepCommitted(step=index, text=committed[-1], tool_calls=calls))
+    reply = committed[-1]
+    payloads.append(Ended(outcome="finished", reply=reply))
+    output = [reply_item(reply, len(plans) - 1)] if reply else []
+    stream = project(numbered(payloads), final_object("completed", output, reply))
+    numbers = [e["sequence_number"] for e in stream]
+    assert numbers == sorted(set(numbers))
+    assert parse(stream).status == "completed"
+    # Each step's text once, in a message item the client holds completed (a redo's
+    # retracted text is in one it was told is incomplete; its last word on an item wins).
+    items = {}
+    for event in stream:
+        if event["type"] == "response.output_item.done" and event["item"]["type"] == "message":
+            items[event["item"]["id"]] = event["item"]
+    kept = [i["content"][0]["text"] for i in items.values() if i["status"] == "completed"]
+    assert kept == [text for text in committed if text]
 
 
 # ---------------------------------------------------------------------------- ends

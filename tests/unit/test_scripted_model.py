@@ -11,7 +11,8 @@ import pytest
 
 from parley.errors import InvalidRequest
 from parley.models.scripted import ScriptedModel
-from schemas.messages import (
+from parley.ports.host import ModelReply, ModelRequest
+from parley.schemas.messages import (
     AssistantMessage,
     InputOrigin,
     Message,
@@ -20,9 +21,8 @@ from schemas.messages import (
     ToolMessage,
     UserMessage,
 )
-from schemas.records import Usage
+from parley.schemas.records import Usage
 from tests.providers.sink import RecordingSink
-from workers.ports.host import ModelReply, ModelRequest
 
 PREFIX = Prefix(system_prompt="s", tools=())
 

@@ -10,13 +10,9 @@ from typing import Any
 import pytest
 
 import parley
-from parley.tools import FunctionTool
-from schemas.errors import Fenced
-from schemas.events import EventKind
-from schemas.messages import ToolCall
-from workers.coordination.local_coordinator import LocalCoordinator
-from workers.engine.emitter import Emitter
-from workers.engine.tool_calls import (
+from parley.coordination.local_coordinator import LocalCoordinator
+from parley.engine.emitter import Emitter
+from parley.engine.tool_calls import (
     NOT_RUN_INTERRUPTED,
     Answer,
     Judgement,
@@ -24,7 +20,11 @@ from workers.engine.tool_calls import (
     cap,
     unique_ids,
 )
-from workers.ports.host import Access, ApprovalRequest, Ask, Refusal, ToolContext
+from parley.ports.host import Access, ApprovalRequest, Ask, Refusal, ToolContext
+from parley.schemas.errors import Fenced
+from parley.schemas.events import EventKind
+from parley.schemas.messages import ToolCall
+from parley.tools import FunctionTool
 
 ECHO_SCHEMA = {
     "type": "object",

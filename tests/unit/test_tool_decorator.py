@@ -22,10 +22,10 @@ import pytest
 
 import parley
 from parley.errors import InvalidRequest
+from parley.ports.host import Access, ToolContext
 from parley.tools import DecoratedTool, FunctionTool, tool
 from parley.tools.base import validate
 from parley.tools.decorator import parse_docstring
-from workers.ports.host import Access, ToolContext
 
 
 @pytest.fixture
@@ -40,7 +40,9 @@ def properties(decorated: FunctionTool) -> dict[str, Any]:
 
 def call(decorated: FunctionTool, arguments: dict[str, Any] | str, context: ToolContext) -> str:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return decorated.run(decorated.parse(text), context)
+    result = decorated.run(decorated.parse(text), context)
+    assert isinstance(result, str)  # (a WaitFor parks a turn: none of these tools waits)
+    return result
 
 
 class Color(enum.Enum):

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from parley.errors import InvalidRequest
+from parley.ports.host import Access, ToolContext
 from parley.tools import WORKSPACE_TOOLS, FunctionTool, list_files, read_file, write_file
 from parley.tools.base import validate
 from parley.tools.workspace import LIST_LIMIT, READ_LIMIT
-from workers.ports.host import Access, ToolContext
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -61,7 +61,9 @@ def context(tmp_path: Path) -> ToolContext:
 
 def call(tool: FunctionTool, arguments: dict[str, Any] | str, context: ToolContext) -> str:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return tool.run(tool.parse(text), context)
+    result = tool.run(tool.parse(text), context)
+    assert isinstance(result, str)  # (a WaitFor parks a turn: none of these tools waits)
+    return result
 
 
 # ---------------------------------------------------------------------------- validation

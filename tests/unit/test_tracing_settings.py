@@ -7,31 +7,26 @@ import json
 
 import pytest
 
-from schemas.errors import InvalidRequest
-from workers.telemetry import tracing
-from workers.telemetry.turn_spans import provider_and_model
+from parley.schemas.errors import InvalidRequest
+from parley.settings import Settings
+from parley.telemetry import tracing
+from parley.telemetry.turn_spans import provider_and_model
+
+ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 
-@pytest.fixture(autouse=True)
-def no_otel(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_SDK_DISABLED",
-        "OTEL_TRACES_EXPORTER",
-    ):
-        monkeypatch.delenv(name, raising=False)
+def test_an_endpoint_turns_tracing_on() -> None:
+    assert not tracing.configured({})
+    assert tracing.configured(ENDPOINT)
+    traces_endpoint = "http://127.0.0.1:4318/v1/traces"
+    assert tracing.configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces_endpoint})
+    assert not tracing.configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "  "})
 
 
-def test_an_endpoint_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not tracing.configured()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    assert tracing.configured()
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces")
-    assert tracing.configured()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "  ")
-    assert not tracing.configured()
+def test_the_settings_hold_the_standard_variables() -> None:
+    settings = Settings.from_environment({**ENDPOINT, "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    assert settings.telemetry == ENDPOINT
+    assert tracing.configured(settings.telemetry)
 
 
 @pytest.mark.parametrize(
@@ -42,23 +37,21 @@ def test_an_endpoint_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
         ("OTEL_TRACES_EXPORTER", "none"),
     ],
 )
-def test_the_standard_switches_turn_it_off(
-    monkeypatch: pytest.MonkeyPatch, name: str, value: str
-) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    monkeypatch.setenv(name, value)
-    assert not tracing.configured()
+def test_the_standard_switches_turn_it_off(name: str, value: str) -> None:
+    assert not tracing.configured({**ENDPOINT, name: value})
 
 
 @pytest.mark.parametrize("value", ["yes", "true", "2", "on"])
 def test_a_malformed_content_switch_is_refused(value: str) -> None:
     with pytest.raises(InvalidRequest, match="PARLEY_TRACE_CONTENT must be 1 or 0"):
-        tracing.check_environment({"PARLEY_TRACE_CONTENT": value})
+        Settings.from_environment({"PARLEY_TRACE_CONTENT": value})
 
 
-@pytest.mark.parametrize("value", ["", "0", "1", " 1 "])
-def test_a_content_switch_of_1_or_0_is_taken(value: str) -> None:
-    tracing.check_environment({"PARLEY_TRACE_CONTENT": value})
+@pytest.mark.parametrize(
+    ("value", "meant"), [("", False), ("0", False), ("1", True), (" 1 ", True)]
+)
+def test_a_content_switch_of_1_or_0_is_taken(value: str, meant: bool) -> None:
+    assert Settings.from_environment({"PARLEY_TRACE_CONTENT": value}).trace_content is meant
 
 
 def test_a_model_name_says_its_provider() -> None:
@@ -83,8 +76,8 @@ def test_off_every_span_is_nothing_and_no_context_is_stored() -> None:
 
 
 def test_a_calls_input_messages_keep_the_newest_that_fit() -> None:
-    from schemas.messages import UserMessage
-    from workers.telemetry.turn_spans import INPUT_LIMIT, _input_messages
+    from parley.schemas.messages import UserMessage
+    from parley.telemetry.turn_spans import INPUT_LIMIT, _input_messages
 
     messages = [UserMessage(text=f"{n}:" + "x" * 5_000) for n in range(40)]
     shown, left_out = _input_messages(messages)

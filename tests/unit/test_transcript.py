@@ -6,8 +6,8 @@ import pytest
 
 from parley import transcript
 from parley.errors import CodecError
-from schemas.messages import AssistantMessage, StepInput, StepPayload, ToolCall, ToolResult
-from workers.ports.backend import CommittedStep
+from parley.ports.backend import CommittedStep
+from parley.schemas.messages import AssistantMessage, StepInput, StepPayload, ToolCall, ToolResult
 
 CALL = ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')
 STEPS = [

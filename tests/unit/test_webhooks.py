@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from parley.errors import InvalidRequest
+from parley.schemas.operations import DeliveryState, WebhookDelivery
 from parley.webhooks import (
     WebhookSettings,
     body_of,
@@ -20,7 +21,6 @@ from parley.webhooks import (
     signature,
     verify,
 )
-from schemas.operations import DeliveryState, WebhookDelivery
 
 ENDED = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 

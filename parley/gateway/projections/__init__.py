@@ -1,4 +1,0 @@
-"""The protocol views of a turn, each a :class:`~parley.gateway.projection.Projection` of
-its parley events into a protocol's own: AG-UI's run (``agui``), the AI SDK's UI message
-stream (``aisdk``), OpenAI Responses' streaming events (``responses``, with the response
-objects they carry in ``parley.openai_api.response_objects``)."""

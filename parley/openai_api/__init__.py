@@ -1,4 +1,0 @@
-"""OpenAI's interfaces as parley serves them, without HTTP: the Responses API's requests
-and objects, the Batch API's lines and objects, and OpenAI's error form.  The gateway's
-routers (``parley/gateway/routers``) answer them over HTTP; ``parley.batches`` uses the
-same for batches submitted from Python."""
