@@ -111,3 +111,67 @@ def test_migration_0015_gives_the_sessions_batch_lines_opened_their_batch(
         assert {r.session_id for r in listed} == {"continued", "plain"}
     finally:
         store.close()
+
+
+def test_migration_0030_flags_the_sessions_with_compactions_or_push_configurations(
+    own_db_url: str,
+) -> None:
+    """A session flagged ``compacted`` or ``pushes`` has its claims and ends read what
+    it holds; one not flagged is never asked: a flag missing on a session that had a
+    compaction would make its next turn ignore it."""
+    engine = create_database_engine(own_db_url)
+    config = alembic_config()
+    with engine.connect() as connection:
+        config.attributes["connection"] = connection
+        if current_revision(engine) is None:
+            command.upgrade(config, "0029")
+        else:
+            command.downgrade(config, "0029")
+        connection.commit()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as db:
+        for sid in ("compacted", "pushed", "plain"):
+            db.execute(
+                text(
+                    "INSERT INTO sessions (id, root, metadata, fence, turn_count, tokens_used, "
+                    "prefix_generation, created_at) VALUES (:id, '/r', '{}', 0, 1, 0, 0, :at)"
+                ),
+                {"id": sid, "at": at},
+            )
+            db.execute(
+                text(
+                    "INSERT INTO turns (id, session_id, ordinal, prompt, created_at) "
+                    "VALUES (:turn, :id, 1, 'hi', :at)"
+                ),
+                {"turn": f"turn-{sid}", "id": sid, "at": at},
+            )
+        db.execute(
+            text(
+                "INSERT INTO compactions (id, session_id, through_turn_id, strategy, text, "
+                "messages, tokens_before, tokens_after, created_at) VALUES ('c1', 'compacted', "
+                "'turn-compacted', 'trim', '', '[]', 10, 5, :at)"
+            ),
+            {"at": at},
+        )
+        db.execute(
+            text(
+                "INSERT INTO push_configs (id, turn_id, url, created_at) "
+                "VALUES ('p1', 'turn-pushed', 'http://127.0.0.1:9/hook', :at)"
+            ),
+            {"at": at},
+        )
+    with engine.connect() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+        connection.commit()
+    try:
+        with engine.connect() as db:
+            rows = db.execute(text("SELECT id, compacted, pushes FROM sessions")).all()
+        flags = {row.id: (bool(row.compacted), bool(row.pushes)) for row in rows}
+        assert flags == {
+            "compacted": (True, False),
+            "pushed": (False, True),
+            "plain": (False, False),
+        }
+    finally:
+        engine.dispose()

@@ -569,3 +569,32 @@ def test_a_session_id_chosen_twice_is_a_conflict(store: SqlStore) -> None:
     with pytest.raises(Conflict):
         store.create_session(root="/other", metadata={}, token_ceiling=None, session_id=chosen)
     assert store.get_session(chosen).root == "/r"
+
+
+def test_a_plain_submission_counts_titles_and_queues_its_turn_or_changes_nothing(
+    store: SqlStore,
+) -> None:
+    """A submission with nothing to look up first is one statement on PostgreSQL: it
+    still counts the turn on its session, titles the session from its first prompt only,
+    and on a session that is not there raises SessionNotFound and stores nothing."""
+    session_id = new_session(store)
+    first, _ = submit(store, session_id, "first prompt of all")
+    second, _ = submit(store, session_id, "second prompt")
+    assert store.get_session(session_id).title == "first prompt of all"
+    assert [store.run_state(turn).status for turn in (first, second)] == [TurnStatus.QUEUED] * 2
+    positions = [store.get_turn(turn) for turn in (first, second)]
+    assert [t.prompt for t in positions] == ["first prompt of all", "second prompt"]
+    with pytest.raises(SessionNotFound):
+        submit(store, "00000000-0000-0000-0000-000000000000", "nowhere")
+    nowhere = "00000000-0000-0000-0000-000000000000"
+    with store.engine.connect() as db:  # (the rows themselves: nothing else was stored)
+        turns = db.execute(
+            select(t.turns.c.ordinal)
+            .where(t.turns.c.session_id.in_([session_id, nowhere]))
+            .order_by(t.turns.c.ordinal)
+        ).scalars()
+        assert list(turns) == [1, 2]
+        runs = db.execute(select(t.runs.c.id).where(t.runs.c.session_id == nowhere)).all()
+        assert runs == []
+        counted = select(t.sessions.c.turn_count).where(t.sessions.c.id == session_id)
+        assert db.execute(counted).scalar_one() == 2

@@ -305,7 +305,7 @@ class Claims:
         session = session_record(row)
         head = claimant.head
         generation = head.generation if head else int(row.prefix_generation)
-        compaction, path = _compacted_path(db, head, turn)
+        compaction, path = _compacted_path(db, head, turn, compacted=bool(row.compacted))
         known = claimant.known
         # The model sees the compaction instead of the turns above ``path``: they are
         # not read at all, and the steps of those the claimant holds are not loaded.
@@ -371,15 +371,19 @@ def _started(run: Any, worker: str, seq_floor: int) -> Event:
 
 
 def _compacted_path(
-    db: StoreConnection, head: KnownHead | None, turn: TurnRecord
+    db: StoreConnection, head: KnownHead | None, turn: TurnRecord, *, compacted: bool
 ) -> tuple[CompactionRecord | None, list[TurnRecord]]:
     """The compaction that applies to ``turn`` and the path after it to ``turn``'s
-    parent: from what the turn's end before it knew when it can, else read."""
+    parent: from what the turn's end before it knew when it can, else read.  On a
+    session that never had a compaction (``compacted`` False, read under its row's
+    lock) none applies, and nothing is asked about compactions."""
     if head is not None and head.path is not None and turn.parent_id == head.turn_id:
+        if not compacted and head.compaction is None:
+            return None, list(head.path)
         found = known_compacted_path(db, head.compaction, head.path)
         if found is not None:
             return found
-    return read_compacted_path(db, turn.parent_id)
+    return read_compacted_path(db, turn.parent_id, compacted=compacted)
 
 
 def _counted_pending(db: StoreConnection, run: Any) -> tuple[Steer, ...]:

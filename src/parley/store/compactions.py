@@ -138,6 +138,8 @@ def insert_compaction(db: StoreConnection, draft: CompactionDraft) -> Compaction
         native=draft.native,
     )
     native = record.native
+    # (The caller holds the session row: both callers lock it first.)
+    db.execute(q.MARK_COMPACTED, {"b_session_id": record.session_id})
     db.execute(
         q.INSERT_COMPACTION,
         {
@@ -172,14 +174,20 @@ def compacted_payload(record: CompactionRecord) -> Compacted:
 
 
 def read_compacted_path(
-    db: StoreConnection, head: str | None, native_of: str = q.ANY_NATIVE
+    db: StoreConnection,
+    head: str | None,
+    native_of: str = q.ANY_NATIVE,
+    *,
+    compacted: bool = True,
 ) -> tuple[CompactionRecord | None, list[TurnRecord]]:
     """The compaction that applies to a turn hung under ``head``, and the path's turns
     after it (root first; the whole path when none applies): one recursive walk up from
     ``head`` that stops at the newest turn a live compaction covers through, so a long
     session's claim reads what its request is made of, not its depth.  ``native_of``:
     the provider whose native compactions can apply (``q.ANY_NATIVE``: any provider's;
-    ``""``: none); the others are walked past, as a branch walks past nothing."""
+    ``""``: none); the others are walked past, as a branch walks past nothing.
+    ``compacted``: False when the session never had a compaction (its row's flag, read
+    under its lock), so that the walk reaches the root and nothing is asked of it."""
     path: list[TurnRecord] = []
     while head is not None:
         binds = {"b_head": head, "b_native_of": native_of}
@@ -187,6 +195,8 @@ def read_compacted_path(
         if not walked:
             return None, path
         path = walked + path
+        if not compacted:
+            return None, path
         first = walked[0]
         binds = {"b_turn_id": first.turn_id, "b_native_of": native_of}
         row = db.execute(q.LIVE_COMPACTION_THROUGH, binds).one_or_none()

@@ -179,6 +179,9 @@ class OutboxStore:
         posted to it at once, as the end's transaction would have."""
         config = PushConfig(str(uuid.uuid4()), turn_id, url, token)
         with self._db.tx() as db:
+            # The session's flag first (its row, then the run: the order every writer
+            # locks them in), so that an end that finds it unset has ended before this.
+            db.execute(q.MARK_PUSHES, {"b_turn_id": turn_id})
             run = db.execute(q.LOCK_RUN_OF_TURN, {"b_turn_id": turn_id}).one()
             db.execute(
                 q.INSERT_PUSH_CONFIG,

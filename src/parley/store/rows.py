@@ -60,6 +60,8 @@ class SessionRow:
     parent_turn_id: str | None = None
     agent: str | None = None
     replay_of: str | None = None
+    compacted: bool = False
+    pushes: bool = False
 
     @classmethod
     def of(cls, row: Any) -> SessionRow:

@@ -121,7 +121,8 @@ class TurnEnds:
         if url is not None:
             # With the end, in its transaction: delivered at least once (parley.store.outbox).
             insert_delivery(db, delivery_id=str(uuid.uuid4()), run_id=commit.run_id, url=url)
-        insert_push_deliveries(db, turn_id=end.turn_id, run_id=commit.run_id)
+        if session.pushes:  # (a session that never had a configuration has none)
+            insert_push_deliveries(db, turn_id=end.turn_id, run_id=commit.run_id)
         generation = self._store_prefix(db, commit, session.prefix_generation, end)
         # Only a turn submitted (or resumed) after this one can be runnable now.
         later = session.turn_count > end.position

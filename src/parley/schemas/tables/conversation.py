@@ -15,6 +15,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -77,6 +78,11 @@ sessions = Table(
     Column("agent", Text, nullable=True),
     # The session a replay re-ran (docs/replay.md); None: not a replay.
     Column("replay_of", Id, nullable=True),
+    # Whether a compaction (docs/compaction.md) or an A2A push configuration
+    # (docs/protocols.md) was ever stored for the session: a claim or a turn's end skips
+    # reading what the session never had (migration 0030 says why this is safe).
+    Column("compacted", Boolean, nullable=False, default=False, server_default=false()),
+    Column("pushes", Boolean, nullable=False, default=False, server_default=false()),
     # Unique: a call opens one child.  An index, not a constraint, so that SQLite adds it
     # without copying the table (which its foreign keys would refuse).
     Index(None, "parent_run_id", "parent_step", "parent_call_id", unique=True),

@@ -442,6 +442,12 @@ from parley.store.statements.sessions import (
     LOCK_SESSION as LOCK_SESSION,
 )
 from parley.store.statements.sessions import (
+    MARK_COMPACTED as MARK_COMPACTED,
+)
+from parley.store.statements.sessions import (
+    MARK_PUSHES as MARK_PUSHES,
+)
+from parley.store.statements.sessions import (
     PREFIX as PREFIX,
 )
 from parley.store.statements.sessions import (

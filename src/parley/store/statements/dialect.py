@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import String, and_, func, literal, or_, select, update
+from sqlalchemy import String, and_, case, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from parley.schemas import tables as t
@@ -15,7 +15,7 @@ from parley.store.statements.binds import MAX_INSERT_ROWS, b, many_rows
 from parley.store.statements.events import EVENT_COLUMNS, INSERT_QUEUED
 from parley.store.statements.run_status import RUNNING
 from parley.store.statements.runs import END_RUN_WITH_STEP, INSERT_RUN, NEXT_RUN
-from parley.store.statements.sessions import FINISH_SESSION, TAKE_FENCE
+from parley.store.statements.sessions import BUMP_TURN_COUNT, FINISH_SESSION, TAKE_FENCE
 from parley.store.statements.turns import INSERT_TURN
 
 WINDOW_LOCK_KEY = -4933941432433228011
@@ -44,6 +44,7 @@ class DialectStatements:
             if postgres
             else None
         )
+        self.submit_plain = _submit_plain() if postgres else None
         lease = insert(t.session_leases).values(
             session_id=b("session_id"), owner=b("owner"), expires_at=b("expires_at")
         )
@@ -110,6 +111,35 @@ def _end_with_step(events: int) -> Any:
     ).cte("stored")
     advanced = select(func.count()).select_from(ended).scalar_subquery()
     return select(*finish.c, advanced.label("advanced")).add_cte(step, stored)
+
+
+def _submit_plain() -> Any:
+    """A plain submission (no request id, nothing asked of the turns before it) in one
+    statement, which runs on its own, committed as it returns: BUMP_TURN_COUNT, titling
+    the session with ``title`` if this is its first turn and it has none, and the
+    inserts of the turn, its queued run and its ``queued`` event at the position the
+    count gives (one round trip where a transaction of two statements takes four).
+    Returns the position.  A missing session violates the turn's foreign key, so the
+    statement fails whole and changes nothing.
+
+    It locks the session row first, as every writer does; the run's tenant is read
+    from the row as the statement found it (the count changes nothing else)."""
+    bumped = (
+        BUMP_TURN_COUNT.values(
+            title=case(
+                (
+                    and_(t.sessions.c.turn_count == 0, t.sessions.c.title.is_(None)),
+                    b("title", type_=t.sessions.c.title.type),
+                ),
+                else_=t.sessions.c.title,
+            )
+        )
+    ).cte("bumped")
+    position = select(bumped.c.turn_count).scalar_subquery()
+    turn = INSERT_TURN.values(ordinal=position).cte("new_turn")
+    run = INSERT_RUN.values(queue_position=position).cte("new_run")
+    queued = INSERT_QUEUED.cte("queued")
+    return select(bumped.c.turn_count).add_cte(turn, run, queued)
 
 
 def _claim_next_fresh() -> Any:

@@ -52,6 +52,18 @@ TAKE_FENCE = (
 
 LOCK_SESSION = SESSION.with_for_update()
 
+# The session's flags (migration 0030), each set under its row's lock in the transaction
+# that stores what it stands for.
+MARK_COMPACTED = update(t.sessions).where(t.sessions.c.id == b("session_id")).values(compacted=True)
+MARK_PUSHES = (
+    update(t.sessions)
+    .where(
+        t.sessions.c.id
+        == select(t.turns.c.session_id).where(t.turns.c.id == b("turn_id")).scalar_subquery()
+    )
+    .values(pushes=True)
+)
+
 # The fence check of a step commit: charge the tokens only while the fence still holds.
 CHARGE_SESSION = (
     update(t.sessions)
