@@ -42,11 +42,17 @@ class TurnReads:
         return self._db.reading(lambda db: read_turn(db, turn_id))
 
     def turn_result(self, turn_id: str) -> TurnResult | None:
-        """The result of an ended turn (None while it is queued or running)."""
-        state = self.run_state(turn_id)
+        """The result of an ended turn (None while it is queued or running): one read
+        of its run, and of its children only if it has some."""
+        run = self._db.reading(
+            lambda db: db.execute(q.RUN_WITH_CHILDREN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
+        )
+        if run is None:
+            raise TurnNotFound(f"no turn {turn_id!r}")
+        state = run_state_of(run)
         if not state.status.terminal:
             return None
-        children = self.children_of_run(state.run_id)
+        children = self.children_of_run(state.run_id) if run.has_children else ()
         return TurnResult(
             turn_id=turn_id,
             run_id=state.run_id,

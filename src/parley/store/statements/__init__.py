@@ -43,6 +43,9 @@ from parley.store.statements.agents import (
     REQUEUE_PARENT as REQUEUE_PARENT,
 )
 from parley.store.statements.agents import (
+    RUN_WITH_CHILDREN_BY_TURN as RUN_WITH_CHILDREN_BY_TURN,
+)
+from parley.store.statements.agents import (
     SET_HELD_STEP as SET_HELD_STEP,
 )
 from parley.store.statements.agents import (

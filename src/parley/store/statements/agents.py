@@ -4,7 +4,7 @@ in line once the last of them ended."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 
 from parley.schemas import tables as t
 from parley.store.statements.binds import b
@@ -125,6 +125,12 @@ CHILDREN_OF_RUN = (
     .where(t.sessions.c.parent_run_id == b("run_id"))
     .order_by(t.sessions.c.parent_step, t.runs.c.queued_at)
 )
+
+# A turn's run, and whether any agent call of it opened a child: what a result needs
+# (the children themselves are read only for a turn that has some).
+RUN_WITH_CHILDREN_BY_TURN = select(
+    t.runs, exists().where(t.sessions.c.parent_run_id == t.runs.c.id).label("has_children")
+).where(t.runs.c.turn_id == b("turn_id"))
 
 # A held step as its resume leaves it (marked resumed: its driver resumes the children
 # an interrupt cancelled).
