@@ -137,7 +137,9 @@ def _submit_plain() -> Any:
     ).cte("bumped")
     position = select(bumped.c.turn_count).scalar_subquery()
     turn = INSERT_TURN.values(ordinal=position).cte("new_turn")
-    run = INSERT_RUN.values(queue_position=position).cte("new_run")
+    # (Run on psycopg directly, where a column's Python-side default inside a CTE would
+    # be sent as NULL: every column is given.)
+    run = INSERT_RUN.values(queue_position=position, approval_count=0).cte("new_run")
     queued = INSERT_QUEUED.cte("queued")
     return select(bumped.c.turn_count).add_cte(turn, run, queued)
 
