@@ -117,7 +117,15 @@ def main() -> int:
         sides[name] = subprocess.Popen(
             [pythons[name], str(HERE), str(tree), "--side", redis_url],
             cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree), **extra[name]},
+            # The checkout's src first: the package installed (editable) from another
+            # checkout's src would not be shadowed by the root alone.  Its fleet's
+            # processes run on its interpreter, so a checkout whose tests.support.fleet
+            # names only its root needs --other-python (a venv of its own).
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(tree / "src"), str(tree)]),
+                **extra[name],
+            },
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -88,7 +88,9 @@ class Fleet:
             "PARLEY_HOST": self.host,
             "PARLEY_QUEUE": self.queue,
             "PARLEY_SWEEP_SECONDS": "1",
-            "PYTHONPATH": str(REPO),
+            # src first: the package may be installed (editable) from another checkout
+            # (a benchmark's other side), which the root alone would not shadow.
+            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
             **self.environment,
         }
 
