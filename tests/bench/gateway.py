@@ -7,9 +7,9 @@ Needs the machine's PostgreSQL and Redis (Redis database 13, PARLEY_BENCH_REDIS_
 flushed).  Starts two single-process `parley worker`s and `parley beat` (as
 tests.bench.fleet does) and `parley gateway` processes on them:
 
-i.   submit → first token: over HTTP (``POST /v1/sessions/{id}/turns``, then ``GET
-     /v1/turns/{id}/events`` to the first ``token`` frame, on two kept-alive
-     connections of a minimal client written on sockets, so that what is measured is
+i.   submit → first token: over HTTP (``POST /v1/sessions/{id}/turns`` with ``Prefer:
+     stream``, then ``GET /v1/turns/{id}/events`` to the first ``token`` frame, on two
+     kept-alive connections of a minimal client written on sockets, so that what is measured is
      the gateway rather than an HTTP library), alternating turn by turn with the Python
      fleet client's ``session.submit`` + ``handle.events()``: the floor;
 ii.  200 one-step turns over 50 sessions, submitted over HTTP 50 at a time and waited
@@ -84,7 +84,9 @@ def python_first_token(client: parley.Client, root: Path) -> float:
 def http_first_token(calls: Connection, streams: Connection) -> float:
     session = calls.json("POST", "/v1/sessions", {"workspace": "w"})
     start = time.perf_counter()
-    turn = calls.json("POST", f"/v1/sessions/{session['id']}/turns", {"prompt": "one step"})
+    path = f"/v1/sessions/{session['id']}/turns"
+    # Says that its stream follows: the gateway starts following the turn with it.
+    turn = calls.json("POST", path, {"prompt": "one step"}, "Prefer: stream\r\n")
     return streams.first_token(turn["turn_id"]) - start
 
 
