@@ -34,7 +34,7 @@ from parley.gateway.feeds import Feeds, FellBehind
 from parley.gateway.ownership import OwnedSession, OwnedTurn, StreamedTurn
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_turn, plausible_id
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id
 from parley.gateway.tree_events import tree_sse_bytes
 from parley.gateway.tree_feed import tree_feed
 from parley.gateway.work import light
@@ -128,7 +128,7 @@ def update_session(record: OwnedSession, body: r.SessionUpdate, client: ClientDe
     responses={200: {"model": r.Turn, "description": "A repeated request_id: the same turn"}},
 )
 async def submit_turn(
-    record: OwnedSession,
+    session_id: str,
     body: r.TurnCreate,
     *,
     client: ClientDep,
@@ -157,8 +157,10 @@ async def submit_turn(
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
 
     def submitted() -> tuple[TurnRecord, bool]:
-        # The session as its ownership check just read it (client.session would read it
-        # again).
+        # The tenant's check and the submission on one trip to the thread pool (as a
+        # dependency, the check would take one of its own on the turn's way to its
+        # kick); the session as the check read it (client.session would read it again).
+        record = owned_session(client, session_id, owner)
         handle = Session(client.runtime, record).submit(
             body.prompt,
             contract=contract,
