@@ -3,7 +3,8 @@ in the gateway (src/parley/gateway/feeds.py, ``Feeds.follow_submitted``): the st
 comes after gets every event from seq 1 (or from its ``Last-Event-ID``) whenever it
 comes; a feed whose stream never comes goes away, and no more than ``MAX_UNCLAIMED`` wait
 at once; another tenant is not let in by the feed; a submission that does not say so
-starts no feed.  On an embedded gateway in this process (its feeds are looked at
+starts no feed; a Responses create with ``stream``, an AG-UI run and an AI SDK chat start
+the feed their stream reads.  On an embedded gateway in this process (its feeds are looked at
 directly), with two tenants."""
 
 from __future__ import annotations
@@ -162,3 +163,35 @@ def test_a_submission_that_does_not_say_it_streams_starts_no_feed(
     waited = gateway.http.get(f"/v1/turns/{turn_id}/result?wait=30", headers=auth(ACME))
     assert waited.status_code == 200 and waited.json()["status"] == "finished"
     assert gateway.feeds.live == 0 and not feed_threads(turn_id)  # the ends watcher's wait
+
+
+USER = {"id": "m1", "role": "user"}
+PROTOCOL_STREAMS = {
+    "responses": ("/v1/responses", {"input": "go", "stream": True}),
+    "ag-ui": (
+        "/v1/ag-ui",
+        {"threadId": "t1", "runId": "r1", "messages": [{**USER, "content": "go"}]},
+    ),
+    "ai-sdk": (
+        "/v1/chat",
+        {"id": "c1", "messages": [{**USER, "parts": [{"type": "text", "text": "go"}]}]},
+    ),
+}
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOL_STREAMS))
+def test_a_protocols_streaming_submission_starts_the_feed_its_stream_reads(
+    gateway: Gateway, protocol: str
+) -> None:
+    # The feed a submission starts is the only kind that knows its turn's tenant: one
+    # that the stream started would not answer Feeds.owned.  It lingers after the stream.
+    path, body = PROTOCOL_STREAMS[protocol]
+    with gateway.http.stream("POST", path, json=body, headers=auth(ACME)) as answer:
+        assert answer.status_code == 200, answer.read()
+        raw = answer.read()
+    assert raw
+    sessions = gateway.client.session_records(tenant="acme", limit=10)
+    (turn_id,) = [t.turn_id for s in sessions for t in gateway.client.tree_of(s.session_id)]
+    assert gateway.feeds.owned(turn_id, "acme") is not None
+    assert gateway.feeds.owned(turn_id, "bravo") is None
+    assert gateway.feeds.unclaimed == 0  # the stream took it
