@@ -1418,6 +1418,8 @@ def test_a_refused_cors_preflight_is_in_the_error_form(
         assert allowed.headers["access-control-allow-origin"] == origin
         # A page elsewhere may poll with its ETag (docs/http.md#8-polling-with-etags).
         assert preflight(origin, "GET", "authorization, if-none-match").status_code == 200
+        # And submit a turn saying its stream follows (docs/http.md#4-routes).
+        assert preflight(origin, "POST", "authorization, content-type, prefer").status_code == 200
         listed = cors.tenant("web").http.get("/v1/sessions", headers={"Origin": origin})
         assert "etag" in listed.headers["access-control-expose-headers"].lower()
         for refused, named in (

@@ -1,7 +1,8 @@
 """The HTTP gateway on a fleet under failure, with real processes: a worker killed with
 SIGKILL while a browser-like reader follows the turn over SSE, the reader moving to a
 second gateway (or its gateway killed under it), fifty readers of one turn through one
-gateway (one Redis reader between them), and a reader that reads nothing for a while.
+gateway (one Redis reader between them), a reader that reads nothing for a while, and
+a submission that says it streams (its feed, started with it, gives the stream all).
 
 The module shares one database, Redis database and fleet (two workers, the sweeper and
 two `parley gateway` processes); a test that kills a process gets a fresh one back."""
@@ -391,3 +392,30 @@ def test_d_a_subscriber_that_reads_nothing_holds_up_no_one(gwf: GatewayFleet) ->
     # in neither socket while the others read to the end.
     in_gateway = total - held_by_reader - held_by_kernel
     assert in_gateway > 1 << 20, (total, held_by_reader, held_by_kernel)
+
+
+# ---------------------------------------------------------------- e. a streamed submission
+
+
+@pytest.mark.parametrize("pause", [0.0, 1.0])
+def test_e_a_streamed_submissions_feed_on_redis_gives_its_stream_every_event(
+    gwf: GatewayFleet, pause: float
+) -> None:
+    # Prefer: stream starts the turn's feed with the submission (reading Redis); the
+    # stream that comes at once, or a second into the turn, gets it all from seq 1, and
+    # so does a reader through the other gateway, which started no feed of it.
+    submitting, other = gwf.gateways
+    alpha = submitting.tenant(TENANT)
+    session = alpha.new_session(workspace="x")["id"]
+    answer = alpha.json(
+        "POST", f"/v1/sessions/{session}/turns", {"prompt": "stream"}, headers={"Prefer": "stream"}
+    )
+    assert answer.status_code == 202, answer.text
+    assert answer.headers["Preference-Applied"] == "stream"
+    turn_id = answer.json()["turn_id"]
+    time.sleep(pause)
+    seen = alpha.event_json(turn_id)
+    truth = [e.to_json() for e in gwf.stored_events(turn_id)]
+    assert seen[0]["seq"] == 1 and seen[-1]["kind"] == "end"
+    assert seen == truth
+    assert other.tenant(TENANT).event_json(turn_id) == truth

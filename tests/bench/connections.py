@@ -24,16 +24,21 @@ class Connection:
         self.auth = f"Authorization: Bearer {gateway.token}\r\n"
         self.buffer = b""
 
-    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
+    def send(
+        self, method: str, path: str, body: dict[str, Any] | None = None, extra: str = ""
+    ) -> None:
         payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {path} HTTP/1.1\r\nHost: gateway\r\n{self.auth}"
+        head = f"{method} {path} HTTP/1.1\r\nHost: gateway\r\n{self.auth}{extra}"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         self.sock.sendall(head.encode() + b"\r\n" + payload)
 
-    def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """A JSON request and its answer's body (the status must be 2xx)."""
-        self.send(method, path, body)
+    def json(
+        self, method: str, path: str, body: dict[str, Any] | None = None, extra: str = ""
+    ) -> Any:
+        """A JSON request and its answer's body (the status must be 2xx); ``extra``: more
+        header lines, each ending in CRLF."""
+        self.send(method, path, body, extra)
         while b"\r\n\r\n" not in self.buffer:
             self._recv()
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)

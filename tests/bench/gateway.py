@@ -7,9 +7,9 @@ Needs the machine's PostgreSQL and Redis (Redis database 13, PARLEY_BENCH_REDIS_
 flushed).  Starts two single-process `parley worker`s and `parley beat` (as
 tests.bench.fleet does) and `parley gateway` processes on them:
 
-i.   submit → first token: over HTTP (``POST /v1/sessions/{id}/turns``, then ``GET
-     /v1/turns/{id}/events`` to the first ``token`` frame, on two kept-alive
-     connections of a minimal client written on sockets, so that what is measured is
+i.   submit → first token: over HTTP (``POST /v1/sessions/{id}/turns`` with ``Prefer:
+     stream``, then ``GET /v1/turns/{id}/events`` to the first ``token`` frame, on two
+     kept-alive connections of a minimal client written on sockets, so that what is measured is
      the gateway rather than an HTTP library), alternating turn by turn with the Python
      fleet client's ``session.submit`` + ``handle.events()``: the floor;
 ii.  200 one-step turns over 50 sessions, submitted over HTTP 50 at a time and waited
@@ -69,36 +69,51 @@ RULES = [
 # ---------------------------------------------------------------- i. first token
 
 
-def python_first_token(client: parley.Client, root: Path) -> float:
+def python_first_token(client: parley.Client, root: Path) -> tuple[float, float]:
+    """When ``submit`` returned and when the first token came, from the submission."""
     session = client.open_session(root)
     start = time.perf_counter()
     handle = session.submit("one step")
+    answered = time.perf_counter() - start
     first = None
     for event in handle.events():
         if first is None and event.kind is EventKind.TOKEN:
             first = time.perf_counter() - start
     assert first is not None
-    return first
+    return answered, first
 
 
-def http_first_token(calls: Connection, streams: Connection) -> float:
+def http_first_token(calls: Connection, streams: Connection) -> tuple[float, float]:
+    """When the submission was answered and when the first token came, from the
+    submission."""
     session = calls.json("POST", "/v1/sessions", {"workspace": "w"})
     start = time.perf_counter()
-    turn = calls.json("POST", f"/v1/sessions/{session['id']}/turns", {"prompt": "one step"})
-    return streams.first_token(turn["turn_id"]) - start
+    path = f"/v1/sessions/{session['id']}/turns"
+    # Says that its stream follows: the gateway starts following the turn with it.
+    turn = calls.json("POST", path, {"prompt": "one step"}, "Prefer: stream\r\n")
+    answered = time.perf_counter() - start
+    return answered, streams.first_token(turn["turn_id"]) - start
 
 
 def first_tokens(
     client: parley.Client, root: Path, gateways: dict[str, Gateway], count: int
-) -> dict[str, list[float]]:
-    """The Python client's (``python``) and each gateway's, alternating turn by turn, so
-    that every side sees the same machine."""
+) -> dict[str, list[tuple[float, float]]]:
+    """The Python client's (``python``) and each gateway's (when the submission was
+    answered, when the first token came), alternating turn by turn, so that every side
+    sees the same machine."""
     connections = {name: (Connection(g), Connection(g)) for name, g in gateways.items()}
     try:
-        samples: dict[str, list[float]] = {"python": [], **{name: [] for name in gateways}}
-        for _ in range(count):
+        samples: dict[str, list[tuple[float, float]]] = {
+            "python": [],
+            **{name: [] for name in gateways},
+        }
+        names = list(connections)
+        for n in range(count):
             samples["python"].append(python_first_token(client, root))
-            for name, (calls, streams) in connections.items():
+            # The gateways take turns at going first after the floor's turn (which leaves
+            # the machine busier for the one just after it).
+            for name in names[n % len(names) :] + names[: n % len(names)]:
+                calls, streams = connections[name]
                 samples[name].append(http_first_token(calls, streams))
         return samples
     finally:
@@ -374,7 +389,7 @@ def main() -> int:
         }
         (workspaces / TENANT / "w").mkdir(parents=True, exist_ok=True)
         client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
-        first: dict[str, list[float]] = {}
+        first: dict[str, list[tuple[float, float]]] = {}
         sides = [side for name in gateways for side in (name, f"{name} httpx")]
         rates: dict[str, list[float]] = {"python": [], **{side: [] for side in sides}}
         cpu: dict[str, list[float]] = {side: [] for side in sides}
@@ -412,7 +427,7 @@ def main() -> int:
 def report(
     args: argparse.Namespace,
     load_before: tuple[float, float, float],
-    first: dict[str, list[float]],
+    first: dict[str, list[tuple[float, float]]],
     rates: dict[str, list[float]],
     cpu: dict[str, list[float]],
     clients: dict[str, list[float]],
@@ -424,8 +439,9 @@ def report(
         f"start, {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end ({os.cpu_count()} cores)"
     )
     if first:
-        floor = statistics.median(first["python"])
-        for name, samples in first.items():
+        floor = statistics.median(f for _, f in first["python"])
+        for name, pairs in first.items():
+            samples = [f for _, f in pairs]
             p50 = statistics.median(samples)
             print(
                 f"submit → first token, {name:<12} p50 {ms(p50)}   p95 {ms(pct(samples, 0.95))}"
@@ -435,6 +451,23 @@ def report(
                     else f"   {1e3 * (p50 - floor):+5.2f} ms over the floor, {p50 / floor:4.2f}× "
                     "(target ≤ +1 ms)"
                 )
+            )
+        for name, pairs in first.items():
+            if name == "python":
+                continue
+            # Each turn against the floor's turn just before it (the same moment of the
+            # machine): steadier than a difference of medians while the load moves.
+            paired = [f - p for (_, f), (_, p) in zip(pairs, first["python"], strict=True)]
+            print(
+                f"  {name:<12} minus the floor's turn before it: p50 "
+                f"{1e3 * statistics.median(paired):+5.2f} ms"
+            )
+        for name, pairs in first.items():
+            answered = statistics.median(a for a, _ in pairs)
+            after = statistics.median(f - a for a, f in pairs)
+            print(
+                f"  of which, {name:<12} submission answered p50 {ms(answered)}, "
+                f"first token after it p50 {ms(after)}"
             )
     if rates["python"]:
         floor = statistics.median(rates["python"])

@@ -310,7 +310,9 @@ def start_fleet_gateway(
     two).  Stopped with the fleet."""
     env = fleet.env()
     env.pop("PARLEY_HOST")
-    env["PYTHONPATH"] = str(checkout)
+    # Its src first: the package is installed (editable) from this checkout's src, which
+    # the checkout's root alone on the path would not shadow.
+    env["PYTHONPATH"] = os.pathsep.join([str(checkout / "src"), str(checkout)])
     gateway = start_gateway(
         env,
         fleet.log_dir / f"{fleet.queue}-gateway-{len(fleet.logs)}",

@@ -26,8 +26,8 @@ class ProcessProbes:
         those of them blocked in it right now), from Redis's ``CLIENT LIST``.  The
         coordinator sends ``XREAD`` on a pool of its own, which grows only while reads
         overlap: its size is the most followers the process ever ran at once."""
-        ports = self.local_ports_to(6379)
         admin = redis.Redis.from_url(redis_url)
+        ports = self.local_ports_to(admin.connection_pool.connection_kwargs.get("port", 6379))
         try:
             clients: list[dict[str, Any]] = admin.client_list()
         finally:

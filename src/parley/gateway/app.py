@@ -142,8 +142,9 @@ def _add_middleware(app: FastAPI, settings: GatewaySettings) -> None:
                 "Idempotency-Key",
                 "If-None-Match",
                 "Last-Event-ID",
+                "Prefer",
             ],
-            expose_headers=["ETag", "Location"],
+            expose_headers=["ETag", "Location", "Preference-Applied"],
         )
     app.add_middleware(JsonHeaders)
     app.add_middleware(ConditionalGet)

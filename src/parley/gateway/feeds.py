@@ -13,6 +13,16 @@ only falls behind in the list (its socket's send blocks it alone); one more than
 A feed nobody follows any more stops after :data:`LINGER_SECONDS` (a reconnecting reader
 finds it still there); one whose turn has ended is reused only while the store agrees the
 turn has not moved on (a resumed turn gets a fresh feed).
+
+A submission that says it will be streamed starts its turn's feed itself
+(:meth:`Feeds.follow_submitted`), so the feed reads Redis while the answer goes out and
+the stream's request finds it already following: the stream's first token waits for no
+read of its own.  Such a feed knows its turn and tenant from the submission, which
+answers the stream's tenant check (:meth:`Feeds.owned`) without reading the turn again.
+It holds every event from seq 1, so a stream that comes later misses nothing; one that
+never comes costs a feed for :data:`UNCLAIMED_SECONDS`, and no more than
+:data:`MAX_UNCLAIMED` such feeds wait at once (past that a submission starts none, and
+its stream starts its feed as any other).
 """
 
 from __future__ import annotations
@@ -35,6 +45,10 @@ log = logging.getLogger("parley.gateway.feeds")
 MAX_LAG = 10_000
 CHUNK_EVENTS = 256
 LINGER_SECONDS = 10.0
+UNCLAIMED_SECONDS = 10.0
+"""How long a feed a submission started waits for its first subscriber."""
+MAX_UNCLAIMED = 256
+"""How many feeds submissions started may wait for their first subscriber at once."""
 
 
 class FellBehind(Exception):
@@ -50,9 +64,12 @@ class TurnFeed:
         turn_id: str,
         loop: asyncio.AbstractEventLoop,
         record: TurnRecord | None = None,
+        owner: str | None = None,
     ) -> None:
         self.turn_id = turn_id
         self._record = record
+        self.owner = owner
+        """The tenant owning the turn, when whoever made the feed had checked it."""
         self.events: list[Event] = []
         self._frames: list[bytes] = []  # events[i] encoded, for as many as were asked
         self.done = False
@@ -79,6 +96,11 @@ class TurnFeed:
     def stop(self) -> None:
         """Stop following (the thread ends within a poll)."""
         self._stop.set()
+
+    @property
+    def record(self) -> TurnRecord | None:
+        """The turn as whoever made the feed read it (None if it did not)."""
+        return self._record
 
     @property
     def last_seq(self) -> int:
@@ -152,10 +174,12 @@ class TurnFeed:
         self._signal.set()
         self._signal = asyncio.Event()
 
-    def linger(self, then: object) -> None:
-        """Call ``then`` after :data:`LINGER_SECONDS` unless a subscriber comes back."""
+    def linger(self, then: object, seconds: float | None = None) -> None:
+        """Call ``then`` after ``seconds`` (:data:`LINGER_SECONDS` by default) unless a
+        subscriber comes (back) first."""
         self.cancel_linger()
-        self._linger = self._loop.call_later(LINGER_SECONDS, then)  # type: ignore[arg-type]
+        delay = LINGER_SECONDS if seconds is None else seconds
+        self._linger = self._loop.call_later(delay, then)  # type: ignore[arg-type]
 
     def cancel_linger(self) -> None:
         """A subscriber came back."""
@@ -170,6 +194,8 @@ class Feeds:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._feeds: dict[str, TurnFeed] = {}
+        # The feeds submissions started whose first subscriber has not come yet.
+        self._unclaimed: set[TurnFeed] = set()
 
     @property
     def live(self) -> int:
@@ -180,6 +206,34 @@ class Feeds:
     def subscribers(self) -> int:
         """Subscribers across every feed."""
         return sum(feed.subscribers for feed in self._feeds.values())
+
+    @property
+    def unclaimed(self) -> int:
+        """Feeds submissions started that no subscriber has come to yet."""
+        return len(self._unclaimed)
+
+    def follow_submitted(self, record: TurnRecord, owner: str) -> bool:
+        """Start following a turn just submitted by ``owner``, whose stream is to come
+        (on the loop); False if the turn has a feed already, or :data:`MAX_UNCLAIMED`
+        started feeds wait for their stream (the stream then starts one as before)."""
+        if record.turn_id in self._feeds or len(self._unclaimed) >= MAX_UNCLAIMED:
+            return False
+        feed = TurnFeed(
+            self._client, record.turn_id, asyncio.get_running_loop(), record, owner=owner
+        )
+        self._feeds[record.turn_id] = feed
+        self._unclaimed.add(feed)
+        feed.start()
+        feed.linger(lambda: self._retire(feed), UNCLAIMED_SECONDS)
+        return True
+
+    def owned(self, turn_id: str, owner: str) -> TurnRecord | None:
+        """The turn, if a feed of it knows it for ``owner``'s (None otherwise: the caller
+        asks the store, which answers another tenant's turn as unknown)."""
+        feed = self._feeds.get(turn_id)
+        if feed is None or feed.owner != owner:
+            return None
+        return feed.record
 
     async def subscribe(
         self, turn_id: str, after: int, *, record: TurnRecord | None = None
@@ -253,6 +307,7 @@ class Feeds:
             self._feeds[turn_id] = feed
             feed.start()
         feed.cancel_linger()
+        self._unclaimed.discard(feed)
         feed.subscribers += 1
         metrics.sse_connected()
         return feed
@@ -274,6 +329,7 @@ class Feeds:
     def _retire(self, feed: TurnFeed) -> None:
         if feed.subscribers:
             return
+        self._unclaimed.discard(feed)
         feed.stop()
         if self._feeds.get(feed.turn_id) is feed:
             del self._feeds[feed.turn_id]
@@ -284,3 +340,4 @@ class Feeds:
             feed.cancel_linger()
             feed.stop()
         self._feeds.clear()
+        self._unclaimed.clear()

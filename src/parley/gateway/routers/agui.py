@@ -49,6 +49,7 @@ from parley.gateway.threads import (
 from parley.gateway.tree_feed import tree_feed
 from parley.gateway.work import light
 from parley.schemas.events import Event
+from parley.schemas.records import TurnRecord
 
 PROTOCOL = "ag-ui"
 
@@ -212,12 +213,12 @@ async def ag_ui(
     # Checked before the thread is opened: a refused request makes no session.
     request_id = None if user is None else message_request_id(PROTOCOL, user[0].id, user[1])
 
-    def start() -> tuple[str, str]:
+    def start() -> tuple[str, str, TurnRecord | None]:
         if user is None:
             session = find_thread(client, owner, body.thread_id)
             if session is None:
                 raise SessionNotFound(f"no thread {body.thread_id!r} to resume")
-            return session.id, answer_approvals(client, session, answers)
+            return session.id, answer_approvals(client, session, answers), None
         _, prompt = user
         thread = open_thread(
             client,
@@ -227,9 +228,13 @@ async def ag_ui(
             metadata={"protocol": PROTOCOL, "thread_id": body.thread_id},
         )
         handle = thread.session.submit(prompt, request_id=request_id)
-        return thread.session.id, handle.turn_id
+        return thread.session.id, handle.turn_id, handle.submitted
 
-    session_id, turn_id = await light(start)
+    session_id, turn_id, submitted = await light(start)
+    if submitted is not None:
+        # Followed from here, while the stream's answer is made: its first token waits
+        # for no read of the feed's own.
+        feeds.follow_submitted(submitted, owner)
     projection = AgUiRun(
         thread_id=body.thread_id,
         run_id=body.run_id,

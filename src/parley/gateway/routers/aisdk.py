@@ -57,6 +57,7 @@ from parley.gateway.threads import (
 )
 from parley.gateway.work import light
 from parley.schemas.events import EventKind
+from parley.schemas.records import TurnRecord
 
 PROTOCOL = "ai-sdk"
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no"}
@@ -277,7 +278,7 @@ async def chat(
     request_id = message_request_id(PROTOCOL, message.id, prompt)
     regenerate = body.trigger == "regenerate-message"
 
-    def start() -> tuple[str, str]:
+    def start() -> TurnRecord:
         thread = open_thread(
             client,
             settings.workspaces,
@@ -290,10 +291,13 @@ async def chat(
             _branch_above(client, session.id, body.message_id)
         # Every regeneration is a new answer.
         handle = session.submit(prompt, request_id=None if regenerate else request_id)
-        return session.id, handle.turn_id
+        return handle.submitted
 
-    session_id, turn_id = await light(start)
-    return _stream(client, feeds, settings, session_id, turn_id)
+    submitted = await light(start)
+    # Followed from here, while the stream's answer is made: its first token waits for no
+    # read of the feed's own.
+    feeds.follow_submitted(submitted, owner)
+    return _stream(client, feeds, settings, submitted.session_id, submitted.turn_id)
 
 
 def _branch_above(client: Client, session_id: str, message_id: str | None) -> None:

@@ -31,10 +31,10 @@ from parley.gateway.dependencies import (
 )
 from parley.gateway.event_streams import EVENT_STREAM, event_stream, sse_bytes
 from parley.gateway.feeds import Feeds, FellBehind
-from parley.gateway.ownership import OwnedSession, OwnedTurn
+from parley.gateway.ownership import OwnedSession, OwnedTurn, StreamedTurn
 from parley.gateway.sample_files import add_sample_files
 from parley.gateway.settings import GatewaySettings
-from parley.gateway.tenants import owned_turn, plausible_id
+from parley.gateway.tenants import owned_session, owned_turn, plausible_id
 from parley.gateway.tree_events import tree_sse_bytes
 from parley.gateway.tree_feed import tree_feed
 from parley.gateway.work import light
@@ -127,38 +127,73 @@ def update_session(record: OwnedSession, body: r.SessionUpdate, client: ClientDe
     tags=["turns"],
     responses={200: {"model": r.Turn, "description": "A repeated request_id: the same turn"}},
 )
-def submit_turn(
-    record: OwnedSession,
+async def submit_turn(
+    session_id: str,
     body: r.TurnCreate,
+    *,
     client: ClientDep,
+    feeds: FeedsDep,
+    owner: Tenant,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    prefer: Annotated[
+        str | None,
+        Header(
+            max_length=200,
+            description="stream: the turn's events will be read next "
+            "(GET /v1/turns/{id}/events); the gateway starts following it now, and says "
+            "so with Preference-Applied: stream",
+        ),
+    ] = None,
 ) -> r.Turn:
     """Queue a turn (``202``); the same ``request_id`` (or ``Idempotency-Key``) again
-    answers the turn it made (``200``) and queues nothing."""
+    answers the turn it made (``200``) and queues nothing.  With ``Prefer: stream``,
+    the turn's stream from this gateway starts without a read of its own."""
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise InvalidRequest("request_id and the Idempotency-Key header differ")
     request_id = body.request_id or idempotency_key or None
     contract = None
     if body.max_steps is not None or body.max_tokens is not None:
         contract = TaskContract(max_steps=body.max_steps, max_tokens=body.max_tokens)
-    # The session as its ownership check just read it (client.session would read it again).
-    handle = Session(client.runtime, record).submit(
-        body.prompt,
-        contract=contract,
-        request_id=request_id,
-        if_busy=body.if_busy,
-        context=body.context,
-        priority=body.priority,
-        at=body.at,
-        after=body.after,
-    )
-    if not handle.created:
+
+    def submitted() -> tuple[TurnRecord, bool]:
+        # The tenant's check and the submission on one trip to the thread pool (as a
+        # dependency, the check would take one of its own on the turn's way to its
+        # kick); the session as the check read it (client.session would read it again).
+        record = owned_session(client, session_id, owner)
+        handle = Session(client.runtime, record).submit(
+            body.prompt,
+            contract=contract,
+            request_id=request_id,
+            if_busy=body.if_busy,
+            context=body.context,
+            priority=body.priority,
+            at=body.at,
+            after=body.after,
+        )
+        # A new turn as submitted (queued: a driver that claimed it since is news the
+        # events bring), for one query less on every submission's path; a repeat as it
+        # is now.
+        return (handle.submitted if handle.created else handle.record()), handle.created
+
+    turn, created = await light(submitted)
+    if _prefers_stream(prefer) and feeds.follow_submitted(turn, owner):
+        response.headers["Preference-Applied"] = "stream"
+    if not created:
         response.status_code = 200
-    response.headers["Location"] = f"/v1/turns/{handle.turn_id}"
-    # A new turn as submitted (queued: a driver that claimed it since is news the events
-    # bring), for one query less on every submission's path; a repeat as it is now.
-    return r.Turn.of(handle.submitted if handle.created else handle.record())
+    response.headers["Location"] = f"/v1/turns/{turn.turn_id}"
+    return r.Turn.of(turn)
+
+
+def _prefers_stream(prefer: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240: preferences separated by commas, each with
+    its parameters after ``;``) holds ``stream``."""
+    if not prefer:
+        return False
+    return any(
+        preference.split(";", 1)[0].split("=", 1)[0].strip().lower() == "stream"
+        for preference in prefer.split(",")
+    )
 
 
 @router.get("/sessions/{session_id}/history", response_model=r.Turns, tags=["sessions"])
@@ -255,7 +290,7 @@ def _details(client: Client, record: TurnRecord) -> r.TurnDetails:
     responses=EVENT_STREAM,
 )
 async def events(
-    record: OwnedTurn,
+    record: StreamedTurn,
     *,
     client: ClientDep,
     feeds: FeedsDep,

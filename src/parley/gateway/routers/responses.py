@@ -139,8 +139,14 @@ async def create_response(
         "previous_response_id": body.previous_response_id,
         "background": bool(body.background),
     }
+    if body.stream:
+        # Followed from here, while the stream's answer is made: its first token waits
+        # for no read of the feed's own.
+        streams.feeds.follow_submitted(handle.submitted, owner)
     if body.stream or body.background:
-        turn = await light(handle.record)
+        # A new turn as submitted (its id, session and time are all the meta needs); a
+        # repeat as it is now.
+        turn = handle.submitted if handle.created else await light(handle.record)
         meta = ResponseMeta(
             response_id=turn.turn_id,
             created_at=unix_seconds(turn.created_at),
