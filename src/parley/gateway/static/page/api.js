@@ -16,8 +16,9 @@ export class ApiError extends Error {
 /** `method path` (with `body` as JSON) as this tab: `{status, data, etag}`.  Given
  *  `ifNoneMatch`, the ETag of a copy the caller holds, a GET whose answer has not changed
  *  comes back as `{status: 304, data: null}`: the copy is current
- *  (docs/http.md#8-polling-with-etags). */
-export async function api(method, path, body, { ifNoneMatch = null } = {}) {
+ *  (docs/http.md#8-polling-with-etags).  `prefer`: a `Prefer` header ("stream": the turn it
+ *  submits is followed next). */
+export async function api(method, path, body, { ifNoneMatch = null, prefer = null } = {}) {
   const headers = { Authorization: `Bearer ${state.token}`, Accept: "application/json" };
   const init = { method, headers, cache: "no-store" };
   if (body !== undefined) {
@@ -25,6 +26,7 @@ export async function api(method, path, body, { ifNoneMatch = null } = {}) {
     init.body = JSON.stringify(body);
   }
   if (ifNoneMatch) headers["If-None-Match"] = ifNoneMatch;
+  if (prefer) headers.Prefer = prefer;
   let res;
   try {
     res = await fetch(path, init);

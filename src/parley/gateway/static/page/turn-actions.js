@@ -22,7 +22,11 @@ export async function startTurn(text) {
   }
   const id = state.sessionId;
   try {
-    const { data: turn } = await api("POST", `/v1/sessions/${encodeURIComponent(id)}/turns`, { prompt: text });
+    // The page follows the turn at once: "Prefer: stream" has the gateway start reading
+    // it with the submission (docs/http.md).
+    const { data: turn } = await api(
+      "POST", `/v1/sessions/${encodeURIComponent(id)}/turns`, { prompt: text }, { prefer: "stream" },
+    );
     if (id !== state.sessionId) return true;
     if (!state.tree.some((t) => t.turn_id === turn.turn_id)) state.tree.push(turn);
     stickToEnd();
