@@ -3,13 +3,16 @@ parent (src/parley/cli/worker_processes.py), all real processes: kicks run on ev
 child; a child's SIGKILL is a crash of that child alone (restarted; the other's turns
 go on; its own are resumed elsewhere); SIGTERM to the parent is a warm shutdown of
 every child and an exit 0; a SIGKILL of the parent takes its children with it.  The
-parent serves the sum of the children's metrics."""
+parent serves the sum of the children's metrics.  Children that cannot start at all
+make it give up, with their status."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ import pytest
 import parley
 from tests.support.chaos import CHAOS_REDIS_URL, chaos_fleet
 from tests.support.databases import fresh_postgres_database
-from tests.support.fleet import Fleet, flush_redis
+from tests.support.fleet import REPO, Fleet, flush_redis
 from tests.support.scrape import free_port, scrape
 from tests.support.waiting import wait_until
 
@@ -28,7 +31,11 @@ GATED = [{"when": "gated", "steps": [{"tool_calls": [{"name": "wait_for_gate"}]}
 
 def children(log: Path) -> list[int]:
     """The pids of the children a supervising worker started, in order (from its log)."""
-    return [int(pid) for pid in re.findall(rb"started \(pid (\d+)\)", log.read_bytes())]
+    return children_started(log.read_text(errors="replace"))
+
+
+def children_started(log: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r"started \(pid (\d+)\)", log)]
 
 
 def alive(pid: int) -> bool:
@@ -117,3 +124,35 @@ def test_a_worker_of_two_processes_stops_with_its_parent(workspace: Path) -> Non
             )
         finally:
             fleet.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_processes_cannot_start_gives_up_with_their_status(
+    tmp_path: Path,
+) -> None:
+    """Each child dies at once (a Celery option it refuses): started again after a
+    pause that doubles, and after five such deaths in a row the worker stops and exits
+    with the children's status rather than restart them for ever."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update(
+        PARLEY_DATABASE_URL=f"sqlite:///{tmp_path / 'never.db'}",
+        PARLEY_REDIS_URL="redis://127.0.0.1:9/0",
+        PYTHONPATH=str(REPO),
+    )
+    ran = subprocess.run(
+        [
+            *(sys.executable, "-m", "parley", "worker"),
+            *("--processes", "2", "--pool", "threads", "--concurrency", "lots"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    assert len(re.findall(r"died \(status 2\)", ran.stderr)) == 5
+    assert "5 quick deaths in a row: stopping the worker" in ran.stderr
+    assert len(children_started(ran.stderr)) == 6  # two, then four restarts
+    assert not [pid for pid in children_started(ran.stderr) if alive(pid)]

@@ -197,7 +197,7 @@ class Supervisor:
                     os.waitpid(other, 0)
                 self._children.clear()
                 return code if code > 0 else 1
-            pause = min(RESTART_PAUSE_MOST, 2.0 ** (self._quick_deaths - 1))
+            pause = min(RESTART_PAUSE_MOST, 0.5 * 2.0 ** (self._quick_deaths - 1))
             deadline = time.monotonic() + pause
             while not self._stopping and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -205,7 +205,8 @@ class Supervisor:
                 return 0
         else:
             self._quick_deaths = 0
-        self._start(self._names.index(child.name))
+        if not self._stopping:
+            self._start(self._names.index(child.name))
         return 0
 
     def _start(self, index: int) -> None:
@@ -217,6 +218,9 @@ class Supervisor:
         process = subprocess.Popen(argv, env=env)
         self._children[process.pid] = _Child(name, process, time.monotonic())
         log.info("%s started (pid %d)", name, process.pid)
+        if self._stopping:
+            # A SIGTERM that came while it was being started did not reach it.
+            os.kill(process.pid, signal.SIGTERM)
 
     def _stop(self, signum: int, _frame: FrameType | None) -> None:
         """SIGTERM or SIGINT: a warm shutdown of every child (each gets SIGTERM once;
