@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,13 +100,26 @@ def die_with_parent() -> None:
     parent = os.environ.pop(SUPERVISOR_VARIABLE, None)
     if parent is None:
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    else:
+        # Elsewhere (macOS, for development) no such request: a thread watches for
+        # this process being handed to another parent.
+        threading.Thread(
+            target=_exit_when_orphaned, args=(int(parent),), name="parley-orphan", daemon=True
+        ).start()
     # The parent may have died between starting this process and the prctl: then
     # nobody would kill it.
     if os.getppid() != int(parent):
         os._exit(1)
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
 
 
 def child_names(celery_args: Sequence[str], count: int) -> tuple[list[str], list[str]]:
