@@ -54,7 +54,7 @@ def test_a_worker_of_two_processes_runs_on_both_and_survives_one_crashing(
     port = free_port()
     metrics = {"PARLEY_METRICS_PORT": f"127.0.0.1:{port}"}
     with chaos_fleet(
-        workspace, pool="threads", concurrency=2, workers=1, processes=2, environment=metrics
+        workspace, pool="threads", concurrency=2, workers=1, processes=2, worker_env=metrics
     ) as chaos:
         (worker,) = chaos.workers
         log = chaos.fleet.log_of(worker)
@@ -63,7 +63,11 @@ def test_a_worker_of_two_processes_runs_on_both_and_survives_one_crashing(
         sessions = [chaos.client.open_session(chaos.workspace) for _ in range(4)]
         handles = [s.submit("gated turn") for s in sessions]
         # Two slots a process, prefetch one a slot: all four at the gate means two in each.
-        wait_until(lambda: chaos.control.gate_calls == 4, what="every slot at the gate")
+        # (A call is counted just before its process marks its entry: wait for both.)
+        wait_until(
+            lambda: chaos.control.gate_calls == 4 and len(chaos.control.entered_by()) == 2,
+            what="every slot at the gate",
+        )
         assert chaos.control.entered_by() == {first, second}
         drivers = {h.turn_id: chaos.driver_pid(h.turn_id) for h in handles}
         assert sorted(drivers.values()) == sorted([first, first, second, second])
@@ -75,7 +79,7 @@ def test_a_worker_of_two_processes_runs_on_both_and_survives_one_crashing(
         os.kill(first, signal.SIGKILL)
         # Started again in its place, the parent and the other child untouched.
         wait_until(lambda: len(children(log)) == 3, what="the killed child started again")
-        wait_until(lambda: log.read_bytes().count(b"ready.") >= 3, what="it to be ready")
+        wait_until(lambda: log.read_bytes().count(b"ready.") >= 3, 60, what="it to be ready")
         assert worker.poll() is None and alive(second)
         chaos.control.open_gate()
         results = {h.turn_id: h.wait(60) for h in handles}

@@ -46,10 +46,10 @@ def deployment_options(name: str, request: pytest.FixtureRequest) -> dict[str, A
 class Chaos:
     """A fleet of ``workers`` workers (two by default) of ``processes`` processes each
     (one by default) on Celery's ``pool``, each process running ``concurrency`` kicks at
-    a time, plus the sweeper; and a client of it.  ``fleet``
-    are the :class:`Fleet`'s own options: its ``host`` (default: ``workspace_host``), its
-    coordination Redis ``redis_url`` (default: the chaos Redis database) and its broker
-    ``broker_url`` (default: that Redis)."""
+    a time (``worker_env``: more of the workers' environment), plus the sweeper; and a
+    client of it.  ``fleet`` are the :class:`Fleet`'s own options: its ``host``
+    (default: ``workspace_host``), its coordination Redis ``redis_url`` (default: the
+    chaos Redis database) and its broker ``broker_url`` (default: that Redis)."""
 
     def __init__(
         self,
@@ -60,6 +60,7 @@ class Chaos:
         concurrency: int = 1,
         workers: int = 2,
         processes: int = 1,
+        worker_env: dict[str, str] | None = None,
         **fleet: Any,
     ) -> None:
         options = {"redis_url": CHAOS_REDIS_URL, "host": WORKSPACE_HOST, **fleet}
@@ -72,7 +73,8 @@ class Chaos:
         self.processes = processes
         self.control = Control(workspace)
         self.workers = [
-            self.fleet.start_worker(concurrency, pool, processes=processes) for _ in range(workers)
+            self.fleet.start_worker(concurrency, pool, processes=processes, env=worker_env)
+            for _ in range(workers)
         ]
         self.fleet.start_beat()
         self.fleet.wait_ready()
