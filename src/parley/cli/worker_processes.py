@@ -2,8 +2,8 @@
 worker.
 
 One worker process is one GIL, so a worker that streams many turns is bound by one core
-(docs/performance.md, "A slow model").  With ``--processes N`` (default: the machine's
-cores, on a pool other than prefork) ``parley worker`` starts N children, each
+(docs/performance.md, "A slow model").  With ``--processes N`` (default: the cores it
+may run on, on a pool other than prefork) ``parley worker`` starts N children, each
 ``parley worker --processes 1`` with the same Celery options and a node name of its own
 (``NAME-1@HOST``, ...), and supervises them: a child that dies is started again (the
 others go on; the sweeper recovers its turns, as after any worker's crash), SIGTERM or
@@ -44,7 +44,7 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 QUICK_DEATH_SECONDS = 10.0
 """A child that dies sooner than this after its start waits before it is started again,
 longer each time in a row (up to :data:`RESTART_PAUSE_MOST`): a child that cannot run
-(its host module broken, say) must not spin the machine."""
+(a Celery option it refuses, say) must not spin the machine."""
 RESTART_PAUSE_MOST = 30.0
 GIVE_UP_AFTER = 5
 """Quick deaths in a row, of the children together, after which the worker stops them
