@@ -182,6 +182,7 @@ class Settings:
     replay_seconds: int = _var("PARLEY_REPLAY_SECONDS", _REPLAY_SECONDS, 3_600)
     stream_flush_seconds: float = _var("PARLEY_STREAM_FLUSH_SECONDS", _FLUSH_SECONDS, 0.05)
     task_events: bool = _var("PARLEY_TASK_EVENTS", _flag, False)
+    worker_processes: int | None = _var("PARLEY_WORKER_PROCESSES", _COUNT)
     trace_celery: bool = _var("PARLEY_TRACE_CELERY", _flag, False)
     trace_content: bool = _var("PARLEY_TRACE_CONTENT", _flag, False)
     # Admission and the batch window.

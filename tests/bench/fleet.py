@@ -11,10 +11,12 @@ them, when ``../shared/floor`` is there, the fleet's pipeline floor
 judged against.
 
 Then the slow-model load (alone with ``--slow-model``): 1000 sessions each submit one
-turn whose model streams for two seconds, all at once, to one `parley worker` on
-Celery's threads pool with a slot for each; the floor is one bare Celery worker on the
-same pool running 1000 tasks that wait as long, in the same run.  Beside them: the
-Procfile's worker line, and the prefork line it replaced, on the same load or a part.
+turn whose model streams for two seconds, all at once, to one `parley worker` of a
+process per core (its default), each on Celery's threads pool, with a slot for each
+turn among them; the floor is a bare Celery worker per core on the same pool, as many
+slots among them, running 1000 tasks that wait as long, in the same run.  Beside them:
+the same worker as one process (the figure before issue 50), and the Procfile's worker
+line as it is (100 slots a process, so in waves).
 """
 
 from __future__ import annotations
@@ -178,8 +180,14 @@ def _serves(pid: int, database: str) -> bool:
 
 def peak_rss(pgids: Iterable[int]) -> int:
     """The bytes each process of the groups ``pgids`` held resident at its peak, summed
-    (one process per worker on the threads pool; a prefork worker's children too)."""
-    wanted, total = set(pgids), 0
+    (one process per worker on the threads pool; a prefork worker's children, or a
+    worker's processes, too)."""
+    return sum(peak_rss_each(pgids))
+
+
+def peak_rss_each(pgids: Iterable[int]) -> list[int]:
+    """The bytes each process of the groups ``pgids`` held resident at its peak."""
+    wanted, peaks = set(pgids), []
     for pid, _name, fields in processes():
         if int(fields[2]) not in wanted:
             continue
@@ -189,8 +197,8 @@ def peak_rss(pgids: Iterable[int]) -> int:
             continue
         for line in status.splitlines():
             if line.startswith("VmHWM:"):
-                total += int(line.split()[1]) * 1024
-    return total
+                peaks.append(int(line.split()[1]) * 1024)
+    return peaks
 
 
 def bytes_of_turn(database_url: str, turn_id: str) -> int:
@@ -260,32 +268,45 @@ class SlowRun:
     wall: float  # seconds from the first submission to the last end
     sent: float  # seconds the submissions (or sends) took, within ``wall``
     cpu: dict[str, float]  # CPU seconds by role
-    rss: int  # the workers' peak resident bytes
+    rss: int  # the workers' peak resident bytes, summed over their processes
+    rss_most: int  # the peak resident bytes of the largest of those processes
 
     def line(self, label: str) -> str:
         per_turn = "   ".join(
             f"{role} {1e3 * seconds / self.turns:5.2f}" for role, seconds in self.cpu.items()
         )
+        per_delta = 1e3 * self.cpu["workers"] / (self.turns * (SLOW_WAITS + 1))
         return (
             f"{label:<34} {self.turns:5d} turns in {self.wall:6.2f} s (sent in {self.sent:4.2f} s)"
             f"   CPU/turn ms: {per_turn}   (all {1e3 * sum(self.cpu.values()) / self.turns:5.2f})"
-            f"   worker peak RSS {self.rss / 2**20:6.1f} MB"
+            f"   workers' CPU/delta {per_delta:5.3f} ms"
+            f"   worker peak RSS {self.rss / 2**20:6.1f} MB (largest process "
+            f"{self.rss_most / 2**20:5.1f} MB)"
         )
 
 
 def slow_fleet_run(
-    database_url: str, script: Path, root: Path, log_dir: Path, *, turns: int, worker: list[str]
+    database_url: str,
+    script: Path,
+    root: Path,
+    log_dir: Path,
+    *,
+    turns: int,
+    worker: list[str],
+    processes: int = 1,
 ) -> SlowRun:
     """``turns`` sessions submit a slow turn each, all at once (from eight threads), to a
-    fleet of ``parley worker`` processes, one per ``worker`` line (CONCURRENCY or
-    POOL:CONCURRENCY), and `parley beat`."""
+    fleet of ``parley worker``s of ``processes`` processes, one per ``worker`` line
+    (CONCURRENCY or POOL:CONCURRENCY, a process's), and `parley beat`."""
     flush_redis(REDIS_URL)
     fleet = Fleet(
         database_url=database_url, redis_url=REDIS_URL, host=f"scripted:{script}", log_dir=log_dir
     )
     for spec in worker:
         pool, _, concurrency = spec.rpartition(":")
-        fleet.start_worker(concurrency=int(concurrency), pool=pool or "threads")
+        fleet.start_worker(
+            concurrency=int(concurrency), pool=pool or "threads", processes=processes
+        )
     fleet.start_beat()
     fleet.wait_ready()
     client = parley.connect(database_url, redis_url=REDIS_URL, queue=fleet.queue)
@@ -303,19 +324,22 @@ def slow_fleet_run(
             wall = time.perf_counter() - start
         after = cpu_by_role(fleet, database=database)
         workers = [pgid for pgid, role in roles(fleet).items() if role == "workers"]
-        rss = peak_rss(workers)
+        rss = peak_rss_each(workers)
     finally:
         client.close()
         fleet.stop()
-    return SlowRun(turns, wall, sent, {k: v - before[k] for k, v in after.items()}, rss)
+    cpu = {k: v - before[k] for k, v in after.items()}
+    return SlowRun(turns, wall, sent, cpu, sum(rss), max(rss))
 
 
-def slow_floor_run(database_url: str, *, turns: int) -> SlowRun:
-    """The floor: one bare Celery worker on the threads pool with ``turns`` slots, sent
-    ``turns`` tasks that each wait as the slow model streams, and do nothing else."""
+def slow_floor_run(database_url: str, *, turns: int, workers: int = 1) -> SlowRun:
+    """The floor: ``workers`` bare Celery workers on the threads pool with ``turns``
+    slots among them, sent ``turns`` tasks that each wait as the slow model streams, and
+    do nothing else."""
     flush_redis(REDIS_URL)
+    slots = -(-turns // workers)
     with NoopFloor(
-        database_url, REDIS_URL, "stock", workers=1, pool="threads", concurrency=turns
+        database_url, REDIS_URL, "stock", workers=workers, pool="threads", concurrency=slots
     ) as floor:
         groups = {w.pid: "workers" for w in floor.workers}
         database = database_url.rsplit("/", 1)[1]  # (which the floor never uses)
@@ -330,37 +354,57 @@ def slow_floor_run(database_url: str, *, turns: int) -> SlowRun:
             assert floor.redis.blpop([floor.key], timeout=600), "a floor task never ended"
         wall = time.perf_counter() - start
         cpu = {k: v - before[k] for k, v in cpu_by_role(None, groups, database=database).items()}
-        rss = peak_rss(groups)
-    return SlowRun(turns, wall, sent, cpu, rss)
+        rss = peak_rss_each(groups)
+    return SlowRun(turns, wall, sent, cpu, sum(rss), max(rss))
 
 
 def slow_model(database_url: str, tmp: Path, turns: int) -> None:
-    """The slow-model load, its floor, the Procfile's worker line and the old one."""
+    """The slow-model load on every core: its floor, `parley worker`'s default (a
+    process per core) with a slot for each turn, the same as one process, and the
+    Procfile's worker line as it is."""
     root = tmp / "workspace"
     root.mkdir(exist_ok=True)
     script = tmp / "script.json"
     script.write_text(json.dumps({"rules": RULES}))
     pool, concurrency = procfile_worker()
+    cores = len(os.sched_getaffinity(0))  # (`parley worker`'s default process count)
+    slots = -(-turns // cores)
     load = os.getloadavg()
     print(f"slow model: {turns} turns streaming {SLOW_WAITS + 1} deltas over 2 s each")
-    print(f"  load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    floor = slow_floor_run(database_url, turns=turns)
-    print(floor.line(f"floor: bare Celery, threads:{turns}"))
+    print(f"  load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {cores} cores")
+    floor = slow_floor_run(database_url, turns=turns, workers=cores)
+    print(floor.line(f"floor: {cores} bare Celery threads:{slots}"))
     fleet = slow_fleet_run(
-        database_url, script, root, tmp, turns=turns, worker=[f"threads:{turns}"]
+        database_url, script, root, tmp, turns=turns, worker=[f"threads:{slots}"], processes=cores
     )
-    print(fleet.line(f"parley, 1 worker threads:{turns}"))
-    print(
-        f"  ratio to the floor: wall {fleet.wall / floor.wall:4.2f}×, CPU per turn "
-        f"{sum(fleet.cpu.values()) / sum(floor.cpu.values()):4.1f}× (the floor's includes "
-        f"Celery and its broker only), RSS {fleet.rss / floor.rss:4.2f}×"
+    print(fleet.line(f"parley, {cores} processes threads:{slots}"))
+
+    def ratios(run: SlowRun) -> str:
+        above = 1e3 * (run.cpu["workers"] - floor.cpu["workers"]) / (turns * (SLOW_WAITS + 1))
+        return (
+            f"  ratio to the floor: wall {run.wall / floor.wall:4.2f}×, CPU per turn "
+            f"{sum(run.cpu.values()) / sum(floor.cpu.values()):4.1f}× (the floor's includes "
+            f"Celery and its broker only), workers' CPU "
+            f"{run.cpu['workers'] / floor.cpu['workers']:4.2f}×, workers' CPU per delta above "
+            f"the floor's {above:5.3f} ms"
+        )
+
+    print(ratios(fleet))
+    single = slow_fleet_run(
+        database_url, script, root, tmp, turns=turns, worker=[f"threads:{turns}"], processes=1
     )
+    print(single.line(f"parley, 1 process threads:{turns}"))
+    print(ratios(single))
     shipped = slow_fleet_run(
-        database_url, script, root, tmp, turns=turns, worker=[f"{pool}:{concurrency}"]
+        database_url,
+        script,
+        root,
+        tmp,
+        turns=turns,
+        worker=[f"{pool}:{concurrency}"],
+        processes=cores,
     )
-    print(shipped.line(f"the Procfile's line, {pool}:{concurrency}"))
-    old = slow_fleet_run(database_url, script, root, tmp, turns=40, worker=["prefork:2"] * 2)
-    print(old.line("the old line, 2 workers prefork:2"))
+    print(shipped.line(f"the Procfile's line, {cores}× {pool}:{concurrency}"))
     load = os.getloadavg()
     print(f"  load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

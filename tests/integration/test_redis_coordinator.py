@@ -362,6 +362,69 @@ def test_a_steer_list_is_read_once_and_then_answered_from_publish_replies_until_
         sender.close()
 
 
+def test_a_streaming_turn_hears_of_its_steer_list_from_the_flush_of_its_tokens(
+    redis_url: str,
+) -> None:
+    """While a token event of the turn waits for the flusher, or is being sent, an old
+    look at its steer list still answers (no round trip per delta): the send's reply
+    reports the list's length, and a grown list is read then.  With nothing of the turn
+    queued, an old look is read again."""
+    coordinator = RedisCoordinator(redis_url, flush_seconds=1.0)  # a slow flusher
+    sender = RedisCoordinator(redis_url)
+    reads: list[str] = []
+    watching: list[bool] = []  # set: the next pipeline looks at the list as it is sent
+    looked_in_flight: list[tuple[list[Steer], int]] = []
+    pipeline = coordinator.redis.pipeline
+
+    def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        original, execute = pipe.lrange, pipe.execute
+
+        def counted(key: str, *rest: Any) -> Any:
+            reads.append(key)
+            return original(key, *rest)
+
+        def execute_looking(*args: Any, **kwargs: Any) -> Any:
+            if watching:
+                watching.clear()
+                looked_in_flight.append((coordinator.steers_after(turn_id, 1), len(reads)))
+            return execute(*args, **kwargs)
+
+        pipe.lrange, pipe.execute = counted, execute_looking
+        return pipe
+
+    coordinator.redis.pipeline = counting_pipeline
+    turn_id = str(uuid.uuid4())
+    say = Steer(position=1, kind=SteerKind.SAY, text="hello")
+    stop = Steer(position=2, kind=SteerKind.INTERRUPT, text="")
+    try:
+        sender.push_steer(turn_id, say)
+        assert coordinator.steers_after(turn_id, 0, fresh=True) == [say]
+        emitter = Emitter(turn_id, 1, coordinator, fence=1)
+        emitter.emit(STARTED, now=True)  # its reply: the list as long as read
+        emitter.emit_delta(0, "a")  # sent at once (after a quiet spell)...
+        deadline = time.monotonic() + 5
+        while coordinator._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        emitter.emit_delta(0, "b")  # ...and this one waits up to a second for the next
+        time.sleep(0.15)  # every look is older than STEERS_RECHECK_SECONDS
+        assert coordinator.steers_after(turn_id, 0) == [say]
+        assert len(reads) == 1
+        sender.push_steer(turn_id, stop)
+        assert coordinator.steers_after(turn_id, 1) == []  # not heard of before the flush
+        watching.append(True)
+        coordinator.flush()  # its reply: the list grew
+        assert looked_in_flight == [([], 1)]  # while it was sent: the old look, no read
+        assert coordinator.steers_after(turn_id, 1) == [stop]
+        assert len(reads) == 2
+        time.sleep(0.15)  # nothing of the turn queued: an old look is read again
+        assert coordinator.steers_after(turn_id, 1) == [stop]
+        assert len(reads) == 3
+    finally:
+        sender.close()
+        coordinator.close()
+
+
 def test_a_steer_list_shows_only_its_newest_entries_and_nothing_once_redis_is_gone(
     coordinator: RedisCoordinator,
 ) -> None:

@@ -44,11 +44,12 @@ def deployment_options(name: str, request: pytest.FixtureRequest) -> dict[str, A
 
 
 class Chaos:
-    """A fleet of ``workers`` workers (two by default) on Celery's ``pool``, each running
-    ``concurrency`` kicks at a time, plus the sweeper; and a client of it.  ``fleet``
-    are the :class:`Fleet`'s own options: its ``host`` (default: ``workspace_host``), its
-    coordination Redis ``redis_url`` (default: the chaos Redis database) and its broker
-    ``broker_url`` (default: that Redis)."""
+    """A fleet of ``workers`` workers (two by default) of ``processes`` processes each
+    (one by default) on Celery's ``pool``, each process running ``concurrency`` kicks at
+    a time (``worker_env``: more of the workers' environment), plus the sweeper; and a
+    client of it.  ``fleet`` are the :class:`Fleet`'s own options: its ``host``
+    (default: ``workspace_host``), its coordination Redis ``redis_url`` (default: the
+    chaos Redis database) and its broker ``broker_url`` (default: that Redis)."""
 
     def __init__(
         self,
@@ -58,6 +59,8 @@ class Chaos:
         pool: str,
         concurrency: int = 1,
         workers: int = 2,
+        processes: int = 1,
+        worker_env: dict[str, str] | None = None,
         **fleet: Any,
     ) -> None:
         options = {"redis_url": CHAOS_REDIS_URL, "host": WORKSPACE_HOST, **fleet}
@@ -67,8 +70,12 @@ class Chaos:
         self.workspace = workspace
         self.pool = pool
         self.concurrency = concurrency
+        self.processes = processes
         self.control = Control(workspace)
-        self.workers = [self.fleet.start_worker(concurrency, pool) for _ in range(workers)]
+        self.workers = [
+            self.fleet.start_worker(concurrency, pool, processes=processes, env=worker_env)
+            for _ in range(workers)
+        ]
         self.fleet.start_beat()
         self.fleet.wait_ready()
         self.client = self.fleet.client()
@@ -98,11 +105,13 @@ class Chaos:
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         """Start one more worker like the others and wait until it consumes the queue."""
-        worker = self.fleet.start_worker(self.concurrency, self.pool)
+        worker = self.fleet.start_worker(self.concurrency, self.pool, processes=self.processes)
         self.workers.append(worker)
         log = self.fleet.log_of(worker)
         wait_until(
-            lambda: worker.poll() is not None or b"ready." in log.read_bytes(),
+            lambda: (
+                worker.poll() is not None or log.read_bytes().count(b"ready.") >= self.processes
+            ),
             what="the new worker to be ready",
         )
         assert worker.poll() is None, f"the new worker exited; see {log}"

@@ -75,6 +75,7 @@ class Fleet:
     log_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)  # by pid
+    worker_processes: dict[int, int] = field(default_factory=dict)  # by pid: its processes
     environment: dict[str, str] = field(default_factory=dict)
     """More variables for every fleet process (``PARLEY_LOG_FORMAT``, say)."""
 
@@ -110,15 +111,19 @@ class Fleet:
         concurrency: int = 2,
         pool: str = "prefork",
         *,
+        processes: int = 1,
         celery_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """A `parley worker` process running ``concurrency`` kicks at a time on Celery's
-        ``pool`` (``prefork`` or ``threads``), in its own process group, so a test can
-        kill it whole; ``celery_args`` and ``env`` are more of its arguments and its
-        environment (its metrics port, say)."""
-        argv = ("worker", "--concurrency", str(concurrency), "--pool", pool, *celery_args)
-        return self._start(*argv, env=env)
+        """A `parley worker` of ``processes`` processes (one unless asked: tests run on
+        few cores), each running ``concurrency`` kicks at a time on Celery's ``pool``
+        (``prefork`` or ``threads``), in its own process group, so a test can kill it
+        whole; ``celery_args`` and ``env`` are more of its arguments and its environment
+        (its metrics port, say)."""
+        argv = ("worker", "--processes", str(processes), "--concurrency", str(concurrency))
+        process = self._start(*argv, "--pool", pool, *celery_args, env=env)
+        self.worker_processes[process.pid] = processes
+        return process
 
     def start_beat(self, *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         """The sweeper process (``env``: more of its environment)."""
@@ -152,7 +157,10 @@ class Fleet:
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.processes):
                 raise RuntimeError(f"a fleet process exited; see {self.log_dir}/{self.queue}-*.log")
-            ready = all(b"ready." in self.log_of(w).read_bytes() for w in workers)
+            ready = all(
+                self.log_of(w).read_bytes().count(b"ready.") >= self.worker_processes.get(w.pid, 1)
+                for w in workers
+            )
             if ready and self._consumed():
                 self._check_queue_types()
                 return

@@ -23,6 +23,10 @@ HANDED_ON = {
         "`parley worker --db/--host`: the options become the environment Celery's app "
         "module (parley.celery_tasks) reads its settings from as it is imported"
     ),
+    "cli/worker_processes.py": (
+        "a worker's processes inherit its environment, with their parent's pid (how each "
+        "knows to die with it: internal, not configuration)"
+    ),
 }
 """Modules that touch ``os.environ`` other than to read parley's configuration, and why."""
 PROMETHEUS_DIRECTORY = "MULTIPROC_VARIABLE"

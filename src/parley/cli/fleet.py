@@ -8,12 +8,17 @@ import os
 
 from rich.console import Console
 
+from parley.cli import worker_processes
 from parley.logs import celery_worker_logging
 from parley.telemetry import tracing
 
 
 def worker(args: argparse.Namespace, console: Console) -> int:
     fleet_environment(args)
+    count = worker_processes.process_count(args.processes, args.settings, args.celery_args)
+    if count > 1:
+        return _supervise(count, args)
+    worker_processes.die_with_parent()
     tracing.name_service("parley-worker")
     import click
     from celery.bin.celery import celery
@@ -50,6 +55,22 @@ def worker(args: argparse.Namespace, console: Console) -> int:
         exc.show()
         return exc.exit_code
     return int(status or 0)
+
+
+def _supervise(count: int, args: argparse.Namespace) -> int:
+    """Run ``count`` worker processes as one worker (:mod:`parley.cli.worker_processes`);
+    this process serves their metrics, which they count in files of one directory."""
+    from parley import metrics_export
+
+    bind = metrics_export.MetricsBind.from_settings(args.settings)
+    if bind is not None:
+        metrics_export.serve_worker(bind)  # (sets PROMETHEUS_MULTIPROC_DIR for them)
+        os.environ.pop(metrics_export.PORT_VARIABLE, None)  # the port is this process's
+    try:
+        return worker_processes.Supervisor(count, args.celery_args).run()
+    finally:
+        if bind is not None:
+            metrics_export.stop_worker()
 
 
 def beat(args: argparse.Namespace, console: Console) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parley.cli import batches, fleet, maintenance, schedules, sessions, turns
+from parley.cli import batches, fleet, maintenance, schedules, sessions, turns, worker_processes
 from parley.cli.gateway import gateway
 from parley.client import DEFAULT_DATABASE_URL
 
@@ -107,6 +107,12 @@ def _worker(commands: Commands) -> None:
         fleet.worker,
         "a fleet worker (Celery); extra arguments go to `celery worker`",
         daemon=True,
+    )
+    worker.add_argument(
+        "--processes",
+        type=worker_processes.processes_option,
+        help="worker processes, supervised as one worker, each with the Celery options "
+        "given (env PARLEY_WORKER_PROCESSES; default: one per core; 1 on the prefork pool)",
     )
     worker.set_defaults(takes_celery_args=True)
 

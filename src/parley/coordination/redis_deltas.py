@@ -62,6 +62,9 @@ class RedisDeltas:
         # Per turn, its queued token event while nothing of the turn was queued after it:
         # what the turn's next delta may join (cleared as the queue is taken to be sent).
         self._open_tokens: dict[str, Event] = {}
+        # The turns whose events the send under way carries: its reply reports their
+        # steer lists' lengths (RedisSteers.steers_after waits for that).
+        self._in_flight: frozenset[str] = frozenset()
         self._wake = threading.Condition()
         self._sending = threading.Lock()
         self._flusher: threading.Thread | None = None
@@ -170,23 +173,36 @@ class RedisDeltas:
         # from the caller's thread can never overtake the flusher's earlier one (the
         # stream skips a seq that arrives after a higher one).
         with self._sending:
-            self._flush([*self._take(turns), *then])
+            try:
+                self._flush([*self._take(turns, then), *then])
+            finally:
+                self._in_flight = frozenset()
 
-    def _take(self, turns: set[str] | None) -> list[tuple[int, Event]]:
-        """Take the queued events (of ``turns`` only, if given) off the queue, in order."""
+    def _take(
+        self, turns: set[str] | None, then: Sequence[tuple[int, Event]] = ()
+    ) -> list[tuple[int, Event]]:
+        """Take the queued events (of ``turns`` only, if given) off the queue, in order,
+        to send with ``then`` (under the send lock): their turns are in flight until the
+        send's end."""
         with self._wake:
             if turns is None:
-                everything, self._pending = self._pending, []
+                taken, self._pending = self._pending, []
                 self._open_tokens.clear()
-                return everything
-            taken: list[tuple[int, Event]] = []
-            kept: list[tuple[int, Event]] = []
-            for queued in self._pending:
-                (taken if queued[1].turn_id in turns else kept).append(queued)
-            self._pending = kept
-            for turn_id in turns:
-                self._open_tokens.pop(turn_id, None)
+            else:
+                kept: list[tuple[int, Event]] = []
+                taken = []
+                for queued in self._pending:
+                    (taken if queued[1].turn_id in turns else kept).append(queued)
+                self._pending = kept
+                for turn_id in turns:
+                    self._open_tokens.pop(turn_id, None)
+            self._in_flight = frozenset(e.turn_id for batch in (taken, then) for _f, e in batch)
             return taken
+
+    def _reported_soon(self, turn_id: str) -> bool:
+        """Whether a send will soon report the turn's steer list: an event of it is
+        queued for the flusher, or in the send under way."""
+        return turn_id in self._open_tokens or turn_id in self._in_flight
 
     def _send_queued_with(
         self,
@@ -201,17 +217,20 @@ class RedisDeltas:
         sent; raises
         ``RedisError`` (the events are then lost to the buffer, as any failed send's)."""
         with self._sending:
-            batch = [*self._take({*turns, *(e.turn_id for _fence, e in then)}), *then]
-            appended: list[str] = []  # the turn of each append call, in order
+            try:
+                batch = [*self._take({*turns, *(e.turn_id for _fence, e in then)}, then), *then]
+                appended: list[str] = []  # the turn of each append call, in order
 
-            def send(pipe: Any) -> None:
-                appended[:] = self._queue_appends(pipe, batch)
-                extra(pipe)
+                def send(pipe: Any) -> None:
+                    appended[:] = self._queue_appends(pipe, batch)
+                    extra(pipe)
 
-            at = time.monotonic()
-            replies, twice = self.pipeline(send)
-            self._sent(batch, appended, replies[: len(appended)], at)
-            return replies[len(appended) :], twice, at
+                at = time.monotonic()
+                replies, twice = self.pipeline(send)
+                self._sent(batch, appended, replies[: len(appended)], at)
+                return replies[len(appended) :], twice, at
+            finally:
+                self._in_flight = frozenset()
 
     def _flush_loop(self) -> None:
         sent_at = -math.inf

@@ -22,7 +22,9 @@ log = logging.getLogger("parley.redis")
 STEERS_RECHECK_SECONDS = 0.1
 """How long a look at a steer list (a read of it, or a flusher's reply giving its length)
 answers for, unless a fresh one is asked for: a streaming driver watches for an
-interrupt without a round trip per delta."""
+interrupt without a round trip per delta.  A look whose length the flusher last
+reported answers for longer while an event of the turn is queued or being sent: the
+send's reply reports the length again."""
 
 
 class RedisSteers(RedisDeltas):
@@ -61,9 +63,16 @@ class RedisSteers(RedisDeltas):
         if listed is not None and not fresh:
             length, steers, read_at = listed
             heard_length, heard_at = self._heard.get(turn_id, (-1, 0.0))
-            if now - read_at < STEERS_RECHECK_SECONDS or (
-                heard_length == length and now - heard_at < STEERS_RECHECK_SECONDS
+            if heard_length == length and (
+                now - heard_at < STEERS_RECHECK_SECONDS or self._reported_soon(turn_id)
             ):
+                # An event of the turn waits for the flusher, or is being sent: the reply
+                # will report the list's length.  A streaming driver learns of a steer
+                # with the flush after it, and never asks for the list itself meanwhile
+                # (that was a round trip per delta once a loaded flusher's round took
+                # 100 ms).
+                return [s for s in steers if s.position > cursor]
+            if now - read_at < STEERS_RECHECK_SECONDS:
                 return [s for s in steers if s.position > cursor]
         try:
             pipe = self.redis.pipeline(transaction=False)
