@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from parley.schemas.tables import metadata
 from parley.store.database import (
@@ -46,18 +48,34 @@ def own_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_migration_0015_gives_the_sessions_batch_lines_opened_their_batch(
-    own_db_url: str,
-) -> None:
-    engine = create_database_engine(own_db_url)
+def _at_revision(url: str, revision: str) -> tuple[Engine, Config]:
+    """An engine on ``url`` whose schema is at ``revision`` (a fresh PostgreSQL database
+    is at head: taken down; a fresh SQLite file is empty: taken up), and the Alembic
+    config that moved it."""
+    engine = create_database_engine(url)
     config = alembic_config()
     with engine.connect() as connection:
         config.attributes["connection"] = connection
         if current_revision(engine) is None:
-            command.upgrade(config, "0014")
+            command.upgrade(config, revision)
         else:
-            command.downgrade(config, "0014")  # (a fresh PostgreSQL database is at head)
+            command.downgrade(config, revision)
         connection.commit()
+    return engine, config
+
+
+def _upgrade(engine: Engine, config: Config) -> None:
+    """Take ``engine``'s schema to head."""
+    with engine.connect() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+        connection.commit()
+
+
+def test_migration_0015_gives_the_sessions_batch_lines_opened_their_batch(
+    own_db_url: str,
+) -> None:
+    engine, config = _at_revision(own_db_url, "0014")
     at = datetime(2026, 1, 1, tzinfo=UTC)
     with engine.begin() as db:
         for sid in ("opened", "continued", "plain"):
@@ -98,10 +116,7 @@ def test_migration_0015_gives_the_sessions_batch_lines_opened_their_batch(
                 ),
                 {"line": line, "sid": line_session, "opened": opened},
             )
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-        connection.commit()
+    _upgrade(engine, config)
     store = SqlStore(engine)
     try:
         assert store.get_session("opened").batch_id == "batch_1"
@@ -119,15 +134,7 @@ def test_migration_0030_flags_the_sessions_with_compactions_or_push_configuratio
     """A session flagged ``compacted`` or ``pushes`` has its claims and ends read what
     it holds; one not flagged is never asked: a flag missing on a session that had a
     compaction would make its next turn ignore it."""
-    engine = create_database_engine(own_db_url)
-    config = alembic_config()
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        if current_revision(engine) is None:
-            command.upgrade(config, "0029")
-        else:
-            command.downgrade(config, "0029")
-        connection.commit()
+    engine, config = _at_revision(own_db_url, "0029")
     at = datetime(2026, 1, 1, tzinfo=UTC)
     with engine.begin() as db:
         for sid in ("compacted", "pushed", "plain"):
@@ -160,10 +167,7 @@ def test_migration_0030_flags_the_sessions_with_compactions_or_push_configuratio
             ),
             {"at": at},
         )
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-        connection.commit()
+    _upgrade(engine, config)
     try:
         with engine.connect() as db:
             rows = db.execute(text("SELECT id, compacted, pushes FROM sessions")).all()
