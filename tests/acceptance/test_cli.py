@@ -25,6 +25,7 @@ from tests.support.databases import fresh_postgres_database
 from tests.support.deployments import ALL, on_deployments
 from tests.support.fleet import REDIS_TEST_URL
 from tests.support.helpers import Control
+from tests.support.processes import as_from_a_terminal
 
 pytestmark = on_deployments(*ALL)
 
@@ -205,6 +206,7 @@ def test_ctrl_c_on_submit_interrupts_the_turn(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=as_from_a_terminal,
     ) as process:
         assert process.stdout is not None and process.stderr is not None
         assert process.stdout.read(len("you:")) == "you:"

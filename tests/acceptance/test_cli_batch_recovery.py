@@ -23,6 +23,7 @@ from parley.cli.batch_runners import UNRUN_SECONDS
 from parley.coordination.constants import SWEEP_SECONDS
 from parley.models.scripted import ScriptedModel
 from tests.support.gateway import start_gateway
+from tests.support.processes import as_from_a_terminal
 from tests.support.waiting import wait_until
 
 FAST = {"rules": [{"when": ".", "steps": [{"text": "done: {last_message}"}]}]}
@@ -64,6 +65,7 @@ def submitting(
         text=True,
         cwd=tmp_path,
         env=shell_env(PARLEY_BATCH_WINDOW=str(window)),
+        preexec_fn=as_from_a_terminal,
     ) as process:
         assert process.stdout is not None
         try:

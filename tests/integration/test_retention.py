@@ -27,7 +27,7 @@ from parley.retention import prune, report_lines
 from parley.schemas import tables as t
 from parley.schemas.events import Ended, Event, Queued
 from parley.schemas.operations import DeliveryState
-from parley.schemas.records import Steer, SteerKind, TurnStatus
+from parley.schemas.records import IfBusy, Steer, SteerKind, TurnStatus
 from parley.store.batch_acceptance import Acceptance
 from parley.store.database import alembic_config, create_database_engine, current_revision
 from parley.store.retention import Cut
@@ -348,7 +348,18 @@ def test_a_prune_waits_for_a_submission_holding_the_session_and_then_keeps_it() 
         session_id = new_session(store)
         age(store, session_id, DAYS_AGO_10)
         pause = Pause(store, "INSERT INTO turns")
-        submitting = pause.run(lambda: submit(store, session_id))  # holds the session row
+        # A submission with a request id: a transaction that counts the turn on the
+        # session (locking its row) before it inserts it.  (A plain one is a single
+        # statement on PostgreSQL, which holds the row only while it runs.)
+        submitting = pause.run(
+            lambda: store.submit_turn(
+                session_id=session_id,
+                prompt="p",
+                request_id="while-pruned",
+                contract=None,
+                if_busy=IfBusy.ENQUEUE,
+            )
+        )
         cut = Cut.of(timedelta(days=5), None)
         pruning: dict[str, Any] = {}
         pruner = threading.Thread(
