@@ -21,6 +21,7 @@ from parley.schemas.compactions import (
 from parley.schemas.records import TurnRecord
 from parley.store.compactions import known_compacted_path, read_compacted_path
 from parley.store.statements.compactions import ANY_NATIVE
+from tests.support.waiting import wait_until
 
 RULES = {"rules": [{"when": ".*", "steps": [{"text": "heard: {prompt}"}]}]}
 
@@ -173,4 +174,6 @@ def test_the_hooks_see_the_whole_path_past_a_compaction(db: str, tmp_path: Path)
         session.compact(strategy="trim", keep_turns=1)
         result = session.turn("past the compaction")
         assert seen["history"] == ids
+        # (after_commit runs once the end is committed, beside the turn's waiters)
+        wait_until(lambda: seen["path"][-1] == result.turn_id, 10, "the last turn's after_commit")
         assert seen["path"] == (*ids, result.turn_id)
