@@ -143,8 +143,7 @@ class SubmissionStore:
         if statement is None:
             return None
         record, queued = _new_turn(asked, now)
-        binds = _submission_binds(asked, record, 0, queued)
-        del binds["b_position"]  # (counted by the statement)
+        binds = _submission_binds(asked, record, None, queued)  # (counted by the statement)
         binds["b_title"] = title_of_prompt(asked.prompt)
         self._db.count_transaction()
         try:
@@ -334,14 +333,14 @@ def _new_turn(asked: _Submission, now: datetime) -> tuple[TurnRecord, Event]:
 
 
 def _submission_binds(
-    asked: _Submission, record: TurnRecord, ordinal: int, queued: Event
+    asked: _Submission, record: TurnRecord, ordinal: int | None, queued: Event
 ) -> dict[str, Any]:
-    """The binds the statements of a submission's rows share."""
-    return {
+    """The binds the statements of a submission's rows share (``ordinal`` None: the
+    statement counts the turn itself)."""
+    binds: dict[str, Any] = {
         "b_turn_id": record.turn_id,
         "b_run_id": record.run_id,
         "b_session_id": asked.session_id,
-        "b_position": ordinal,
         "b_prompt": asked.prompt,
         "b_request_id": asked.request_id,
         "b_contract": asked.contract.to_json() if asked.contract else None,
@@ -352,6 +351,9 @@ def _submission_binds(
         "b_data": queued.data,
         "b_now": record.created_at,
     }
+    if ordinal is not None:
+        binds["b_position"] = ordinal
+    return binds
 
 
 def _existing(turn: TurnRecord, prompt: str) -> SubmitReceipt:

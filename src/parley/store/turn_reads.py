@@ -3,6 +3,8 @@ execution record and result, its committed steps, and its durable events."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from parley.ports.backend import CommittedStep
 from parley.schemas.errors import TurnNotFound
 from parley.schemas.events import Event, EventKind
@@ -44,11 +46,7 @@ class TurnReads:
     def turn_result(self, turn_id: str) -> TurnResult | None:
         """The result of an ended turn (None while it is queued or running): one read
         of its run, and of its children only if it has some."""
-        run = self._db.reading(
-            lambda db: db.execute(q.RUN_WITH_CHILDREN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
-        )
-        if run is None:
-            raise TurnNotFound(f"no turn {turn_id!r}")
+        run = self._run_row(q.RUN_WITH_CHILDREN_BY_TURN, turn_id)
         state = run_state_of(run)
         if not state.status.terminal:
             return None
@@ -108,12 +106,16 @@ class TurnReads:
 
     def run_state(self, turn_id: str) -> RunState:
         """The execution record of a turn."""
+        return run_state_of(self._run_row(q.RUN_BY_TURN, turn_id))
+
+    def _run_row(self, statement: Any, turn_id: str) -> Any:
+        """The row ``statement`` reads of the turn's run; :class:`TurnNotFound` if none."""
         run = self._db.reading(
-            lambda db: db.execute(q.RUN_BY_TURN, {"b_turn_id": turn_id}).one_or_none()
+            lambda db: db.execute(statement, {"b_turn_id": turn_id}).one_or_none()
         )
         if run is None:
             raise TurnNotFound(f"no turn {turn_id!r}")
-        return run_state_of(run)
+        return run
 
     def steps_of(self, turn_id: str) -> list[CommittedStep]:
         """The committed steps of a turn, in order."""
